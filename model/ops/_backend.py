@@ -1,0 +1,98 @@
+"""Backend choice shared by the ops: argument checks, lazy import of the fused kernels, and "auto".
+
+The fused kernels (fla, mamba_ssm, causal_conv1d) need CUDA and Triton/compiled extensions, so they are
+imported only when first asked for; a machine without them still runs "naive" and "torch".
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+
+import torch
+
+# op -> (backend name, module, function) of its fused kernel.
+FUSED = {
+    "rwkv6": ("fla", "fla.ops.rwkv6", "chunk_rwkv6"),
+    "ssd": ("mamba_ssm", "mamba_ssm.ops.triton.ssd_combined", "mamba_chunk_scan_combined"),
+    "causal_conv1d": ("mamba_ssm", "causal_conv1d", "causal_conv1d_fn"),
+}
+FUSED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+# op -> (kernel or None, why not). A plain dict rather than functools.cache so torch.compile traces
+# the lookup without tracing into importlib once it is filled.
+_loaded: dict[str, tuple[Callable | None, str]] = {}
+
+
+def load_fused(op: str) -> tuple[Callable | None, str]:
+    """The fused kernel of ``op`` and "", or None and a one-line reason it is not importable."""
+    if op not in _loaded:
+        _, module, name = FUSED[op]
+        try:
+            _loaded[op] = getattr(importlib.import_module(module), name), ""
+        except Exception as e:  # ImportError, or a CUDA extension that fails while loading
+            reason = (str(e).splitlines() or [""])[0]
+            _loaded[op] = None, f"{module}.{name} is not importable ({type(e).__name__}: {reason})"
+    return _loaded[op]
+
+
+def resolve(op: str, backend: str, tensors: tuple[torch.Tensor, ...], unsupported: str | None = None) -> str:
+    """Implementation to run: "naive", "torch" or "fused"; ValueError if ``backend`` cannot run here.
+
+    ``unsupported`` is the op's own reason its fused kernel cannot take these arguments (e.g. conv width).
+    """
+    fused_name = FUSED[op][0]
+    allowed = ("naive", "torch", fused_name, "auto")
+    if backend not in allowed:
+        raise ValueError(f"{op}: unknown backend {backend!r}; allowed: {', '.join(allowed)}")
+    if backend in ("naive", "torch"):
+        return backend
+    problem = unsupported or _fused_problem(op, tensors)
+    if problem is None:
+        return "fused"
+    if backend == "auto":
+        return "torch"
+    raise ValueError(f"{op}: backend {fused_name!r} cannot run: {problem}")
+
+
+def _fused_problem(op: str, tensors: tuple[torch.Tensor, ...]) -> str | None:
+    devices = sorted({t.device.type for t in tensors})
+    if devices != ["cuda"]:
+        return f"it needs CUDA tensors, got {'/'.join(devices)} (use backend 'torch' or 'auto')"
+    dtypes = sorted({str(t.dtype) for t in tensors if t.dtype not in FUSED_DTYPES})
+    if dtypes:
+        return f"it takes float32/float16/bfloat16, got {', '.join(dtypes)}"
+    return load_fused(op)[1] or None
+
+
+def compute_dtype(*tensors: torch.Tensor) -> torch.dtype:
+    """float64 stays float64; bf16/fp16 (and fp32) are computed in float32."""
+    dtype = torch.float32
+    for t in tensors:
+        dtype = torch.promote_types(dtype, t.dtype)
+    return dtype
+
+
+def run_upcast(fn, out_dtype: torch.dtype, *tensors: torch.Tensor | None) -> torch.Tensor:
+    """fn(*tensors) computed in ``compute_dtype`` (autocast off), returned as ``out_dtype``: lets the
+    naive recurrences take bf16 or mixed-dtype inputs without accumulating their state in bf16."""
+    ct = compute_dtype(*(t for t in tensors if t is not None))
+    device = next(t for t in tensors if t is not None).device
+    with torch.autocast(device.type, enabled=False):
+        return fn(*(t if t is None else t.to(ct) for t in tensors)).to(out_dtype)
+
+
+def available_backends() -> dict[str, bool | str]:
+    """Backend name -> True if it can run on this machine, else a one-line reason why not.
+
+    "mamba_ssm" covers both the SSD scan (mamba_ssm) and the causal conv (causal_conv1d package).
+    Fused backends also need a CUDA device.
+    """
+    result: dict[str, bool | str] = {"naive": True, "torch": True}
+    for op, (name, _, _) in FUSED.items():
+        why = load_fused(op)[1]
+        if not why and not torch.cuda.is_available():
+            why = "no CUDA device (torch.cuda.is_available() is False)"
+        if result.get(name, True) is True:  # keep the first reason of a backend that serves two ops
+            result[name] = why or True
+    return result

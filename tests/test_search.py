@@ -1,0 +1,203 @@
+"""End-to-end searches on CPU: real Ray (local processes), real Optuna with journal storage, the real loop.
+
+Each test runs `python -m tuner.search` as a user would, as a subprocess, and checks what it wrote.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from trainables.config import load_config
+from tuner.select import pick_winner, spread
+
+ROOT = Path(__file__).resolve().parents[1]
+SHAKESPEARE = ROOT.parent / "shared" / "data" / "tinyshakespeare.txt"
+DATA = [str(SHAKESPEARE)] if SHAKESPEARE.exists() else []  # else the embedded default corpus
+ENV = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0", "TUNER_OFFLINE": "1"}
+
+pytestmark = pytest.mark.slow
+
+
+def search(out: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    data = ["--data", DATA[0]] if DATA else []
+    cmd = [sys.executable, "-m", "tuner.search", "--out", str(out), *data, *args]
+    return subprocess.run(cmd, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=timeout)
+
+
+def load_summary(out: Path) -> dict:
+    return json.loads((out / "summary.json").read_text())
+
+
+def test_smoke_search_writes_everything_and_picks_the_fastest_feasible(tmp_path):
+    out = tmp_path / "smoke"
+    started = time.time()
+    proc = search(out, "--config", "configs/smoke.yaml")
+    wall = time.time() - started
+    assert proc.returncode in (0, 3), proc.stderr[-3000:]
+    print(f"smoke search wall time: {wall:.0f} s")  # recorded in docs/benchmarks.md, not asserted
+    s = load_summary(out)
+    for name in ("summary.json", "report.md", "best.yaml", "optuna.journal", "state.json"):
+        assert (out / name).exists(), name
+    assert list((out / "ray").rglob("events.out.tfevents*")), "TensorBoard event files per trial"
+    screen = [t for t in s["trials"] if t["phase"] == "screen"]
+    assert len(screen) >= 8
+    assert {t["status"] for t in s["trials"]} <= {"ok", "oom", "nan", "stopped", "error"}
+    for t in s["trials"]:
+        assert t["feasible"] in (True, False, None)
+        if t["status"] in ("oom", "nan", "error"):
+            assert t["feasible"] is False
+    assert s["baseline"]["val_loss"] is not None and s["tolerance"]["limit"] > s["baseline"]["val_loss"]
+    report = (out / "report.md").read_text()
+    assert (
+        "Config | Batch | Workers | Precision | Compile | Kernels | Tok/s | VRAM | Loss | vs baseline"
+        in report
+    )
+
+    # The winner is what the selection rule picks from the exclusive re-measurements, and it is feasible.
+    remeasure = [t for t in s["trials"] if t["phase"] == "remeasure"]
+    by_id: dict[str, list[float]] = {}
+    for t in remeasure:
+        by_id.setdefault(t["finalist"], []).append(t["tokens_per_s"])
+    screen_by_id = {t["id"]: t for t in screen}
+    finalists = [
+        {
+            "id": fid,
+            "config": screen_by_id[fid]["config"] if fid != "baseline" else {},
+            "runs": runs,
+            "val_loss": None,
+            "feasible": True if fid == "baseline" else screen_by_id[fid]["feasible"],
+            "joules_per_token": None,
+            "telemetry_trusted": None,
+        }
+        for fid, runs in by_id.items()
+    ]
+    expected = pick_winner(finalists, s["baseline"]["config"]).winner
+    if proc.returncode == 0:
+        assert s["best"]["id"] == expected["id"]
+        median, lo, hi = spread(expected["runs"])
+        assert s["best"]["tokens_per_s"] == median
+        faster = [f for f in finalists if f["feasible"] and spread(f["runs"])[1] > hi]
+        assert not faster, f"a feasible finalist is faster beyond the spread: {faster}"
+        if s["best"]["id"] != "baseline":
+            assert s["best"]["val_loss"] <= s["tolerance"]["limit"]
+        best = load_config(out / "best.yaml")
+        for knob, value in s["best"]["config"].items():
+            assert getattr(best, knob) == value
+    else:
+        assert s["best"] is None
+        assert "baseline" in proc.stderr
+
+
+def test_oom_and_nan_are_infeasible_and_never_chosen(tmp_path):
+    out = tmp_path / "fail"
+    proc = search(
+        out,
+        "--config",
+        "configs/smoke.yaml",
+        "--set",
+        "train.memory_cap_mb=400",
+        "--set",
+        "search.space={batch_size: [16, 32, 4096], precision: [fp32, fp16], lr: [0.003, 10000.0]}",
+        "--set",
+        "search.start_points=[{batch_size: 4096}, {precision: fp16, lr: 10000.0}]",
+        "--set",
+        "search.probe_batch=false",
+        "--trials",
+        "5",
+        "--set",
+        "search.repeats=2",
+    )
+    assert proc.returncode in (0, 3), proc.stderr[-3000:]
+    s = load_summary(out)
+    screen = [t for t in s["trials"] if t["phase"] == "screen"]
+    statuses = {t["status"] for t in screen}
+    assert "oom" in statuses and "nan" in statuses, [(t["config"], t["status"]) for t in screen]
+    for t in screen:
+        if t["config"].get("batch_size") == 4096:
+            assert t["status"] == "oom" and t["feasible"] is False
+        if t["status"] in ("oom", "nan"):
+            assert t["feasible"] is False and t["error"]
+    if s["best"]:
+        assert s["best"]["config"].get("batch_size") != 4096
+        assert s["best"]["config"].get("lr") != 10000.0
+
+
+def test_killed_search_resumes_without_lost_or_duplicated_trials(tmp_path):
+    out = tmp_path / "resume"
+    trials = 8
+    data = ["--data", DATA[0]] if DATA else []
+    cmd = [sys.executable, "-m", "tuner.search", "--config", "configs/smoke.yaml", "--out", str(out), *data]
+    cmd += ["--trials", str(trials)]
+    log = (tmp_path / "first.log").open("w")
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=ENV, stdout=log, stderr=log, start_new_session=True)
+    deadline = time.time() + 300
+    while time.time() < deadline and proc.poll() is None:
+        if "[screen] 3/" in (tmp_path / "first.log").read_text():
+            break
+        time.sleep(0.5)
+    assert proc.poll() is None, "the search ended before it could be killed"
+    os.killpg(proc.pid, signal.SIGKILL)  # the driver and the Ray processes it started
+    proc.wait()
+    state = json.loads((out / "state.json").read_text())
+    assert "baseline" in state["phases"] and "screen" not in state["phases"]
+
+    resumed = search(out, "--config", "configs/smoke.yaml", "--resume")
+    assert resumed.returncode in (0, 3), resumed.stderr[-3000:]
+    assert "[baseline] already done" in resumed.stderr
+    s = load_summary(out)
+    screen = [t for t in s["trials"] if t["phase"] == "screen"]
+    assert len(screen) == trials, [t["ray_trial_id"] for t in screen]
+    assert len({t["ray_trial_id"] for t in screen}) == trials
+    assert len([t for t in s["trials"] if t["phase"] == "baseline"]) == 1
+    ids = [t["id"] for t in s["trials"]]
+    assert len(ids) == len(set(ids))
+
+    again = search(out, "--config", "configs/smoke.yaml", "--resume")  # a finished search just re-reports
+    assert again.returncode == resumed.returncode
+    assert load_summary(out)["trials"] == s["trials"]
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--config", "nope.yaml"], "config file not found"),
+        (["--config", "configs/smoke.yaml", "--set", "search.space={flux: [1, 2]}"], "unknown knob 'flux'"),
+        (["--config", "configs/smoke.yaml", "--set", "search.space={}"], "empty search space"),
+        (["--config", "configs/smoke.yaml", "--set", "quality.tolerance=-1"], "quality.tolerance"),
+        (["--config", "configs/smoke.yaml", "--set", "train.precision=fp8"], "precision"),
+        (["--config", "configs/smoke.yaml", "--address", "127.0.0.1:1"], "cannot reach Ray"),
+        (["--config", "configs/smoke.yaml", "--set", "search.space={precision: [fp32, fp7]}"], "fp7"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2_before_ray_starts(tmp_path, args, needle):
+    started = time.time()
+    proc = search(tmp_path / "out", *args, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:") and needle in lines[0], proc.stderr
+    assert time.time() - started < 30  # nothing expensive ran
+
+
+def test_unwritable_out_is_exit_2(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    proc = search(blocker / "out", "--config", "configs/smoke.yaml", timeout=60)
+    assert proc.returncode == 2 and "not writable" in proc.stderr
+
+
+def test_existing_out_needs_resume(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "state.json").write_text(json.dumps({"phases": {}}))
+    proc = search(out, "--config", "configs/smoke.yaml", timeout=60)
+    assert proc.returncode == 2 and "--resume" in proc.stderr
+    assert yaml.safe_load((out / "state.json").read_text()) == {"phases": {}}  # nothing written is lost

@@ -1,0 +1,336 @@
+"""Selection rules on synthetic trial tables: loss-check grouping, feasibility propagation, the winner."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tuner.select import (
+    BASELINE_ID,
+    Selection,
+    knob_diff,
+    loss_check_candidates,
+    loss_key,
+    pick_winner,
+    propagate_feasibility,
+    spread,
+)
+
+BASELINE = {
+    "batch_size": 8,
+    "grad_accum": 1,
+    "lr": 3e-4,
+    "precision": "fp32",
+    "compile": "none",
+    "kernels": "torch",
+    "num_workers": 0,
+    "model": {"d_model": 128, "n_layers": 8},
+    "max_steps": None,
+    "out_dir": None,
+}
+
+
+def screen(tid: str, tps: float | None, status: str = "ok", **config) -> dict:
+    return {"id": tid, "config": config, "status": status, "tokens_per_s": tps}
+
+
+# --- loss_key / knob_diff / spread --------------------------------------------------------------------------
+
+
+def test_loss_key_ignores_speed_knobs_and_fills_missing_from_baseline():
+    assert loss_key({"compile": "default", "kernels": "fused", "num_workers": 4}, BASELINE) == loss_key(
+        {}, BASELINE
+    )
+    assert loss_key({"batch_size": 8, "max_steps": 20, "out_dir": "/x"}, BASELINE) == loss_key({}, BASELINE)
+    assert loss_key({"batch_size": 16}, BASELINE) != loss_key({}, BASELINE)
+    assert loss_key({"precision": "bf16"}, BASELINE) != loss_key({}, BASELINE)
+    # nested model overrides are compared by value, whatever their key order
+    assert loss_key({"model": {"n_layers": 8, "d_model": 128}}, BASELINE) == loss_key({}, BASELINE)
+    assert loss_key({"model": {"d_model": 64, "n_layers": 8}}, BASELINE) != loss_key({}, BASELINE)
+
+
+def test_loss_key_treats_unknown_fields_as_loss_relevant():
+    assert loss_key({"mamba_lr_mult": 1.0}, BASELINE) != loss_key({"mamba_lr_mult": 2.0}, BASELINE)
+
+
+def test_knob_diff_lists_changed_knobs_with_old_and_new():
+    diff = knob_diff({"batch_size": 128, "precision": "fp32", "compile": "default"}, BASELINE)
+    assert diff == {"batch_size": (8, 128), "compile": ("none", "default")}
+    assert knob_diff({"lr": 0.0003}, BASELINE) == {}
+    assert knob_diff({"fused_adamw": True}, BASELINE) == {"fused_adamw": (None, True)}
+
+
+def test_spread_is_median_min_max_of_finite_values():
+    assert spread([3.0, 1.0, 2.0, 10.0]) == (2.5, 1.0, 10.0)
+    assert spread([5.0, math.nan, None]) == (5.0, 5.0, 5.0)
+    with pytest.raises(ValueError):
+        spread([math.nan])
+
+
+# --- loss_check_candidates --------------------------------------------------------------------------------
+
+
+def test_candidates_group_by_loss_key_and_keep_the_fastest_of_each():
+    trials = [
+        screen("a", 100.0, batch_size=64, compile="none"),
+        screen("b", 300.0, batch_size=64, compile="default"),  # same loss key as a, faster
+        screen("c", 250.0, batch_size=128),
+        screen("d", 500.0, status="oom", batch_size=1024),
+        screen("e", 200.0, precision="bf16"),
+        screen("f", 50.0, batch_size=32),
+    ]
+    out = loss_check_candidates(trials, BASELINE, top=2)
+    assert [c["id"] for c in out] == ["b", "c"]
+    assert all(c["inherits"] is None for c in out)
+    assert sorted(out[0]["covers"]) == ["a", "b"]
+    assert out[0]["config"] == {"batch_size": 64, "compile": "default"}
+    assert "inherits" not in trials[1]  # the inputs stay untouched
+
+
+def test_baseline_key_group_inherits_and_does_not_count_towards_top():
+    trials = [
+        screen("fast-speed-only", 900.0, compile="default", kernels="fused"),
+        screen("slow-speed-only", 400.0, num_workers=4),
+        screen("bigger", 600.0, batch_size=64),
+        screen("bf16", 500.0, precision="bf16"),
+    ]
+    out = loss_check_candidates(trials, BASELINE, top=1)
+    assert [(c["id"], c["inherits"]) for c in out] == [("fast-speed-only", BASELINE_ID), ("bigger", None)]
+    assert sorted(out[0]["covers"]) == ["fast-speed-only", "slow-speed-only"]
+    assert loss_check_candidates(trials, BASELINE, top=0) == [out[0]]
+
+
+def test_candidates_skip_failed_and_stopped_trials():
+    trials = [screen("x", 900.0, status="nan", lr=1e-2), screen("y", None, batch_size=64)]
+    trials.append(screen("z", 10.0, status="stopped", batch_size=16))
+    assert loss_check_candidates(trials, BASELINE, top=4) == []
+
+
+# --- propagate_feasibility --------------------------------------------------------------------------------
+
+
+def test_propagate_feasibility_cases():
+    trials = [
+        screen("ok-checked", 300.0, batch_size=64),
+        screen("ok-sibling", 250.0, batch_size=64, compile="default"),  # inherits ok-checked's verdict
+        screen("over", 400.0, batch_size=512),
+        screen("nan-check", 350.0, lr=3e-3),
+        screen("speed-only", 200.0, kernels="fused"),
+        screen("never", 100.0, batch_size=16),
+        screen("own-oom", None, status="oom", batch_size=64),  # same key as a feasible check
+        screen("stopped", 80.0, status="stopped", batch_size=64),
+    ]
+    checked = [
+        {"id": "ok-checked", "config": {"batch_size": 64}, "val_loss": 1.52, "status": "ok"},
+        {"id": "over", "config": {"batch_size": 512}, "val_loss": 1.70, "status": "ok"},
+        {"id": "nan-check", "config": {"lr": 3e-3}, "val_loss": math.nan, "status": "nan"},
+    ]
+    propagate_feasibility(trials, checked, baseline_loss=1.50, limit=1.55, baseline=BASELINE)
+    got = {t["id"]: (t["feasible"], t["val_loss"], t["loss_checked_by"]) for t in trials}
+    assert got == {
+        "ok-checked": (True, 1.52, "ok-checked"),
+        "ok-sibling": (True, 1.52, "ok-checked"),
+        "over": (False, 1.70, "over"),
+        "nan-check": (False, None, "nan-check"),
+        "speed-only": (True, 1.50, BASELINE_ID),
+        "never": (None, None, None),
+        "own-oom": (False, None, None),
+        "stopped": (True, 1.52, "ok-checked"),
+    }
+
+
+def test_propagate_feasibility_a_check_that_errored_is_infeasible_even_with_a_loss():
+    trials = [screen("t", 300.0, batch_size=64)]
+    checked = [{"id": "t", "config": {"batch_size": 64}, "val_loss": 1.40, "status": "error"}]
+    propagate_feasibility(trials, checked, baseline_loss=1.50, limit=1.55, baseline=BASELINE)
+    assert trials[0]["feasible"] is False
+
+
+def test_propagate_feasibility_without_the_baseline_compares_the_named_knobs():
+    # screen configs from one search space all name the same knobs; speed-only ones inherit the baseline
+    trials = [
+        screen("speed", 300.0, compile="default", kernels="fused"),
+        screen("batch", 250.0, compile="none", kernels="torch", batch_size=64),
+        screen("batch-fused", 240.0, compile="default", kernels="fused", batch_size=64),
+    ]
+    checked = [
+        {"id": "lc-1", "config": {"batch_size": 64, "compile": "none"}, "val_loss": 1.6, "status": "ok"}
+    ]
+    propagate_feasibility(trials, checked, 1.5, 1.55)
+    got = {t["id"]: (t["feasible"], t["loss_checked_by"]) for t in trials}
+    assert got == {"speed": (True, BASELINE_ID), "batch": (False, "lc-1"), "batch-fused": (False, "lc-1")}
+
+
+# --- pick_winner ------------------------------------------------------------------------------------------
+
+
+def finalist(fid, runs, config=None, feasible=True, jpt=None, trusted=None, val_loss=1.5) -> dict:
+    return {
+        "id": fid,
+        "config": config or {},
+        "runs": runs,
+        "val_loss": val_loss,
+        "feasible": feasible,
+        "joules_per_token": jpt,
+        "telemetry_trusted": trusted,
+    }
+
+
+COMPLEX = {"batch_size": 128, "precision": "bf16", "compile": "default"}  # 3 non-default knobs
+SIMPLE = {"batch_size": 128}  # 1 non-default knob
+
+
+def test_overlapping_ranges_prefer_the_simpler_config():
+    fins = [
+        finalist("cfg-7", [1000.0, 960.0, 1040.0], COMPLEX),
+        finalist("cfg-3", [980.0, 950.0, 1000.0], SIMPLE),
+        finalist(BASELINE_ID, [300.0, 310.0, 305.0], {}),
+    ]
+    sel = pick_winner(fins, BASELINE)
+    assert sel.winner["id"] == "cfg-3"
+    assert not sel.telemetry_changed_decision
+    assert any("cfg-7 and cfg-3 overlap" in r and "2 fewer non-default knobs" in r for r in sel.reasons)
+    assert "2 more non-default knobs" in sel.rejected["cfg-7"]
+    assert sel.rejected[BASELINE_ID].startswith("slower")
+
+
+def test_a_clearly_faster_config_wins_however_complex():
+    fins = [finalist("cfg-7", [1100.0, 1090.0, 1120.0], COMPLEX), finalist("cfg-3", [980.0, 950.0], SIMPLE)]
+    sel = pick_winner(fins, BASELINE)
+    assert sel.winner["id"] == "cfg-7"
+    assert "does not overlap" in sel.rejected["cfg-3"]
+
+
+def test_equally_simple_overlapping_configs_fall_back_to_the_higher_median():
+    fins = [
+        finalist("a", [990.0, 1000.0, 1010.0], {"batch_size": 64}),
+        finalist("b", [1005.0, 1020.0], SIMPLE),
+    ]
+    sel = pick_winner(fins, BASELINE)
+    assert sel.winner["id"] == "b"
+    assert "lower median" in sel.rejected["a"]
+
+
+def test_lower_joules_per_token_breaks_the_tie_and_is_flagged():
+    fins = [
+        finalist("cfg-7", [1000.0, 960.0, 1040.0], COMPLEX, jpt=0.012),
+        finalist("cfg-5", [990.0, 955.0, 1020.0], {"batch_size": 128, "precision": "bf16"}, jpt=0.010),
+        finalist("cfg-3", [980.0, 950.0, 1000.0], SIMPLE, jpt=0.012),
+    ]
+    sel = pick_winner(fins, BASELINE)
+    assert sel.winner["id"] == "cfg-5"  # simplicity alone would pick cfg-3
+    assert sel.telemetry_changed_decision
+    assert any("chose cfg-5: 16.7% lower J/token than cfg-7" in r for r in sel.reasons)
+    assert any("telemetry changed the decision" in r and "cfg-3" in r for r in sel.reasons)
+    assert "higher J/token" in sel.rejected["cfg-3"] and "higher J/token" in sel.rejected["cfg-7"]
+
+
+def test_the_energy_rule_measures_savings_against_the_fastest():
+    # The fastest is also the most efficient: nothing beats *its* J/token, so simplicity decides.
+    fins = [
+        finalist("cfg-7", [1000.0, 960.0, 1040.0], COMPLEX, jpt=0.010),
+        finalist("cfg-3", [980.0, 950.0, 1000.0], SIMPLE, jpt=0.012),
+    ]
+    sel = pick_winner(fins, BASELINE)
+    assert sel.winner["id"] == "cfg-3" and not sel.telemetry_changed_decision
+
+
+def test_energy_saving_below_two_percent_or_missing_leaves_simplicity_in_charge():
+    close = [
+        finalist("cfg-7", [1000.0, 960.0, 1040.0], COMPLEX, jpt=0.0100),
+        finalist("cfg-3", [980.0, 950.0, 1000.0], SIMPLE, jpt=0.0099),  # 1% lower than the fastest's
+    ]
+    assert pick_winner(close, BASELINE).winner["id"] == "cfg-3"
+    partial = [
+        finalist("cfg-7", [1000.0, 960.0, 1040.0], COMPLEX, jpt=0.005),
+        finalist("cfg-3", [980.0, 950.0, 1000.0], SIMPLE, jpt=None),
+    ]
+    sel = pick_winner(partial, BASELINE)
+    assert sel.winner["id"] == "cfg-3" and not sel.telemetry_changed_decision
+
+
+def test_energy_winner_that_is_also_simplest_does_not_flag_telemetry():
+    fins = [
+        finalist("cfg-7", [1000.0, 960.0, 1040.0], COMPLEX, jpt=0.012),
+        finalist("cfg-3", [980.0, 950.0, 1000.0], SIMPLE, jpt=0.010),
+    ]
+    sel = pick_winner(fins, BASELINE)
+    assert sel.winner["id"] == "cfg-3" and not sel.telemetry_changed_decision
+
+
+def test_untrusted_telemetry_never_wins_over_a_trusted_config_in_range():
+    fins = [
+        # fastest, simplest and most efficient, but its run looked wrong
+        finalist("shaky", [1010.0, 1000.0, 1050.0], SIMPLE, jpt=0.005, trusted=False),
+        finalist("solid", [990.0, 960.0, 1005.0], COMPLEX, jpt=0.010, trusted=True),
+        finalist("unknown", [980.0, 950.0, 1000.0], COMPLEX, jpt=0.010, trusted=None),
+    ]
+    sel = pick_winner(fins, BASELINE)
+    assert sel.winner["id"] == "solid"
+    assert "untrusted" in sel.rejected["shaky"]
+    assert any("shaky not chosen" in r for r in sel.reasons)
+
+
+def test_untrusted_config_alone_in_range_can_win_with_a_note():
+    fins = [
+        finalist("shaky", [2000.0, 1990.0, 2010.0], SIMPLE, trusted=False),
+        finalist("solid", [990.0, 960.0, 1005.0], SIMPLE, trusted=True),
+    ]
+    sel = pick_winner(fins, BASELINE)
+    assert sel.winner["id"] == "shaky"
+    assert any("untrusted" in r for r in sel.reasons)
+
+
+def test_no_feasible_finalist_means_no_winner():
+    fins = [
+        finalist("over", [1000.0], SIMPLE, feasible=False),
+        finalist("unchecked", [900.0], COMPLEX, feasible=None),
+        finalist("no-runs", [math.nan], COMPLEX),
+    ]
+    sel = pick_winner(fins, BASELINE)
+    assert sel.winner is None
+    assert sel.rejected == {
+        "over": "not feasible: loss check failed or over the limit",
+        "unchecked": "not feasible: loss never checked",
+        "no-runs": "no successful exclusive run",
+    }
+    assert any("baseline stays the answer" in r for r in sel.reasons)
+    assert pick_winner([], BASELINE).winner is None
+
+
+def test_selection_to_dict_is_the_summary_section():
+    sel = pick_winner([finalist("a", [1.0, 2.0])], BASELINE)
+    assert isinstance(sel, Selection)
+    assert set(sel.to_dict()) == {"reasons", "telemetry_changed_decision", "rejected"}
+
+
+runs_st = st.lists(st.floats(100, 2000), min_size=1, max_size=4)
+finalist_st = st.builds(
+    finalist,
+    fid=st.text("abcdef", min_size=1, max_size=3),
+    runs=runs_st,
+    config=st.dictionaries(st.sampled_from(["batch_size", "precision", "compile"]), st.just("x"), max_size=3),
+    feasible=st.sampled_from([True, True, False, None]),
+    jpt=st.one_of(st.none(), st.floats(0.001, 0.02)),
+    trusted=st.sampled_from([True, False, None]),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(finalist_st, max_size=6, unique_by=lambda f: f["id"]))
+def test_winner_is_feasible_in_range_of_the_fastest_and_trusted_when_possible(fins):
+    sel = pick_winner(fins, BASELINE)
+    ok = [f for f in fins if f["feasible"] is True]
+    if not ok:
+        assert sel.winner is None
+        return
+    ranges = {f["id"]: spread(f["runs"]) for f in ok}
+    top = ranges[min(ranges, key=lambda fid: (-ranges[fid][0], fid))]  # ties: the same order as pick_winner
+    in_range = [f for f in ok if ranges[f["id"]][1] <= top[2] and ranges[f["id"]][2] >= top[1]]
+    assert sel.winner in in_range
+    if any(f["telemetry_trusted"] is not False for f in in_range):
+        assert sel.winner["telemetry_trusted"] is not False
+    assert set(sel.rejected) | {sel.winner["id"]} == {f["id"] for f in fins}

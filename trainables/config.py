@@ -1,0 +1,220 @@
+"""The training job's configuration: every knob the tuner can search is one field here.
+
+A knob is added in one place (this model) and becomes searchable by naming it in a search-space YAML.
+Validation happens before any expensive work and fails with one line that names the key and what is
+allowed (`ConfigError`); the CLIs turn that into exit code 2.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from model import HybridConfig
+
+Precision = Literal["fp32", "tf32", "bf16", "fp16"]
+CompileMode = Literal["none", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]
+Kernels = Literal["torch", "fused", "auto"]
+Loader = Literal["dataloader", "device"]
+LrScaling = Literal["none", "sqrt", "linear"]
+
+# Sections of a search config (tuner YAML) that the training CLI leaves to the tuner.
+TUNER_SECTIONS = ("search", "quality", "resources", "budget")
+
+
+class ConfigError(ValueError):
+    """A bad configuration value; its message is one line that names the key."""
+
+
+class TrainConfig(BaseModel):
+    """Defaults reproduce the seed ("RwMBA" V4): batch 8, fp32, eager, AdamW, 5000 steps of 8x256 tokens."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    # --- workload ---
+    workload: str = Field(
+        "hybrid", description="'hybrid' (built-in LM) or 'module:function' returning a Workload"
+    )
+    model: dict[str, Any] = Field(default_factory=dict, description="HybridConfig overrides")
+    data: str | None = Field(
+        None, description="corpus file or folder; None = TUNER_DATA / cache / download / embedded"
+    )
+    seq_len: int = Field(256, gt=1)
+
+    # --- budget ---
+    tokens: int = Field(5000 * 8 * 256, gt=0, description="training token budget")
+    max_steps: int | None = Field(
+        None, gt=0, description="stop after this many optimizer steps (speed screens)"
+    )
+    eval_interval: int = Field(
+        500, ge=0, description="optimizer steps between val evals; 0 = only at the end"
+    )
+    eval_tokens: int = Field(64 * 256, gt=0, description="val tokens per eval (fixed windows)")
+    eval_batch_size: int = Field(16, gt=0)
+
+    # --- optimisation (seed schedule) ---
+    batch_size: int = Field(8, gt=0, description="micro-batch, sequences per forward")
+    grad_accum: int = Field(1, gt=0)
+    lr: float = Field(3e-4, gt=0)
+    min_lr: float = Field(3e-5, ge=0)
+    lr_scaling: LrScaling = "none"
+    lr_base_batch: int = Field(8, gt=0, description="effective batch at which lr applies unscaled")
+    warmup_frac: float = Field(0.1, ge=0, lt=1, description="share of the token budget spent warming up")
+    mamba_lr_mult: float = Field(2.0, gt=0)
+    weight_decay: float = Field(0.1, ge=0)
+    beta1: float = Field(0.9, ge=0, lt=1)
+    beta2: float = Field(0.95, ge=0, lt=1)
+    grad_clip: float = Field(1.0, ge=0, description="0 = off")
+    fused_adamw: bool = False
+
+    # --- speed knobs ---
+    precision: Precision = "fp32"
+    compile: CompileMode = "none"
+    kernels: Kernels = "torch"
+    loader: Loader = "dataloader"
+    num_workers: int = Field(0, ge=0)
+    pin_memory: bool = False
+    activation_checkpointing: bool = False
+
+    # --- run ---
+    seed: int = 1337
+    device: str = Field("auto", description="auto | cpu | cuda | cuda:N")
+    timing_warmup_steps: int = Field(5, ge=1, description="steps excluded from steady-state timing")
+    log_interval: int = Field(50, gt=0, description="optimizer steps between progress lines / NaN checks")
+    gpu_memory_fraction: float | None = Field(None, gt=0, le=1, description="cap for a shared GPU")
+    memory_cap_mb: int | None = Field(None, gt=0, description="hard memory cap (CUDA fraction or CPU rlimit)")
+    out_dir: str | None = Field(None, description="write tokenizer, config and metrics here")
+    save_model: bool = False
+
+    @field_validator("device")
+    @classmethod
+    def _device_form(cls, v: str) -> str:
+        if v in ("auto", "cpu", "cuda") or (v.startswith("cuda:") and v[5:].isdigit()):
+            return v
+        raise ValueError("must be auto, cpu, cuda or cuda:N")
+
+    @field_validator("model")
+    @classmethod
+    def _model_fields(cls, v: dict[str, Any]) -> dict[str, Any]:
+        known = {f.name for f in dataclasses.fields(HybridConfig)} - {
+            "vocab_size",
+            "kernels",
+            "seq_len",
+            "activation_checkpointing",
+        }
+        for key in v:
+            if key not in known:
+                raise ValueError(f"unknown model key {key!r} (allowed: {', '.join(sorted(known))})")
+        HybridConfig(**v)  # value checks (ValueError / TypeError name the field)
+        return v
+
+    # --- derived ---
+    @property
+    def tokens_per_step(self) -> int:
+        return self.batch_size * self.grad_accum * self.seq_len
+
+    @property
+    def total_steps(self) -> int:
+        steps = -(-self.tokens // self.tokens_per_step)
+        return min(steps, self.max_steps) if self.max_steps else steps
+
+    @property
+    def schedule_steps(self) -> int:
+        """Steps the lr schedule spans: the whole token budget, even when max_steps cuts the run short."""
+        return -(-self.tokens // self.tokens_per_step)
+
+    def peak_lr(self) -> float:
+        ratio = self.batch_size * self.grad_accum / self.lr_base_batch
+        return self.lr * {"none": 1.0, "sqrt": ratio**0.5, "linear": ratio}[self.lr_scaling]
+
+    def hybrid_config(self, vocab_size: int) -> HybridConfig:
+        return HybridConfig(
+            **self.model,
+            vocab_size=vocab_size,
+            seq_len=self.seq_len,
+            kernels=self.kernels,
+            activation_checkpointing=self.activation_checkpointing,
+        )
+
+
+def _one_line(err: ValidationError) -> str:
+    first = err.errors()[0]
+    key = ".".join(str(p) for p in first["loc"]) or "config"
+    if first["type"] == "extra_forbidden":
+        allowed = ", ".join(TrainConfig.model_fields)
+        return f"unknown config key {key!r} (allowed: {allowed})"
+    msg = first["msg"].removeprefix("Value error, ")
+    return f"config key {key!r}: {msg} (got {first.get('input')!r})"
+
+
+def make_config(values: dict[str, Any]) -> TrainConfig:
+    try:
+        return TrainConfig(**values)
+    except ValidationError as err:
+        raise ConfigError(_one_line(err)) from None
+    except TypeError as err:  # HybridConfig(**model) with a bad key type
+        raise ConfigError(f"config key 'model': {err}") from None
+
+
+def apply_overrides(values: dict[str, Any], items: list[str]) -> dict[str, Any]:
+    """Apply `key=value` pairs (values parsed as YAML); a dotted key addresses a nested one
+    (model.d_model=64) and its value replaces what was there, mappings included."""
+    out = copy.deepcopy(values)
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--set expects key=value, got {item!r}")
+        try:
+            value = yaml.safe_load(raw) if raw else ""
+        except yaml.YAMLError:
+            value = raw
+        node = out
+        *parents, leaf = key.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"--set {key}: {part!r} is not a section")
+        node[leaf] = value
+    return out
+
+
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file not found: {path}")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        raise ConfigError(f"bad YAML in {path}{where}: {getattr(err, 'problem', err)}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: top level must be a mapping of config keys")
+    return data
+
+
+def training_section(data: dict[str, Any]) -> dict[str, Any]:
+    """A search config keeps the training job under `train:`; a plain training config is flat."""
+    if "train" in data:
+        section = data["train"] or {}
+        if not isinstance(section, dict):
+            raise ConfigError("config key 'train' must be a mapping")
+        return section
+    return {k: v for k, v in data.items() if k not in TUNER_SECTIONS}
+
+
+def load_config(path: str | Path | None, overrides: list[str] = (), data: str | None = None) -> TrainConfig:
+    values = training_section(read_yaml(path)) if path else {}
+    values = apply_overrides(values, list(overrides))
+    if data is not None:
+        values["data"] = data
+    return make_config(values)
+
+
+def dump_config(cfg: TrainConfig, path: str | Path) -> None:
+    Path(path).write_text(yaml.safe_dump(cfg.model_dump(), sort_keys=False))

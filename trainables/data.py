@@ -1,0 +1,451 @@
+"""The data pipeline of the character LM: corpus, tokenizer, train/val split and batches.
+
+Corpus resolution, first hit wins:
+  1. an explicit path (``--data PATH``): a file, or a folder whose ``*.txt`` files are read recursively in
+     sorted order and joined;
+  2. env ``TUNER_DATA`` (same rules);
+  3. tinyshakespeare cached under ``platformdirs.user_cache_dir("hybrid-tuner")`` (env ``TUNER_CACHE_DIR``);
+  4. tinyshakespeare downloaded from ``TINYSHAKESPEARE_URL`` (env ``TUNER_CORPUS_URL``), sha256-checked and
+     written atomically into the cache; skipped when ``TUNER_OFFLINE=1``;
+  5. an embedded corpus that needs no network: this Python's own standard library sources.
+
+Batch number ``step`` is a pure function of ``(seed, step, batch_size, seq_len, len(train))``, and both batch
+paths (a DataLoader and a device-resident sampler) gather the same windows, so the loader is a speed knob
+that never changes the loss, and a run can resume at any step.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+import sys
+import sysconfig
+import tempfile
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader
+
+log = logging.getLogger(__name__)
+
+TINYSHAKESPEARE_URL = (
+    "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
+)
+TINYSHAKESPEARE_SHA256 = "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"
+TINYSHAKESPEARE_FILENAME = "tinyshakespeare.txt"
+DOWNLOAD_TIMEOUT_S = 10.0
+
+EMBEDDED_MAX_CHARS = 4_000_000
+# Every non-ASCII char of the embedded corpus becomes this one token, so its vocab is small and stable.
+REPLACEMENT_CHAR = "\ufffd"
+# Tests, vendored packages and generated codec tables are not the prose-like code we want to model.
+_STDLIB_SKIP_DIRS = frozenset(
+    {"test", "tests", "idle_test", "site-packages", "dist-packages", "__pycache__", "encodings"}
+)
+
+LOADERS = ("dataloader", "device")
+
+
+class DataError(ValueError):
+    """A corpus that cannot be used; the message is one line naming the path (the CLI exits 2 on it)."""
+
+
+@dataclass(frozen=True)
+class Corpus:
+    text: str
+    source: str  # one line saying which corpus this is, for the caller to print
+    warnings: tuple[str, ...] = ()  # why earlier sources were passed over (already logged)
+
+
+# ---------------------------------------------------------------------------------------------- corpus
+
+
+def resolve_corpus(path: str | os.PathLike | None = None) -> Corpus:
+    """Find the training text: explicit path, env TUNER_DATA, cache, download, embedded (in that order)."""
+    if path is not None:
+        text, what = _read_text_source(Path(path), label="data path")
+        return Corpus(text, what)
+    env_path = os.environ.get("TUNER_DATA")
+    if env_path:
+        text, what = _read_text_source(Path(env_path), label="TUNER_DATA")
+        return Corpus(text, f"env TUNER_DATA={env_path}: {what}")
+
+    warnings: list[str] = []
+    cache_file = corpus_cache_dir() / TINYSHAKESPEARE_FILENAME
+    cached = _read_verified(cache_file, warnings)
+    if cached is not None:
+        source = f"cached tinyshakespeare at {cache_file} ({len(cached)} bytes)"
+        return Corpus(cached, source, tuple(warnings))
+
+    if os.environ.get("TUNER_OFFLINE") == "1":
+        warnings.append("TUNER_OFFLINE=1: not downloading tinyshakespeare")
+    else:
+        url = os.environ.get("TUNER_CORPUS_URL") or TINYSHAKESPEARE_URL
+        downloaded = _download_verified(url, cache_file, warnings)
+        if downloaded is not None:
+            source = f"downloaded tinyshakespeare from {url} ({len(downloaded)} bytes) into {cache_file}"
+            return Corpus(downloaded, source, tuple(warnings))
+    return Corpus(*_embedded_text_and_source(), warnings=tuple(warnings))
+
+
+def corpus_cache_dir() -> Path:
+    if os.environ.get("TUNER_CACHE_DIR"):
+        return Path(os.environ["TUNER_CACHE_DIR"])
+    try:
+        import platformdirs  # here, not at the top: the GPU machine's kernel bundle lacks it
+    except ImportError:
+        return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "hybrid-tuner"
+    return Path(platformdirs.user_cache_dir("hybrid-tuner"))
+
+
+def _read_text_source(path: Path, label: str) -> tuple[str, str]:
+    """Text of a file, or of a folder's *.txt files (recursive, sorted, joined); and what was read."""
+    if path.is_file():
+        files = [path]
+    elif path.is_dir():
+        files = sorted(p for p in path.rglob("*.txt") if p.is_file())
+        if not files:
+            raise DataError(f"{label} {path}: folder has no .txt files")
+    else:
+        raise DataError(f"{label} {path}: no such file or folder")
+    parts, size = [], 0
+    for file in files:
+        raw = file.read_bytes()
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as err:
+            reason = f"{file} is not UTF-8 text ({err.reason} at byte {err.start})"
+            raise DataError(f"{label} {path}: {reason}") from None
+        # A file without a final newline must not glue its last line to the next file's first.
+        parts.append(text if not text or text.endswith("\n") or file is files[-1] else text + "\n")
+        size += len(raw)
+    text = "".join(parts)
+    if not text:
+        raise DataError(f"{label} {path}: empty")
+    if path.is_file():
+        return text, f"file {path} ({size} bytes)"
+    return text, f"folder {path} ({len(files)} .txt files, {size} bytes)"
+
+
+def _read_verified(cache_file: Path, warnings: list[str]) -> str | None:
+    if not cache_file.is_file():
+        return None
+    raw = cache_file.read_bytes()
+    if hashlib.sha256(raw).hexdigest() != TINYSHAKESPEARE_SHA256:
+        _warn(warnings, f"ignoring cached {cache_file}: sha256 mismatch")
+        return None
+    return raw.decode("utf-8")
+
+
+def _download_verified(url: str, cache_file: Path, warnings: list[str]) -> str | None:
+    """The tinyshakespeare text from `url` if its sha256 matches; cached atomically. None on any failure."""
+    try:
+        with urllib.request.urlopen(url, timeout=DOWNLOAD_TIMEOUT_S) as response:
+            raw = response.read()
+    except (OSError, ValueError) as err:  # URLError, HTTPError, timeouts are OSErrors; bad URLs ValueErrors
+        _warn(warnings, f"download of tinyshakespeare from {url} failed: {err}")
+        return None
+    digest = hashlib.sha256(raw).hexdigest()
+    if digest != TINYSHAKESPEARE_SHA256:
+        _warn(
+            warnings,
+            f"download of tinyshakespeare from {url}: sha256 mismatch "
+            f"(got {digest}, expected {TINYSHAKESPEARE_SHA256}); not cached",
+        )
+        return None
+    try:
+        _write_atomically(cache_file, raw)
+    except OSError as err:  # a read-only cache costs a download next time, not this run
+        _warn(warnings, f"could not cache tinyshakespeare at {cache_file}: {err}")
+    return raw.decode("utf-8")
+
+
+def _write_atomically(dest: Path, data: bytes) -> None:
+    # Write beside the destination then rename, so concurrent trials never read a half-written file.
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as tmp:
+            tmp.write(data)
+        os.replace(tmp_name, dest)
+    except BaseException:
+        Path(tmp_name).unlink(missing_ok=True)
+        raise
+
+
+def _warn(warnings: list[str], message: str) -> None:
+    log.warning(message)
+    warnings.append(message)
+
+
+def embedded_corpus(max_chars: int = EMBEDDED_MAX_CHARS) -> Corpus:
+    """The offline corpus: this Python's standard library sources, deterministic for a Python version."""
+    return Corpus(*_embedded_text_and_source(max_chars))
+
+
+@lru_cache(maxsize=2)
+def _embedded_text_and_source(max_chars: int = EMBEDDED_MAX_CHARS) -> tuple[str, str]:
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    parts, n_chars = [], 0
+    for source_file in _stdlib_sources(stdlib):
+        # Universal newlines: the same text whatever line endings the installation uses.
+        text = source_file.read_text(encoding="utf-8", errors="replace")
+        if n_chars + len(text) > max_chars:
+            break  # whole files only, so no file is cut mid-line
+        parts.append(text)
+        n_chars += len(text)
+    if not parts:
+        raise DataError(f"embedded corpus: no readable .py files under {stdlib} (pass --data PATH)")
+    text = replace_non_ascii("".join(parts))
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    source = f"embedded: Python {version} standard library sources ({len(parts)} files, {len(text)} chars)"
+    return text, source
+
+
+def _stdlib_sources(stdlib: Path) -> list[Path]:
+    found = []
+    for folder, subfolders, files in os.walk(stdlib):
+        subfolders[:] = [name for name in subfolders if name not in _STDLIB_SKIP_DIRS]
+        found.extend(Path(folder, name) for name in files if name.endswith(".py"))
+    # Sort by the path relative to stdlib, in POSIX form, so the order is the same on every machine.
+    return sorted(found, key=lambda p: p.relative_to(stdlib).as_posix())
+
+
+def replace_non_ascii(text: str) -> str:
+    return re.sub(r"[^\x00-\x7f]", REPLACEMENT_CHAR, text)
+
+
+# ------------------------------------------------------------------------------------------- tokenizer
+
+
+_NUMPY_DTYPES = {torch.uint8: np.uint8, torch.int16: np.int16, torch.int32: np.int32}
+
+
+class CharTokenizer:
+    """One token per distinct character of the corpus, ids in code-point order."""
+
+    def __init__(self, chars: list[str] | str):
+        chars = list(chars)
+        if not chars or any(len(c) != 1 for c in chars) or len(set(chars)) != len(chars):
+            raise ValueError("CharTokenizer needs a non-empty list of distinct single characters")
+        self.chars = sorted(chars)
+        self._code_points = np.array([ord(c) for c in self.chars], dtype=np.uint32)
+
+    @classmethod
+    def from_text(cls, text: str) -> CharTokenizer:
+        return cls(sorted(set(text)))
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.chars)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The smallest dtype that holds every id; batches widen to int64 on the way out."""
+        if self.vocab_size <= 256:
+            return torch.uint8
+        if self.vocab_size <= 2**15:
+            return torch.int16
+        return torch.int32
+
+    def encode(self, text: str) -> torch.Tensor:
+        code_points = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
+        ids = np.searchsorted(self._code_points, code_points)
+        ids_in_range = np.minimum(ids, self.vocab_size - 1)
+        unknown = self._code_points[ids_in_range] != code_points
+        if unknown.any():
+            first = chr(int(code_points[np.argmax(unknown)]))
+            raise ValueError(f"character {first!r} is not in the tokenizer's vocabulary")
+        return torch.from_numpy(ids.astype(_NUMPY_DTYPES[self.dtype]))
+
+    def decode(self, ids: torch.Tensor | list[int]) -> str:
+        if isinstance(ids, torch.Tensor):
+            ids = ids.reshape(-1).tolist()
+        return "".join(self.chars[i] for i in ids)
+
+    def to_dict(self) -> dict:
+        return {"kind": "char", "chars": self.chars}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> CharTokenizer:
+        if data.get("kind") != "char":
+            raise ValueError(f"not a char tokenizer: kind={data.get('kind')!r}")
+        return cls(data["chars"])
+
+    def save(self, path: str | os.PathLike) -> None:
+        Path(path).write_text(json.dumps(self.to_dict(), ensure_ascii=True) + "\n", encoding="utf-8")
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> CharTokenizer:
+        return cls.from_dict(json.loads(Path(path).read_text(encoding="utf-8")))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, CharTokenizer) and self.chars == other.chars
+
+    def __repr__(self) -> str:
+        return f"CharTokenizer(vocab_size={self.vocab_size})"
+
+
+def split_tokens(tokens: torch.Tensor, val_frac: float = 0.1) -> tuple[torch.Tensor, torch.Tensor]:
+    """First (1 - val_frac) of the tokens for training, the rest for validation (views, no copies)."""
+    if not 0.0 < val_frac < 1.0:
+        raise ValueError(f"val_frac must be in (0, 1), got {val_frac}")
+    n_train = int(len(tokens) * (1.0 - val_frac))
+    if n_train == 0 or n_train == len(tokens):
+        raise DataError(f"corpus of {len(tokens)} tokens is too short to split with val_frac={val_frac}")
+    return tokens[:n_train], tokens[n_train:]
+
+
+@dataclass
+class CharData:
+    corpus: Corpus
+    tokenizer: CharTokenizer
+    train: torch.Tensor
+    val: torch.Tensor
+    tokens: torch.Tensor = field(repr=False)
+
+
+def load_char_data(path: str | os.PathLike | None = None, val_frac: float = 0.1) -> CharData:
+    """Resolve the corpus, build its tokenizer, encode it and split it."""
+    corpus = resolve_corpus(path)
+    tokenizer = CharTokenizer.from_text(corpus.text)
+    tokens = tokenizer.encode(corpus.text)
+    train, val = split_tokens(tokens, val_frac)
+    return CharData(corpus=corpus, tokenizer=tokenizer, train=train, val=val, tokens=tokens)
+
+
+# --------------------------------------------------------------------------------------------- batches
+
+
+def batch_offsets(seed: int, step: int, batch_size: int, seq_len: int, n_tokens: int) -> torch.Tensor:
+    """Start offsets (int64, CPU) of batch `step`'s seq_len + 1 token windows; a pure function of its args."""
+    if n_tokens < seq_len + 1:
+        raise DataError(f"training split has {n_tokens} tokens, fewer than seq_len + 1 = {seq_len + 1}")
+    # A stable hash (not Python's salted hash()) so every process and machine draws the same offsets.
+    digest = hashlib.blake2b(f"{seed}:{step}".encode(), digest_size=8).digest()
+    generator = torch.Generator().manual_seed(int.from_bytes(digest, "little") & (2**63 - 1))
+    return torch.randint(n_tokens - seq_len, (batch_size,), generator=generator, dtype=torch.int64)
+
+
+def _gather_windows(tokens: torch.Tensor, offsets: torch.Tensor, window: torch.Tensor) -> torch.Tensor:
+    """[B, seq_len + 1] token windows in one indexing op, on the tokens' device, in the tokens' dtype."""
+    return tokens[offsets.to(tokens.device, non_blocking=True)[:, None] + window[None, :]]
+
+
+def _split_xy(windows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    windows = windows.long()
+    return windows[:, :-1].contiguous(), windows[:, 1:].contiguous()
+
+
+class TrainBatches(torch.utils.data.Dataset):
+    """Item i is the whole batch start_step + i as compact [B, seq_len + 1] windows (DataLoader workers build
+    whole batches; widening to int64 happens on the device, so host-to-device copies stay small)."""
+
+    def __init__(
+        self,
+        tokens: torch.Tensor,
+        *,
+        batch_size: int,
+        seq_len: int,
+        seed: int,
+        start_step: int = 0,
+        num_steps: int | None = None,
+    ):
+        self.tokens = tokens.cpu()
+        self.batch_size, self.seq_len, self.seed, self.start_step = batch_size, seq_len, seed, start_step
+        self.num_steps = num_steps if num_steps is not None else 2**62  # endless, as far as a run goes
+        self.window = torch.arange(seq_len + 1)
+        self.offsets(0)  # fail here, not in a worker, when the split is too short
+
+    def __len__(self) -> int:
+        return self.num_steps
+
+    def offsets(self, i: int) -> torch.Tensor:
+        return batch_offsets(self.seed, self.start_step + i, self.batch_size, self.seq_len, len(self.tokens))
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        return _gather_windows(self.tokens, self.offsets(i), self.window)
+
+
+def train_batches(
+    tokens: torch.Tensor,
+    *,
+    loader: str,
+    batch_size: int,
+    seq_len: int,
+    seed: int,
+    device: str | torch.device,
+    num_workers: int = 0,
+    pin_memory: bool = False,
+    start_step: int = 0,
+    num_steps: int | None = None,
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """(x, y) int64 [B, T] batches on `device`, y = x shifted by one; batch k is batch number start_step + k.
+
+    loader="dataloader": a DataLoader builds batches on the host (num_workers, pin_memory apply);
+    loader="device": the token tensor moves to the device once and windows are gathered there.
+    Both yield identical batches. Endless unless num_steps is given.
+    """
+    if loader not in LOADERS:
+        raise ValueError(f"loader must be one of {LOADERS}, got {loader!r}")
+    plan = TrainBatches(
+        tokens, batch_size=batch_size, seq_len=seq_len, seed=seed, start_step=start_step, num_steps=num_steps
+    )
+    device = torch.device(device)
+    if loader == "device":
+        return _device_batches(plan, device)
+    return _dataloader_batches(plan, device, num_workers, pin_memory)
+
+
+def _device_batches(plan: TrainBatches, device: torch.device) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    tokens = plan.tokens.to(device)  # once; afterwards only B offsets cross per batch
+    window = plan.window.to(device)
+    for i in range(len(plan)):
+        yield _split_xy(_gather_windows(tokens, plan.offsets(i), window))
+
+
+def _dataloader_batches(
+    plan: TrainBatches, device: torch.device, num_workers: int, pin_memory: bool
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    data_loader = DataLoader(
+        plan,
+        batch_size=None,  # items are whole batches already
+        shuffle=False,  # batch order is the step order
+        num_workers=num_workers,
+        pin_memory=pin_memory and device.type == "cuda",  # pinning without CUDA only warns
+        persistent_workers=num_workers > 0,
+    )
+    for windows in data_loader:
+        yield _split_xy(windows.to(device, non_blocking=True))
+
+
+def val_batches(
+    tokens: torch.Tensor,
+    *,
+    seq_len: int,
+    batch_size: int,
+    max_tokens: int | None,
+    device: str | torch.device,
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """The fixed validation set: non-overlapping seq_len windows from the start of `tokens`, at most
+    max_tokens input tokens (None: all), in batches of batch_size (the last may be smaller, so weight
+    per-batch mean losses by x.numel()). The windows depend only on (tokens, seq_len, max_tokens)."""
+    n_windows = (len(tokens) - 1) // seq_len
+    if max_tokens is not None:
+        n_windows = min(n_windows, max_tokens // seq_len)
+    if n_windows < 1:
+        raise DataError(
+            f"validation split of {len(tokens)} tokens (max_tokens={max_tokens}) holds no window of "
+            f"seq_len + 1 = {seq_len + 1} tokens"
+        )
+    starts = torch.arange(n_windows) * seq_len
+    windows = _gather_windows(tokens.cpu(), starts, torch.arange(seq_len + 1)).to(device)
+    return [_split_xy(chunk) for chunk in windows.split(batch_size)]

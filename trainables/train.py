@@ -1,0 +1,50 @@
+"""`python -m trainables.train --config PATH [--set key=value ...] [--data PATH] [--json]`.
+
+Progress goes to stderr; with --json the last stdout line is one JSON object with the run's metrics.
+Exit codes: 0 ok, 1 the run failed (oom / nan / error, still reported), 2 bad input (before any work).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from trainables.config import ConfigError, load_config
+from trainables.data import DataError
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m trainables.train", description=__doc__.splitlines()[0])
+    parser.add_argument("--config", help="training YAML (a search config's `train:` section is used)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--data", help="corpus file or folder of .txt files")
+    parser.add_argument("--out", help="write tokenizer, config and result here (same as --set out_dir=...)")
+    parser.add_argument("--json", action="store_true", help="print the metrics as one JSON line at the end")
+    args = parser.parse_args(argv)
+
+    from trainables.loop import resolve_device, train
+    from trainables.workload import load_workload
+
+    try:
+        cfg = load_config(args.config, args.overrides, data=args.data)
+        if args.out:
+            cfg.out_dir = args.out
+        resolve_device(cfg)
+        workload = load_workload(cfg)
+    except (ConfigError, DataError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    result = train(cfg, workload=workload)
+    if args.json:
+        print(json.dumps({k: v for k, v in result.items() if k != "history"}))
+    else:
+        print(
+            f"{result['status']}: val_loss {result['val_loss']} | {result['tokens_per_s']} tok/s | "
+            f"peak {result['peak_mem_mb']} MB | {result['steps']} steps"
+        )
+    return 0 if result["status"] == "ok" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,161 @@
+"""The search config: the training job to tune (`train:`), the space, the quality rule and the resources.
+
+Validated with pydantic before Ray starts; every mistake is one line naming the key (`ConfigError`).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from trainables.config import ConfigError, TrainConfig, apply_overrides, make_config, read_yaml
+
+
+class Range(BaseModel):
+    """A numeric range; `log` samples log-uniformly; `integer` draws whole numbers."""
+
+    model_config = ConfigDict(extra="forbid")
+    low: float
+    high: float
+    log: bool = False
+    integer: bool = False
+
+    @model_validator(mode="after")
+    def _ordered(self):
+        if not self.low < self.high:
+            raise ValueError(f"low ({self.low}) must be below high ({self.high})")
+        if self.log and self.low <= 0:
+            raise ValueError("a log range needs low > 0")
+        return self
+
+
+Knob = list[Any] | Range
+
+
+class SearchSection(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    space: dict[str, Knob] = Field(default_factory=dict, description="knob -> list of choices or a range")
+    start_points: list[dict[str, Any]] = Field(
+        default_factory=list, description="configs the screen tries first (e.g. ones tuned by hand)"
+    )
+    trials: int = Field(16, gt=0, description="speed-screen trials")
+    screen_steps: int = Field(20, gt=0, description="steady-state steps per screen trial")
+    loss_check_top: int = Field(4, ge=0, description="fastest distinct-loss configs to loss-check")
+    max_loss_checks: int | None = Field(
+        None, ge=0, description="cap on loss runs (default 2 x loss_check_top)"
+    )
+    remeasure_top: int = Field(2, gt=0, description="feasible configs re-measured exclusively")
+    repeats: int = Field(3, gt=0, description="exclusive re-measurements per finalist")
+    seed: int = 0
+    time_budget: str | None = Field(
+        None, description="e.g. 20m, 1h30m, 90s: the screen stops proposing after it"
+    )
+    early_stop_ratio: float = Field(
+        0.5, ge=0, lt=1, description="stop a screen trial slower than this x best"
+    )
+    probe_batch: bool = Field(True, description="bound batch_size by an OOM probe per precision")
+    max_batch: int = Field(4096, gt=0)
+    storage: str | None = Field(None, description="Optuna RDB URL; default: a journal file in OUT")
+
+    @field_validator("space")
+    @classmethod
+    def _knobs(cls, space: dict[str, Knob]) -> dict[str, Knob]:
+        fields = TrainConfig.model_fields
+        for name, knob in space.items():
+            if name not in fields or name in ("model", "workload", "data", "out_dir", "device"):
+                raise ValueError(f"unknown knob {name!r} (a TrainConfig field, e.g. batch_size, precision)")
+            if isinstance(knob, list):
+                if not knob:
+                    raise ValueError(f"knob {name!r} has no choices")
+                for choice in knob:  # each choice must be a valid value of the field
+                    try:
+                        TrainConfig(**{name: choice})
+                    except ValidationError as err:
+                        msg = err.errors()[0]["msg"]
+                        raise ValueError(f"knob {name!r}: choice {choice!r}: {msg}") from None
+        return space
+
+    @model_validator(mode="after")
+    def _points_in_space(self):
+        for point in self.start_points:
+            for name in point:
+                if name not in self.space:
+                    raise ValueError(f"start point knob {name!r} is not in the search space")
+        return self
+
+    @field_validator("time_budget")
+    @classmethod
+    def _duration(cls, v: str | None) -> str | None:
+        if v is not None:
+            parse_duration(v)
+        return v
+
+
+class QualitySection(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    tolerance: float = Field(0.05, ge=0, description="allowed val-loss increase over the baseline")
+    mode: Literal["absolute", "relative"] = "absolute"
+
+    def limit(self, baseline_loss: float) -> float:
+        extra = self.tolerance if self.mode == "absolute" else self.tolerance * abs(baseline_loss)
+        return baseline_loss + extra
+
+
+class ResourcesSection(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    cpus_per_trial: float = Field(1, gt=0)
+    gpus_per_trial: float = Field(1, gt=0, le=1, description="screen and re-measure: a whole GPU")
+    loss_check_gpu_fraction: float = Field(0.5, gt=0, le=1, description="GPU share for loss-check runs")
+    max_concurrent: int | None = Field(None, gt=0, description="cap on concurrent loss-check trials")
+
+
+class SearchConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    train: dict[str, Any] = Field(default_factory=dict, description="the baseline training config")
+    search: SearchSection = Field(default_factory=SearchSection)
+    quality: QualitySection = Field(default_factory=QualitySection)
+    resources: ResourcesSection = Field(default_factory=ResourcesSection)
+
+    def baseline(self) -> TrainConfig:
+        return make_config(self.train)
+
+
+def parse_duration(text: str) -> float:
+    """'90s', '20m', '1h30m', '45' (seconds) -> seconds."""
+    text = text.strip()
+    if re.fullmatch(r"\d+(\.\d+)?", text):
+        return float(text)
+    parts = re.fullmatch(r"(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?", text)
+    if not parts or not any(parts.groups()):
+        raise ValueError(f"bad duration {text!r} (use e.g. 90s, 20m, 1h30m)")
+    h, m, s = (int(g or 0) for g in parts.groups())
+    return h * 3600 + m * 60 + s
+
+
+def _one_line(err: ValidationError) -> str:
+    first = err.errors()[0]
+    key = ".".join(str(p) for p in first["loc"]) or "config"
+    if first["type"] == "extra_forbidden":
+        return f"unknown config key {key!r}"
+    return f"config key {key!r}: {first['msg'].removeprefix('Value error, ')}"
+
+
+def load_search_config(path: str, overrides: list[str] = (), data: str | None = None) -> SearchConfig:
+    """Read and validate; `--set` keys address sections: search.trials=8, train.batch_size=16."""
+    values = apply_overrides(read_yaml(path), list(overrides))
+    if data is not None:
+        values.setdefault("train", {})["data"] = data
+    try:
+        cfg = SearchConfig(**values)
+    except ValidationError as err:
+        raise ConfigError(_one_line(err)) from None
+    baseline = cfg.baseline()  # raises ConfigError naming the train key
+    if not cfg.search.space:
+        raise ConfigError("config key 'search.space': empty search space (name at least one knob)")
+    for name, knob in cfg.search.space.items():
+        if isinstance(knob, Range) and not isinstance(TrainConfig.model_fields[name].default, int | float):
+            raise ConfigError(f"config key 'search.space.{name}': a range needs a numeric knob")
+    del baseline
+    return cfg

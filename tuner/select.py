@@ -1,0 +1,282 @@
+"""Which configs need a loss run, which are feasible, and which one wins.
+
+Pure functions over plain dicts (the rows the search records), so the rules are testable without Ray or a GPU.
+Configs are dicts of knob values; a knob missing from a config has the baseline's value.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+# Knobs that change speed but not the loss curve (up to float noise): one loss run stands for every
+# config that differs from it only in these.
+SPEED_ONLY_KNOBS = frozenset(
+    {"compile", "kernels", "loader", "num_workers", "pin_memory", "fused_adamw", "activation_checkpointing"}
+)
+# TrainConfig fields that neither change the loss at the full token budget nor are searched: bookkeeping,
+# memory caps, and `max_steps` (speed screens cut runs short; the loss is judged at the full budget).
+RUN_ONLY_FIELDS = frozenset(
+    {"device", "out_dir", "save_model", "log_interval", "timing_warmup_steps", "gpu_memory_fraction",
+     "memory_cap_mb", "max_steps"}
+)  # fmt: skip
+BASELINE_ID = "baseline"
+FAILED_STATUSES = frozenset({"oom", "nan", "error"})
+ENERGY_MARGIN = 0.02  # J/token must be this much lower than the fastest's to outweigh simplicity
+
+
+def is_loss_knob(name: str) -> bool:
+    return name not in SPEED_ONLY_KNOBS and name not in RUN_ONLY_FIELDS
+
+
+def freeze(value: Any) -> Any:
+    """A hashable, order-independent stand-in for nested config values (model overrides are dicts)."""
+    if isinstance(value, dict):
+        return tuple(sorted((k, freeze(v)) for k, v in value.items()))
+    if isinstance(value, list | tuple):
+        return tuple(freeze(v) for v in value)
+    return value
+
+
+def loss_key(config: dict, baseline: dict) -> tuple:
+    """The values of the loss-relevant knobs; equal keys mean one loss run stands for both configs."""
+    names = sorted(n for n in set(config) | set(baseline) if is_loss_knob(n))
+    return tuple((n, freeze(config[n] if n in config else baseline.get(n))) for n in names)
+
+
+def knob_diff(config: dict, baseline: dict) -> dict[str, tuple[Any, Any]]:
+    """{knob: (baseline value, config value)} for every knob of `config` that differs from the baseline."""
+    return {
+        name: (baseline.get(name), value)
+        for name, value in config.items()
+        if freeze(value) != freeze(baseline.get(name))
+    }
+
+
+def _finite(x: Any) -> bool:
+    return isinstance(x, int | float) and math.isfinite(x)
+
+
+def _speed(trial: dict) -> float:
+    value = trial.get("tokens_per_s")
+    return value if _finite(value) else -math.inf
+
+
+def loss_check_candidates(screen_trials: list[dict], baseline: dict, top: int) -> list[dict]:
+    """The fastest screened config per distinct loss key, fastest first: the `top` ones that need a loss run,
+    plus (not counted in `top`) the group that shares the baseline's key, marked `inherits: "baseline"`.
+
+    Each result is a copy of the fastest trial of its group with `inherits` (None or "baseline") and `covers`
+    (ids of every screened trial in the group) added.
+    """
+    groups: dict[tuple, list[dict]] = {}
+    for trial in sorted(screen_trials, key=lambda t: (-_speed(t), str(t["id"]))):
+        if trial.get("status") == "ok" and _finite(trial.get("tokens_per_s")):
+            groups.setdefault(loss_key(trial["config"], baseline), []).append(trial)
+    base_key = loss_key({}, baseline)
+    out, to_check = [], 0
+    for key, members in groups.items():  # insertion order = speed order of each group's fastest
+        inherits = BASELINE_ID if key == base_key else None
+        if inherits is None:
+            if to_check >= top:
+                continue
+            to_check += 1
+        out.append({**members[0], "inherits": inherits, "covers": [m["id"] for m in members]})
+    return out
+
+
+def _check_verdict(check: dict, limit: float) -> bool:
+    loss = check.get("val_loss")
+    return check.get("status") == "ok" and _finite(loss) and loss <= limit
+
+
+def propagate_feasibility(
+    screen_trials: list[dict],
+    checked: list[dict],
+    baseline_loss: float,
+    limit: float,
+    baseline: dict | None = None,
+) -> None:
+    """Set `feasible`, `val_loss` and `loss_checked_by` on each screen trial, in place.
+
+    A trial shares the verdict of the loss run with its loss key (the baseline's own run for the baseline's
+    key); never checked -> feasible None; a trial that itself failed (oom/nan/error) -> False. The first check
+    of a key stands (the search checks each key once). Without `baseline`, configs are compared on the knobs
+    they name (enough when all come from one search space) and those naming only speed knobs inherit.
+    """
+    baseline = baseline or {}
+    verdicts: dict[tuple, dict] = {}
+    for check in checked:
+        verdicts.setdefault(loss_key(check["config"], baseline), check)
+    base_key = loss_key({}, baseline)
+    for trial in screen_trials:
+        trial["val_loss"], trial["loss_checked_by"] = None, None
+        if trial.get("status") in FAILED_STATUSES:
+            trial["feasible"] = False
+            continue
+        key = loss_key(trial["config"], baseline)
+        if key == base_key:
+            trial.update(feasible=baseline_loss <= limit, val_loss=baseline_loss, loss_checked_by=BASELINE_ID)
+        elif key in verdicts:
+            check = verdicts[key]
+            loss = check.get("val_loss")
+            trial.update(
+                feasible=_check_verdict(check, limit),
+                val_loss=loss if _finite(loss) else None,
+                loss_checked_by=check["id"],
+            )
+        else:
+            trial["feasible"] = None
+
+
+def spread(values: Iterable[float]) -> tuple[float, float, float]:
+    """(median, min, max) of the finite values; ValueError when there are none."""
+    finite = [float(v) for v in values if _finite(v)]
+    if not finite:
+        raise ValueError("spread() needs at least one finite value")
+    return statistics.median(finite), min(finite), max(finite)
+
+
+@dataclass
+class Selection:
+    winner: dict | None
+    reasons: list[str] = field(default_factory=list)
+    telemetry_changed_decision: bool = False
+    rejected: dict[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        """The `selection` section of summary.json (the winner is recorded under `best`)."""
+        return {
+            "reasons": list(self.reasons),
+            "telemetry_changed_decision": self.telemetry_changed_decision,
+            "rejected": dict(self.rejected),
+        }
+
+
+@dataclass(eq=False)  # identity: two finalists may carry equal numbers
+class _Ranked:
+    finalist: dict
+    median: float
+    lo: float
+    hi: float
+    n_knobs: int
+
+    @property
+    def id(self) -> str:
+        return str(self.finalist["id"])
+
+    @property
+    def jpt(self) -> float | None:
+        value = self.finalist.get("joules_per_token")
+        return value if _finite(value) else None
+
+    def describe(self) -> str:
+        return f"{self.id} {self.median:,.0f} tok/s [{self.lo:,.0f}–{self.hi:,.0f}]"
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def _rank(finalists: list[dict], baseline_knobs: dict, sel: Selection) -> list[_Ranked]:
+    """Feasible finalists with at least one finite run, fastest median first; the rest go to `rejected`."""
+    ranked = []
+    for fin in finalists:
+        fid = str(fin["id"])
+        if fin.get("feasible") is not True:
+            never = fin.get("feasible") is None
+            sel.rejected[fid] = "not feasible: " + (
+                "loss never checked" if never else "loss check failed or over the limit"
+            )
+            continue
+        try:
+            median, lo, hi = spread(fin.get("runs") or [])
+        except ValueError:
+            sel.rejected[fid] = "no successful exclusive run"
+            continue
+        ranked.append(_Ranked(fin, median, lo, hi, len(knob_diff(fin.get("config") or {}, baseline_knobs))))
+    if sel.rejected:
+        sel.reasons.append("excluded: " + "; ".join(f"{fid} ({why})" for fid, why in sel.rejected.items()))
+    return sorted(ranked, key=lambda r: (-r.median, r.id))
+
+
+def _drop_untrusted(contenders: list[_Ranked], sel: Selection) -> list[_Ranked]:
+    """Numbers from a run whose telemetry looked wrong (shared or throttled GPU) may not beat trusted ones."""
+    trusted = [r for r in contenders if r.finalist.get("telemetry_trusted") is not False]
+    if not trusted:
+        ids = ", ".join(r.id for r in contenders)
+        sel.reasons.append(f"{ids}: telemetry untrusted, but no trusted config is within range")
+        return contenders
+    trusted_ids = ", ".join(t.id for t in trusted)
+    for r in contenders:
+        if r not in trusted:
+            sel.rejected[r.id] = "telemetry untrusted while a trusted config is within its spread"
+            sel.reasons.append(
+                f"{r.id} not chosen: its telemetry is untrusted and {trusted_ids} is within its spread"
+            )
+    return trusted
+
+
+def pick_winner(finalists: list[dict], baseline_knobs: dict) -> Selection:
+    """Among feasible finalists whose exclusive-run ranges overlap the fastest's, the most energy-efficient
+    when every one has J/token and it saves >= 2%, else the one with fewest non-default knobs."""
+    sel = Selection(winner=None)
+    ranked = _rank(finalists, baseline_knobs, sel)
+    if not ranked:
+        sel.reasons.append(
+            "no feasible finalist with a successful exclusive run: the baseline stays the answer"
+        )
+        return sel
+
+    fastest = ranked[0]
+    contenders = [r for r in ranked if r.lo <= fastest.hi and r.hi >= fastest.lo]
+    for r in ranked:
+        if r not in contenders:
+            sel.rejected[r.id] = f"slower: {r.describe()} does not overlap {fastest.describe()}"
+    contenders = _drop_untrusted(contenders, sel)
+
+    lead = contenders[0]  # the fastest still in the running
+    simplest = min(contenders, key=lambda r: (r.n_knobs, -r.median, r.id))
+    efficient = None
+    if len(contenders) > 1 and all(r.jpt is not None for r in contenders):
+        lowest = min(contenders, key=lambda r: (r.jpt, -r.median, r.id))
+        if lowest.jpt <= lead.jpt * (1 - ENERGY_MARGIN):
+            efficient = lowest
+    winner = efficient or simplest
+    sel.winner = winner.finalist
+    sel.telemetry_changed_decision = efficient is not None and efficient is not simplest
+
+    if len(contenders) == 1:
+        sel.reasons.append(f"chose {winner.id}: {winner.describe()}, no other config within its spread")
+        return sel
+    ids = ", ".join(r.id for r in contenders[:-1]) + f" and {contenders[-1].id}"
+    ranges = "; ".join(r.describe() for r in contenders)
+    if efficient is not None:
+        saving = 1 - efficient.jpt / lead.jpt
+        why = (
+            f"{saving:.1%} lower J/token than {lead.id}, the fastest ({efficient.jpt:.4g} vs {lead.jpt:.4g})"
+        )
+    elif winner is lead:
+        why = "the fastest, with no more non-default knobs than the others"
+    else:
+        fewer = _plural(lead.n_knobs - winner.n_knobs, "fewer non-default knob")
+        why = f"{fewer} than {lead.id} ({winner.n_knobs} vs {lead.n_knobs})"
+    sel.reasons.append(f"{ids} overlap ({ranges}); chose {winner.id}: {why}")
+    if sel.telemetry_changed_decision:
+        sel.reasons.append(
+            f"telemetry changed the decision: on speed and simplicity alone {simplest.id} would win"
+        )
+    for r in contenders:
+        if r is winner:
+            continue
+        if efficient is not None:
+            why = f"higher J/token ({r.jpt:.4g} vs {winner.jpt:.4g})"
+        elif r.n_knobs > winner.n_knobs:
+            why = f"{_plural(r.n_knobs - winner.n_knobs, 'more non-default knob')}"
+        else:
+            why = f"as simple, lower median ({r.median:,.0f} tok/s)"
+        sel.rejected[r.id] = f"tied with {winner.id} (ranges overlap); {why}"
+    return sel

@@ -1,0 +1,113 @@
+"""The search space: knobs from the YAML, trimmed to what applies on this hardware, as Ray Tune domains."""
+
+from __future__ import annotations
+
+import os
+import platform
+from typing import Any
+
+import torch
+from ray import tune
+
+from tuner.config import Knob, Range
+
+
+def probe_hardware() -> dict[str, Any]:
+    """What a trial's machine can do; run as a Ray task on a GPU node so it describes the trials' hardware."""
+    from model.ops import available_backends
+
+    info: dict[str, Any] = {
+        "node": platform.node(),
+        "cpus": os.cpu_count(),
+        "cuda": torch.cuda.is_available(),
+        "torch": torch.__version__,
+        "backends": {k: (v if v is True else str(v)) for k, v in available_backends().items()},
+    }
+    if info["cuda"]:
+        props = torch.cuda.get_device_properties(0)
+        info.update(
+            gpu_name=props.name,
+            gpu_mem_mb=props.total_memory // 2**20,
+            gpus=torch.cuda.device_count(),
+            bf16=torch.cuda.is_bf16_supported(),
+            cuda_version=torch.version.cuda,
+        )
+    else:
+        flags = ""
+        if os.path.exists("/proc/cpuinfo"):
+            with open("/proc/cpuinfo") as f:
+                flags = next((line for line in f if line.startswith("flags")), "")
+        # Without native bf16 (AVX512-BF16 / AMX) bf16 autocast on CPU is emulated and only slower.
+        info["bf16"] = "avx512_bf16" in flags or "amx_bf16" in flags
+        info["gpus"] = 0
+    return info
+
+
+def applicable(
+    space: dict[str, Knob], hw: dict[str, Any]
+) -> tuple[dict[str, Knob], dict[str, Any], list[str]]:
+    """Drop choices that do not apply here. Returns (searchable knobs, knobs fixed to one value, notices)."""
+    cuda = hw.get("cuda", False)
+    fused_ok = (
+        cuda and hw.get("backends", {}).get("fla") is True and hw.get("backends", {}).get("mamba_ssm") is True
+    )
+    drop: dict[str, set[Any]] = {
+        # tf32 is fp32 off NVIDIA tensor cores; pinned memory and CUDA graphs need a GPU.
+        "precision": ({"tf32"} if not cuda else set()) | ({"bf16"} if not hw.get("bf16") else set()),
+        "kernels": ({"fused"} if not fused_ok else set()) | ({"auto"} if not cuda else set()),
+        "pin_memory": {True} if not cuda else set(),
+        "compile": {"reduce-overhead", "max-autotune"} if not cuda else set(),
+    }
+    why = {
+        "precision": "no CUDA tensor cores / no native bf16 here",
+        "kernels": "fused kernels need CUDA with fla and mamba_ssm importable",
+        "pin_memory": "pinned memory only helps host-to-GPU copies",
+        "compile": "these modes use CUDA graphs",
+    }
+    out: dict[str, Knob] = {}
+    fixed: dict[str, Any] = {}
+    notices: list[str] = []
+    for name, knob in space.items():
+        if isinstance(knob, Range):
+            out[name] = knob
+            continue
+        choices = list(knob)
+        if name == "num_workers" and hw.get("cpus"):
+            choices = [c for c in choices if c <= hw["cpus"]] or [0]
+        removed = [c for c in choices if c in drop.get(name, set())]
+        kept = [c for c in choices if c not in removed]
+        if removed:
+            notices.append(f"dropped {name}={removed}: {why[name]}")
+        if not kept:
+            continue
+        if len(kept) == 1:
+            fixed[name] = kept[0]
+        else:
+            out[name] = kept
+    return out, fixed, notices
+
+
+def bound_batch(space: dict[str, Knob], max_batch: int) -> tuple[dict[str, Knob], list[str]]:
+    """Keep batch sizes that fit (per the OOM probe); a space left without any keeps the smallest."""
+    knob = space.get("batch_size")
+    if not isinstance(knob, list):
+        return space, []
+    kept = [b for b in knob if b <= max_batch] or [min(knob)]
+    notices = (
+        [f"batch_size bounded to <= {max_batch} by the memory probe: {kept}"] if len(kept) < len(knob) else []
+    )
+    return {**space, "batch_size": kept}, notices
+
+
+def to_tune(space: dict[str, Knob]) -> dict[str, Any]:
+    """Ray Tune domains, which OptunaSearch turns into Optuna distributions."""
+    out: dict[str, Any] = {}
+    for name, knob in space.items():
+        if isinstance(knob, Range):
+            if knob.integer:
+                out[name] = (tune.lograndint if knob.log else tune.randint)(int(knob.low), int(knob.high) + 1)
+            else:
+                out[name] = (tune.loguniform if knob.log else tune.uniform)(knob.low, knob.high)
+        else:
+            out[name] = tune.choice(knob)
+    return out
