@@ -109,24 +109,34 @@ def test_strong_decays_stay_finite_and_exact(dtype):
     assert_same_values_and_grads(lambda *a: ssd_torch(*a, chunk_size=16), ssd_naive, inputs, **tol)
 
 
-def test_bf16_inputs_return_bf16_close_to_fp32():
+@pytest.mark.parametrize("backend", ["torch", "naive"])
+@pytest.mark.parametrize("mixed", [False, True])
+def test_bf16_inputs_return_bf16_close_to_fp32(backend, mixed):
+    """All-bf16 inputs, and model.hybrid's mix under autocast (bf16 activations, fp32 decays/params)."""
     rwkv = rwkv6_inputs(2, 50, 2, 8, 8, dtype=torch.float32)
     ssd = ssd_inputs(2, 50, 4, 8, 2, 8, dtype=torch.float32)
-    cases = [(ops.rwkv6, rwkv), (lambda *a: ops.ssd(*a, chunk_size=16), ssd)]
-    for op, inputs in cases:
-        low = [t.bfloat16() for t in inputs]
+    cases = [
+        (lambda *a: ops.rwkv6(*a, backend=backend), rwkv, {0, 1, 2}),  # r, k, v
+        (lambda *a: ops.ssd(*a, backend=backend, chunk_size=16), ssd, {0, 3, 4}),  # x, B, C
+    ]
+    for op, inputs, activations in cases:
+        low = [t.bfloat16() if i in activations or not mixed else t for i, t in enumerate(inputs)]
         out = op(*low)
         assert out.dtype == torch.bfloat16
-        # the same bf16-rounded inputs in fp32: only the output rounding and fp32 accumulation differ
+        # the same rounded inputs in fp32: only the output rounding and fp32 accumulation differ
         ref = op(*[t.float() for t in low])
         assert (out.float() - ref).norm() / ref.norm() < 1e-2
         grads = torch.autograd.grad(op(*[t.requires_grad_() for t in low]).float().sum(), low)
-        assert all(g.dtype == torch.bfloat16 and torch.isfinite(g).all() for g in grads)
+        assert all(g.dtype == t.dtype and torch.isfinite(g).all() for g, t in zip(grads, low))
 
 
 def test_conv_matches_direct_formula():
     g = torch.Generator().manual_seed(0)
-    x, weight, bias = torch.randn(2, 9, 6, generator=g), torch.randn(6, 3, generator=g), torch.randn(6, generator=g)
+    x, weight, bias = (
+        torch.randn(2, 9, 6, generator=g),
+        torch.randn(6, 3, generator=g),
+        torch.randn(6, generator=g),
+    )
     # y_t = w0 x_{t-2} + w1 x_{t-1} + w2 x_t + bias, written out
     xp = F.pad(x, (0, 0, 2, 0))
     direct = weight[:, 0] * xp[:, :-2] + weight[:, 1] * xp[:, 1:-1] + weight[:, 2] * xp[:, 2:] + bias
@@ -153,6 +163,15 @@ def test_public_entry_points_dispatch():
     for backend in ("naive", "torch", "auto"):
         torch.testing.assert_close(ops.rwkv6(*rwkv, backend=backend), ref_rwkv)
         torch.testing.assert_close(ops.ssd(*ssd, backend=backend, chunk_size=8), ref_ssd)
+    # strided views, as the model passes them (head-major transposes, slices of one projection)
+    strided_rwkv = [t.transpose(1, 2).contiguous().transpose(1, 2) for t in rwkv[:4]] + rwkv[4:]
+    torch.testing.assert_close(ops.rwkv6(*strided_rwkv), ref_rwkv)
+    x, dt, A, B, C, D = ssd
+    packed = torch.cat([x.flatten(2), B.flatten(2), C.flatten(2)], dim=-1)
+    x_, B_, C_ = packed.split([x[0, 0].numel(), B[0, 0].numel(), C[0, 0].numel()], dim=-1)
+    strided_ssd = [x_.reshape(x.shape), dt, A, B_.reshape(B.shape), C_.reshape(C.shape), D]
+    assert not strided_ssd[0].is_contiguous()
+    torch.testing.assert_close(ops.ssd(*strided_ssd, chunk_size=8), ref_ssd)
 
 
 def test_bad_backends_raise_one_clear_line():
@@ -166,10 +185,14 @@ def test_bad_backends_raise_one_clear_line():
     }
     fused = {"rwkv6": "fla", "ssd": "mamba_ssm", "causal_conv1d": "mamba_ssm"}
     for op, call in calls.items():
-        with pytest.raises(ValueError, match=rf"{op}: unknown backend 'cuda'; allowed: naive, torch, {fused[op]}, auto"):
+        with pytest.raises(
+            ValueError, match=rf"{op}: unknown backend 'cuda'; allowed: naive, torch, {fused[op]}, auto"
+        ):
             call("cuda")
         # the fused kernel on CPU tensors: refused with the reason, never a silent fallback
-        with pytest.raises(ValueError, match=rf"backend '{fused[op]}' cannot run: it needs CUDA tensors, got cpu"):
+        with pytest.raises(
+            ValueError, match=rf"backend '{fused[op]}' cannot run: it needs CUDA tensors, got cpu"
+        ):
             call(fused[op])
     with pytest.raises(ValueError, match="activation must be one of"):
         ops.causal_conv1d(*conv, activation="relu")

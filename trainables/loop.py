@@ -45,6 +45,8 @@ def resolve_device(cfg: TrainConfig) -> torch.device:
     if device.type == "cuda":
         if not torch.cuda.is_available():
             raise ConfigError(f"config key 'device': {cfg.device!r} asked for but CUDA is not available")
+        if device.index is None:  # a definite index: set_device, memory stats and telemetry need one
+            device = torch.device("cuda", torch.cuda.current_device())
         if device.index is not None and device.index >= torch.cuda.device_count():
             raise ConfigError(
                 f"config key 'device': {cfg.device!r} but only {torch.cuda.device_count()} GPU(s) are visible"
@@ -177,9 +179,7 @@ def train(
         "status": "ok",
         "error": None,
         "device": str(device),
-        "gpu": (device.index if device.index is not None else torch.cuda.current_device())
-        if device.type == "cuda"
-        else None,
+        "gpu": device.index if device.type == "cuda" else None,
         "node": platform.node(),
         "pid": os.getpid(),
         "tokens_per_s": None,
@@ -259,7 +259,11 @@ def _run(cfg, workload, device, report, log, result, state) -> None:
     state["optimizer"] = optimizer
     step_model = model
     if cfg.compile != "none":
-        step_model = torch.compile(model, mode=None if cfg.compile == "default" else cfg.compile)
+        # A fresh, static-shape compile per run: Ray reuses worker processes across trials, and guards
+        # left by an earlier trial's model would otherwise turn shapes dynamic (slower, and fragile).
+        torch._dynamo.reset()
+        mode = None if cfg.compile == "default" else cfg.compile
+        step_model = torch.compile(model, mode=mode, dynamic=False)
     state["step_model"] = step_model
     amp_dtype = AMP_DTYPES.get(cfg.precision)
     autocast = (lambda: torch.autocast(device.type, dtype=amp_dtype)) if amp_dtype else nullcontext

@@ -14,8 +14,14 @@ from trainables.config import ConfigError, load_config
 from trainables.data import DataError
 
 
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):
+        # One line like every other bad input, not argparse's usage block.
+        self.exit(2, f"error: {message} (see --help)\n")
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m trainables.train", description=__doc__.splitlines()[0])
+    parser = _Parser(prog="python -m trainables.train", description=__doc__.splitlines()[0])
     parser.add_argument("--config", help="training YAML (a search config's `train:` section is used)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--data", help="corpus file or folder of .txt files")

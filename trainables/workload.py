@@ -42,6 +42,11 @@ class HybridLMWorkload:
     def __init__(self, cfg: TrainConfig):
         from trainables.data import load_char_data
 
+        if cfg.eval_tokens < cfg.seq_len:  # refused here, before any work, not when the first eval comes
+            raise ConfigError(
+                f"config key 'eval_tokens': {cfg.eval_tokens} holds no validation window of seq_len "
+                f"{cfg.seq_len} tokens (set eval_tokens >= seq_len)"
+            )
         self.cfg = cfg
         self.data = load_char_data(cfg.data)
 

@@ -58,6 +58,7 @@ class SearchSection(BaseModel):
     probe_batch: bool = Field(True, description="bound batch_size by an OOM probe per precision")
     max_batch: int = Field(4096, gt=0)
     storage: str | None = Field(None, description="Optuna RDB URL; default: a journal file in OUT")
+    telemetry_hz: float = Field(5.0, ge=0, le=100, description="NVML samples per second per GPU; 0 = off")
 
     @field_validator("space")
     @classmethod

@@ -6,8 +6,12 @@ the one entry point the search calls, and the place where other formats plug in.
 
 from __future__ import annotations
 
+import argparse
+import json
 import math
+import re
 import statistics
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +66,12 @@ def fmt_seconds(seconds: Any) -> str:
     return f"{minutes}m {secs:02d}s" if minutes else f"{secs}s"
 
 
+def phase_of(trial: dict) -> str | None:
+    """A trial's phase without its round number: the search records loss checks as loss_check_0, _1, ..."""
+    phase = trial.get("phase")
+    return re.sub(r"_\d+$", "", phase) if isinstance(phase, str) else phase
+
+
 def _cell(value: Any) -> str:
     return DASH if value is None else str(value).replace("|", "\\|")
 
@@ -106,7 +116,7 @@ class _Row:
         return False if False in verdicts else (True if True in verdicts else None)
 
     def _values(self, key: str, phases: tuple[str, ...]) -> list[float]:
-        return [t[key] for t in self.trials if t.get("phase") in phases and _num(t.get(key))]
+        return [t[key] for t in self.trials if phase_of(t) in phases and _num(t.get(key))]
 
     @property
     def tokens_per_s(self) -> float | None:
@@ -234,7 +244,7 @@ def _rejection(row: _Row, summary: dict) -> str:
     rejected = (summary.get("selection") or {}).get("rejected") or {}
     if row.failure:
         where = {"loss_check": " in its loss check", "remeasure": " while re-measured"}.get(
-            row.failure.get("phase"), ""
+            phase_of(row.failure), ""
         )
         if row.status == "oom":
             peak = f" (peak {fmt_mem(row.peak_mem_mb)})" if row.peak_mem_mb else ""
@@ -257,7 +267,7 @@ def _rejection(row: _Row, summary: dict) -> str:
         return f"stopped early: slower than the early-stop threshold ({fmt_tps(row.tokens_per_s)} tok/s)"
     if row.feasible is None:
         return f"slower ({fmt_tps(row.tokens_per_s)} tok/s in the screen): its loss was never checked"
-    if any(t.get("phase") == "remeasure" for t in row.trials):
+    if any(phase_of(t) == "remeasure" for t in row.trials):
         return f"re-measured at {fmt_tps(row.tokens_per_s)} tok/s but not chosen"
     return f"slower ({fmt_tps(row.tokens_per_s)} tok/s in the screen): not among the re-measured finalists"
 
@@ -353,3 +363,32 @@ def write_reports(out_dir: str | Path, summary: dict) -> list[Path]:
         html.write_text(render_html(summary))
         written.append(html)
     return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m tuner.report OUT`: rebuild OUT/report.md and OUT/report.html from OUT/summary.json."""
+    parser = argparse.ArgumentParser(
+        prog="python -m tuner.report",
+        description="Rebuild report.md and report.html from OUT/summary.json without rerunning the search.",
+    )
+    parser.add_argument("out", help="the search's output directory (holds summary.json)")
+    args = parser.parse_args(argv)
+    path = Path(args.out) / "summary.json"
+    try:
+        summary = json.loads(path.read_text())
+    except OSError as err:
+        print(f"error: cannot read {path}: {err.strerror or err}", file=sys.stderr)
+        return 2
+    except ValueError as err:  # JSONDecodeError, UnicodeDecodeError
+        print(f"error: {path} is not valid JSON: {err}", file=sys.stderr)
+        return 2
+    if not isinstance(summary, dict):
+        print(f"error: {path} holds a JSON {type(summary).__name__}, not a summary object", file=sys.stderr)
+        return 2
+    for written in write_reports(args.out, summary):
+        print(written)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -113,12 +113,19 @@ class Search:
             return {"cpu": self.cfg.resources.cpus_per_trial, "gpu": self.cfg.resources.gpus_per_trial}
         return {"cpu": max(1, self.cluster_cpus)}  # the whole CPU share: speed is never measured shared
 
-    def _shared(self) -> dict[str, float]:
-        if self.hw["gpus"]:
-            return {
-                "cpu": self.cfg.resources.cpus_per_trial,
-                "gpu": self.cfg.resources.loss_check_gpu_fraction,
-            }
+    def _gpu_share(self, screened: dict[str, Any]) -> float | None:
+        """GPU fraction for a loss run: the configured share, or more when the config's screen run peaked
+        above it (with 25% headroom), rounded up to 1/k so runs pack evenly. Its memory cap is the same."""
+        if not self.hw["gpus"]:
+            return None
+        need = (screened.get("peak_mem_mb") or 0) * 1.25 / max(1, self.hw.get("gpu_mem_mb") or 1)
+        share = max(self.cfg.resources.loss_check_gpu_fraction, need)
+        return 1.0 if share > 0.5 else 1.0 / int(1.0 / share)
+
+    def _shared(self):
+        if self.hw["gpus"]:  # per trial: its own GPU share (see _gpu_share)
+            cpus = self.cfg.resources.cpus_per_trial
+            return lambda config: {"cpu": cpus, "gpu": config["train"]["gpu_memory_fraction"]}
         return {"cpu": self.cfg.resources.cpus_per_trial}
 
     def _run_cases(
@@ -126,7 +133,65 @@ class Search:
     ):
         from tuner.phases import run_cases
 
-        return run_cases(phase, self.out, cases, resources, repeats=repeats, max_concurrent=concurrent)
+        rows = run_cases(phase, self.out, cases, resources, repeats=repeats, max_concurrent=concurrent)
+        return self._annotate(rows)
+
+    def _notice(self, msg: str) -> None:
+        self.notices.append(msg)
+        _log(f"notice: {msg}")
+
+    # ----- telemetry -----
+    def _start_telemetry(self) -> None:
+        """One NVML sampler per GPU node; on a machine without NVML it says so once and the search goes on."""
+        import ray
+
+        from tuner.telemetry import describe_unavailable, start_telemetry
+
+        hz = self.cfg.search.telemetry_hz
+        self.telemetry = start_telemetry(hz=hz, all_nodes=not self.hw["gpus"]) if hz else {}
+        self.telemetry_notice = None if hz else "telemetry off (search.telemetry_hz = 0)"
+        for info in ray.get([a.info.remote() for a in self.telemetry.values()]):
+            line = describe_unavailable(info)
+            if line:
+                self.telemetry_notice = line
+                self._notice(line)
+
+    def _annotate(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Join each trial to the GPU samples of its steady window: util, power, J/token, throttling."""
+        from tuner.telemetry import annotate_trial, fetch_window
+
+        if not getattr(self, "telemetry", None):
+            return rows
+        out = []
+        for row in rows:
+            if row.get("window_t0") and row.get("window_t1") and row.get("gpu") is not None:
+                window = fetch_window(self.telemetry, {**row, "node": row.get("node_id")})
+                if window.get("available"):
+                    row = annotate_trial(row, window)
+                    self._write_timeline(row)
+                else:
+                    row["telemetry_note"] = window.get("reason")
+            out.append(row)
+        return out
+
+    def _write_timeline(self, row: dict[str, Any]) -> None:
+        """The trial's GPU timeline into TensorBoard, next to Ray's curves for that trial."""
+        import ray
+        from tensorboardX import SummaryWriter
+
+        from tuner.telemetry import write_tensorboard
+
+        actor = self.telemetry.get(row.get("node_id"))
+        if actor is None or not row.get("path"):
+            return
+        try:
+            ref = actor.timeline.remote(row["gpu"], row["window_t0"], row["window_t1"], 200)
+            timeline = ray.get(ref, timeout=30)
+            with SummaryWriter(logdir=row["path"]) as writer:
+                write_tensorboard(writer, timeline)
+            row["timeline"] = timeline
+        except Exception as err:  # noqa: BLE001 - a missing plot must not end the search
+            self._notice(f"telemetry timeline for {row.get('id')} not written: {err}")
 
     def _timed(self, name: str, fn):
         done = self.state.phase(name)
@@ -157,10 +222,10 @@ class Search:
         if self.base["kernels"] == "fused" and not self.hw["cuda"]:
             raise ConfigError("config key 'train.kernels': 'fused' needs CUDA workers (use torch or auto)")
         for n in notices:
-            _log(f"notice: {n}")
-        self.notices += notices
+            self._notice(n)
         if fixed:
-            _log(f"notice: fixed (one choice left): {fixed}")
+            self._notice(f"fixed (one choice left): {fixed}")
+        self._start_telemetry()
 
         baseline = self._timed(
             "baseline", lambda: self._run_cases("baseline", [self.base], self._exclusive())[0]
@@ -176,9 +241,8 @@ class Search:
         bounds = self._timed("probe", lambda: self._probe(space))
         if bounds:
             space, notices = bound_batch(space, max(bounds.values()))
-            self.notices += notices
             for n in notices:
-                _log(f"notice: {n}")
+                self._notice(n)
 
         screen = self._timed("screen", lambda: self._screen(space))
         checked = self._timed("loss_check", lambda: self._loss_check(screen, baseline, limit))
@@ -197,9 +261,7 @@ class Search:
         if not self.cfg.search.probe_batch or not isinstance(space.get("batch_size"), list):
             return {}
         if not on_gpu and not self.base.get("memory_cap_mb"):
-            self.notices.append(
-                "batch probe skipped on CPU without memory_cap_mb (the OS swaps rather than OOMs)"
-            )
+            self._notice("batch probe skipped on CPU without memory_cap_mb (the OS swaps rather than OOMs)")
             return {}
         precisions = space.get("precision", [self.base["precision"]])
         limit = min(self.cfg.search.max_batch, max(space["batch_size"]))
@@ -252,7 +314,7 @@ class Search:
         )
         for row in rows:
             row["val_loss"] = None  # a short run's loss means nothing; the loss check fills it in
-        return rows
+        return self._annotate(rows)
 
     def _start_point(self, point: dict[str, Any], space) -> dict[str, Any] | None:
         """A full point of the space: named knobs as given, the rest the baseline's value (or the first choice)."""
@@ -263,8 +325,7 @@ class Search:
             value = point.get(name, self.base[name])
             ok = knob.low <= value <= knob.high if isinstance(knob, Range) else value in knob
             if not ok and name in point:
-                self.notices.append(f"start point {point} skipped: {name}={value!r} does not apply here")
-                _log(f"notice: {self.notices[-1]}")
+                self._notice(f"start point {point} skipped: {name}={value!r} does not apply here")
                 return None
             full[name] = value if ok else (knob.low if isinstance(knob, Range) else knob[0])
         return full
@@ -282,14 +343,14 @@ class Search:
         budget = s.max_loss_checks if s.max_loss_checks is not None else 2 * s.loss_check_top
         slots = self._shared_slots()
         # Full token budget, the baseline's seed and data order; GPU fractions with a memory cap each.
-        frac = self.cfg.resources.loss_check_gpu_fraction if self.hw["gpus"] else None
         rows: list[dict[str, Any]] = []
         round_no = 0
         while queue and feasible < s.loss_check_top and len(rows) < budget:
             take = min(slots, s.loss_check_top - feasible, budget - len(rows))
             batch, queue = queue[:take], queue[take:]
             cases = [
-                {**self.base, **p["config"], "gpu_memory_fraction": frac, "out_dir": None} for p in batch
+                {**self.base, **p["config"], "gpu_memory_fraction": self._gpu_share(p), "out_dir": None}
+                for p in batch
             ]
             name = f"loss_check_{round_no}"
             new = self._timed(
@@ -355,8 +416,7 @@ class Search:
                     "runs": [r["tokens_per_s"] for r in rows if r["status"] == "ok" and r["tokens_per_s"]],
                     "val_loss": src.get("val_loss"),
                     "feasible": src.get("feasible"),
-                    "joules_per_token": None,
-                    "telemetry_trusted": None,
+                    **_energy(rows),
                 }
             )
         base_runs = [r["tokens_per_s"] for r in by_finalist.get("baseline", []) if r["status"] == "ok"]
@@ -383,6 +443,13 @@ class Search:
         else:
             self._write_best(make_config(self.base))
         trials = [baseline] + screen + checked + remeasure
+        timelines = {}
+        for fid in ("baseline", best["id"] if best else None):
+            run = next((r for r in by_finalist.get(fid, []) if r.get("timeline")), None)
+            if run:
+                timelines[run["id"]] = run["timeline"].get("points", [])
+        for row in trials:
+            row.pop("timeline", None)  # kept for the baseline's and the winner's runs only
         summary = {
             "baseline": {
                 "config": self.base,
@@ -404,6 +471,11 @@ class Search:
             },
             "selection": sel,
             "notices": self.notices,
+            "telemetry": {
+                "available": bool(self.telemetry) and self.telemetry_notice is None,
+                "notice": self.telemetry_notice,
+                "timelines": timelines,
+            },
             "command": self.command,
             "best_yaml": str(self.out / "best.yaml"),
             "measurement": {
@@ -431,6 +503,18 @@ class Search:
         from trainables.config import dump_config
 
         dump_config(cfg, self.out / "best.yaml")
+
+
+def _energy(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """A finalist's J/token (median over its exclusive runs) and whether its speed figures can be trusted."""
+    from tuner.select import spread
+
+    joules = [r["joules_per_token"] for r in rows if r.get("joules_per_token")]
+    trusted = [r["telemetry_trusted"] for r in rows if "telemetry_trusted" in r]
+    return {
+        "joules_per_token": spread(joules)[0] if joules and len(joules) == len(rows) else None,
+        "telemetry_trusted": all(trusted) if trusted else None,
+    }
 
 
 def _fail_stale_trials(storage, study_name: str) -> None:

@@ -74,8 +74,9 @@ def compute_dtype(*tensors: torch.Tensor) -> torch.dtype:
 
 
 def run_upcast(fn, out_dtype: torch.dtype, *tensors: torch.Tensor | None) -> torch.Tensor:
-    """fn(*tensors) computed in ``compute_dtype`` (autocast off), returned as ``out_dtype``: lets the
-    naive recurrences take bf16 or mixed-dtype inputs without accumulating their state in bf16."""
+    """fn(*tensors) computed in ``compute_dtype`` (autocast off), returned as ``out_dtype``: the naive
+    and chunked versions take bf16 or mixed-dtype inputs (bf16 activations, fp32 decays) and never
+    accumulate a state or a decay product in bf16. Gradients flow back in each input's own dtype."""
     ct = compute_dtype(*(t for t in tensors if t is not None))
     device = next(t for t in tensors if t is not None).device
     with torch.autocast(device.type, enabled=False):

@@ -30,7 +30,9 @@ def _causal_conv1d_fused(x, weight, bias=None, activation=None):
     if not (xt.stride(1) == 1 and xt.stride(0) % 8 == 0 and xt.stride(2) % 8 == 0 and x.shape[-1] % 8 == 0):
         xt = xt.contiguous()
     bias = bias.contiguous() if bias is not None else None
-    return load_fused("causal_conv1d")[0](xt, weight.contiguous(), bias, activation=activation).transpose(1, 2)
+    return load_fused("causal_conv1d")[0](xt, weight.contiguous(), bias, activation=activation).transpose(
+        1, 2
+    )
 
 
 def causal_conv1d(x, weight, bias=None, activation=None, backend="torch"):
