@@ -201,3 +201,24 @@ def test_existing_out_needs_resume(tmp_path):
     proc = search(out, "--config", "configs/smoke.yaml", timeout=60)
     assert proc.returncode == 2 and "--resume" in proc.stderr
     assert yaml.safe_load((out / "state.json").read_text()) == {"phases": {}}  # nothing written is lost
+
+
+def test_ctrl_c_stops_cleanly_and_leaves_a_resumable_out(tmp_path):
+    out = tmp_path / "interrupted"
+    data = ["--data", DATA[0]] if DATA else []
+    cmd = [sys.executable, "-m", "tuner.search", "--config", "configs/smoke.yaml", "--out", str(out), *data]
+    log = (tmp_path / "run.log").open("w")
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=ENV, stdout=log, stderr=log)
+    deadline = time.time() + 300
+    while time.time() < deadline and proc.poll() is None:
+        if "[screen] 2/" in (tmp_path / "run.log").read_text():
+            break
+        time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)  # what Ctrl-C sends to the driver
+    assert proc.wait(timeout=120) == 130, (tmp_path / "run.log").read_text()[-2000:]
+    text = (tmp_path / "run.log").read_text()
+    assert "--resume" in text and "Traceback" not in text
+    state = json.loads((out / "state.json").read_text())
+    assert "baseline" in state["phases"] and "screen" not in state["phases"]
+    finished = (out / "trials" / "screen.jsonl").read_text().splitlines()
+    assert 2 <= len(finished) < 8  # what finished is kept for --resume

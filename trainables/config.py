@@ -49,7 +49,9 @@ class TrainConfig(BaseModel):
     # --- budget ---
     tokens: int = Field(5000 * 8 * 256, gt=0, description="training token budget")
     max_steps: int | None = Field(
-        None, gt=0, description="stop after this many optimizer steps (speed screens)"
+        None,
+        gt=0,
+        description="run exactly this many optimizer steps, whatever the token budget (speed screens)",
     )
     eval_interval: int = Field(
         500, ge=0, description="optimizer steps between val evals; 0 = only at the end"
@@ -120,8 +122,9 @@ class TrainConfig(BaseModel):
 
     @property
     def total_steps(self) -> int:
-        steps = -(-self.tokens // self.tokens_per_step)
-        return min(steps, self.max_steps) if self.max_steps else steps
+        # max_steps wins over the budget both ways: a speed screen must reach its steady phase even
+        # when the budget is only a few large-batch steps.
+        return self.max_steps or -(-self.tokens // self.tokens_per_step)
 
     @property
     def schedule_steps(self) -> int:

@@ -95,6 +95,12 @@ def lr_at(cfg: TrainConfig, step: int) -> float:
     return floor + 0.5 * (peak - floor) * (1 + math.cos(math.pi * progress))
 
 
+def first_line(err: BaseException) -> str:
+    """The first line of an error's message (some, like a bare MemoryError, have none)."""
+    lines = str(err).splitlines()
+    return lines[0] if lines else type(err).__name__
+
+
 def _is_oom(err: BaseException) -> bool:
     if isinstance(err, torch.OutOfMemoryError | MemoryError):
         return True
@@ -218,11 +224,11 @@ def train(
         result["status"], result["error"] = "nan", str(err)
     except Exception as err:  # noqa: BLE001 - every failure becomes a status the tuner can learn from
         if _is_oom(err):
-            result["status"], result["error"] = "oom", f"out of memory: {str(err).splitlines()[0][:200]}"
+            result["status"], result["error"] = "oom", f"out of memory: {first_line(err)[:200]}"
         else:
             result["status"], result["error"] = (
                 "error",
-                f"{type(err).__name__}: {str(err).splitlines()[0][:300]}",
+                f"{type(err).__name__}: {first_line(err)[:300]}",
             )
     finally:
         state.clear()

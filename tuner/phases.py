@@ -19,6 +19,7 @@ from typing import Any
 from ray import tune
 from ray.tune import Callback, Stopper
 
+from trainables.loop import first_line
 from trainables.trainable import train_trial
 
 RESULT_KEYS = (
@@ -27,12 +28,16 @@ RESULT_KEYS = (
 ).split()
 
 
+class Interrupted(KeyboardInterrupt):
+    """A phase ended with trials unfinished (Ctrl-C): what finished is in the ledger; --resume goes on."""
+
+
 def trial_row(metrics: dict[str, Any] | None, config: dict[str, Any], error: Any, path: str | None) -> dict:
     """One summary row from what a Ray trial left: its last metrics, its config, its error."""
     m = dict(metrics or {})
     status = m.get("status")
     if error is not None:
-        status, m["error"] = "error", f"{type(error).__name__}: {str(error).splitlines()[0][:300]}"
+        status, m["error"] = "error", f"{type(error).__name__}: {first_line(error)[:300]}"
     elif status in (None, "running"):
         status = "stopped"  # the stopper ended it before its final report
     train = {k: v for k, v in (config.get("train") or {}).items() if not k.startswith("_")}
@@ -197,6 +202,8 @@ def run_cases(
             max_concurrent_trials=max_concurrent or None,
         )
     rows = ledger.rows()
+    if len(rows) < total:  # Ray Tune returns from fit() on Ctrl-C with trials unfinished
+        raise Interrupted(f"{phase}: {len(rows)} of {total} trials finished")
     return sorted(rows, key=lambda r: (r["case"], r["repeat"]))
 
 
@@ -216,6 +223,7 @@ def run_search(
     ledger = Ledger(out, phase)
     done = ledger.rows()
     remaining = trials - len(done)
+    started = time.time()
     if remaining > 0:
         if done:
             print(
@@ -237,4 +245,8 @@ def run_search(
             time_budget_s=time_budget_s,
             stopper=SlowTrialStopper(stopper_ratio, best),
         )
-    return ledger.rows()
+    rows = ledger.rows()
+    out_of_time = time_budget_s is not None and time.time() - started >= time_budget_s * 0.95
+    if len(rows) < trials and not out_of_time:  # fewer trials and no time budget spent: Ctrl-C
+        raise Interrupted(f"{phase}: {len(rows)} of {trials} trials finished")
+    return rows

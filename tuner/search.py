@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from trainables.config import ConfigError, TrainConfig, make_config
+from trainables.loop import first_line
 from tuner.config import SearchConfig, load_search_config, parse_duration
 
 EXIT_OK, EXIT_BAD_INPUT, EXIT_NO_FEASIBLE, EXIT_INTERRUPTED = 0, 2, 3, 130
@@ -560,6 +561,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--address", help="join a Ray cluster: auto or HOST:PORT (default: start one locally)")
     p.add_argument("--resume", action="store_true", help="continue the search in OUT")
     p.add_argument(
+        "--dashboard", action="store_true", help="local mode: start the Ray dashboard (127.0.0.1:8265)"
+    )
+    p.add_argument(
         "--set",
         dest="overrides",
         action="append",
@@ -608,25 +612,28 @@ def main(argv: list[str] | None = None) -> int:
     }
     import ray
 
+    joining = args.address not in (None, "local")
+    try:
+        context = ray.init(
+            address=args.address if joining else None,
+            runtime_env={"env_vars": env_vars},
+            log_to_driver=False,
+            logging_level="ERROR",
+            **({} if joining else {"include_dashboard": args.dashboard}),
+        )
+    except (ConnectionError, RuntimeError, ValueError) as err:
+        print(f"error: cannot start or join Ray: {first_line(err)}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if args.dashboard and not joining:
+        _log(f"Ray dashboard: http://{context.dashboard_url}")
     search = Search(cfg, out, resume=args.resume, command=command)
     search.state.data.setdefault("config", cfg.model_dump())
     search.state.data.setdefault("command", command)
     search.state.save()
     try:
-        ray.init(
-            address=None if args.address in (None, "local") else args.address,
-            runtime_env={"env_vars": env_vars},
-            include_dashboard=bool(args.address),
-            log_to_driver=False,
-            logging_level="ERROR",
-        )
-    except (ConnectionError, RuntimeError, ValueError) as err:
-        print(f"error: cannot start or join Ray: {str(err).splitlines()[0]}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    try:
         return search.run()
-    except KeyboardInterrupt:
-        _log(f"interrupted: OUT is resumable with --resume --out {out}")
+    except KeyboardInterrupt as err:
+        _log(f"interrupted{': ' + str(err) if str(err) else ''}; OUT is resumable: --resume --out {out}")
         return EXIT_INTERRUPTED
     except SearchFailed as err:
         print(f"error: {err}", file=sys.stderr)

@@ -1,0 +1,94 @@
+"""The search space: knobs that do not apply here are dropped with a notice; batch bounds; Tune domains."""
+
+import pytest
+from ray.tune.search.sample import Categorical, Float, Integer
+
+from trainables.config import ConfigError
+from tuner.config import Range, SearchSection, load_search_config, parse_duration
+from tuner.space import applicable, bound_batch, to_tune
+
+CPU = {"cuda": False, "bf16": False, "cpus": 2, "backends": {"fla": "no CUDA", "mamba_ssm": "no CUDA"}}
+GPU = {"cuda": True, "bf16": True, "cpus": 16, "backends": {"fla": True, "mamba_ssm": True}}
+SPACE = {
+    "precision": ["fp32", "tf32", "bf16", "fp16"],
+    "kernels": ["torch", "fused", "auto"],
+    "pin_memory": [False, True],
+    "compile": ["none", "default", "reduce-overhead", "max-autotune"],
+    "num_workers": [0, 2, 4],
+    "batch_size": [8, 64, 512],
+}
+
+
+def test_cpu_drops_what_needs_a_gpu_and_says_why():
+    space, fixed, notices = applicable(SPACE, CPU)
+    assert space["precision"] == ["fp32", "fp16"]
+    assert space["compile"] == ["none", "default"]
+    assert space["num_workers"] == [0, 2]
+    assert fixed == {"kernels": "torch", "pin_memory": False}  # one choice left: not searched
+    text = " ".join(notices)
+    for knob in ("precision", "kernels", "pin_memory", "compile"):
+        assert knob in text
+
+
+def test_gpu_keeps_everything():
+    space, fixed, notices = applicable(SPACE, GPU)
+    assert space == SPACE and fixed == {} and notices == []
+    no_kernels = {**GPU, "backends": {"fla": True, "mamba_ssm": "not importable"}}
+    assert applicable(SPACE, no_kernels)[0]["kernels"] == ["torch", "auto"]
+
+
+def test_batch_bound():
+    space, notices = bound_batch({"batch_size": [8, 64, 512]}, 100)
+    assert space["batch_size"] == [8, 64] and notices
+    assert bound_batch({"batch_size": [8, 64]}, 4)[0]["batch_size"] == [8]  # the smallest stays
+
+
+def test_tune_domains():
+    tuned = to_tune(
+        {
+            "precision": ["fp32", "bf16"],
+            "lr": Range(low=1e-4, high=1e-2, log=True),
+            "grad_accum": Range(low=1, high=4, integer=True),
+        }
+    )
+    assert isinstance(tuned["precision"], Categorical)
+    assert isinstance(tuned["lr"], Float) and isinstance(tuned["grad_accum"], Integer)
+
+
+@pytest.mark.parametrize(
+    "space, message",
+    [
+        ({"precision": ["fp32", "fp7"]}, "fp7"),
+        ({"flux": [1]}, "unknown knob"),
+        ({"batch_size": []}, "no choices"),
+        ({"batch_size": [0, 8]}, "batch_size"),
+    ],
+)
+def test_bad_spaces(space, message):
+    with pytest.raises(ValueError, match=message):
+        SearchSection(space=space)
+
+
+def test_start_points_must_name_knobs_of_the_space():
+    with pytest.raises(ValueError, match="start point"):
+        SearchSection(space={"batch_size": [8, 16]}, start_points=[{"precision": "bf16"}])
+
+
+def test_search_config_errors_are_config_errors(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text("train: {batch_size: 8}\nsearch: {space: {}}\n")
+    with pytest.raises(ConfigError, match="empty search space"):
+        load_search_config(str(path))
+    path.write_text("train: {batch_size: 8}\nsearch: {space: {batch_size: [8]}}\nqualty: {}\n")
+    with pytest.raises(ConfigError, match="qualty"):
+        load_search_config(str(path))
+
+
+@pytest.mark.parametrize("text, seconds", [("90s", 90), ("20m", 1200), ("1h30m", 5400), ("45", 45)])
+def test_durations(text, seconds):
+    assert parse_duration(text) == seconds
+
+
+def test_bad_duration():
+    with pytest.raises(ValueError, match="duration"):
+        parse_duration("soon")
