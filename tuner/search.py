@@ -612,6 +612,14 @@ def main(argv: list[str] | None = None) -> int:
     }
     import ray
 
+    if cfg.train.get("workload", "hybrid") == "hybrid":  # say which corpus the trials will train on
+        from trainables.data import DataError, resolve_corpus
+
+        try:
+            _log(f"data: {resolve_corpus(cfg.train.get('data')).source}")
+        except DataError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return EXIT_BAD_INPUT
     joining = args.address not in (None, "local")
     try:
         context = ray.init(
