@@ -221,8 +221,8 @@ def _drop_untrusted(contenders: list[_Ranked], sel: Selection) -> list[_Ranked]:
 
 
 def pick_winner(finalists: list[dict], baseline_knobs: dict) -> Selection:
-    """Among feasible finalists whose exclusive-run ranges overlap the fastest's, the most energy-efficient
-    when every one has J/token and it saves >= 2%, else the one with fewest non-default knobs."""
+    """Among feasible finalists whose exclusive-run ranges overlap the fastest's, the one with fewest
+    non-default knobs, unless every one has J/token and another saves >= 2% over it: then the lowest J/token."""
     sel = Selection(winner=None)
     ranked = _rank(finalists, baseline_knobs, sel)
     if not ranked:
@@ -242,8 +242,10 @@ def pick_winner(finalists: list[dict], baseline_knobs: dict) -> Selection:
     simplest = min(contenders, key=lambda r: (r.n_knobs, -r.median, r.id))
     efficient = None
     if len(contenders) > 1 and all(r.jpt is not None for r in contenders):
+        # Lower J/token wins among tied configs when it saves at least ENERGY_MARGIN over the pick that
+        # speed and simplicity alone would make.
         lowest = min(contenders, key=lambda r: (r.jpt, -r.median, r.id))
-        if lowest.jpt <= lead.jpt * (1 - ENERGY_MARGIN):
+        if lowest is not simplest and lowest.jpt <= simplest.jpt * (1 - ENERGY_MARGIN):
             efficient = lowest
     winner = efficient or simplest
     sel.winner = winner.finalist
@@ -255,9 +257,10 @@ def pick_winner(finalists: list[dict], baseline_knobs: dict) -> Selection:
     ids = ", ".join(r.id for r in contenders[:-1]) + f" and {contenders[-1].id}"
     ranges = "; ".join(r.describe() for r in contenders)
     if efficient is not None:
-        saving = 1 - efficient.jpt / lead.jpt
+        saving = 1 - efficient.jpt / simplest.jpt
         why = (
-            f"{saving:.1%} lower J/token than {lead.id}, the fastest ({efficient.jpt:.4g} vs {lead.jpt:.4g})"
+            f"{saving:.1%} lower J/token than {simplest.id}, the simplest "
+            f"({efficient.jpt:.4g} vs {simplest.jpt:.4g})"
         )
     elif winner is lead:
         why = "the fastest, with no more non-default knobs than the others"
