@@ -101,10 +101,12 @@ def first_line(err: BaseException) -> str:
     return lines[0] if lines else type(err).__name__
 
 
-def _is_oom(err: BaseException) -> bool:
+def _is_oom(err: BaseException, cpu_capped: bool = False) -> bool:
     if isinstance(err, torch.OutOfMemoryError | MemoryError):
         return True
     text = str(err)
+    if cpu_capped and "could not create a primitive" in text:
+        return True  # oneDNN's allocation failing under the CPU address-space cap
     return isinstance(err, RuntimeError) and ("out of memory" in text or "can't allocate memory" in text)
 
 
@@ -223,7 +225,7 @@ def train(
     except NonFiniteLoss as err:
         result["status"], result["error"] = "nan", str(err)
     except Exception as err:  # noqa: BLE001 - every failure becomes a status the tuner can learn from
-        if _is_oom(err):
+        if _is_oom(err, cpu_capped=device.type == "cpu" and cfg.memory_cap_mb is not None):
             result["status"], result["error"] = "oom", f"out of memory: {first_line(err)[:200]}"
         else:
             result["status"], result["error"] = (

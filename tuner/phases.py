@@ -144,6 +144,8 @@ class SlowTrialStopper(Stopper):
 
 
 def _fit(ledger: Ledger, out: Path, param_space, resources, *, total, already, **tune_kwargs) -> None:
+    """One Tune experiment; tune_kwargs go to TuneConfig (reuse_actors keeps warm workers: torch imported,
+    caches loaded) except `stopper`, which goes to RunConfig."""
     storage = (out / "ray").resolve()
     attempt = sum(1 for p in storage.glob(f"{ledger.phase}*") if p.is_dir()) if storage.exists() else 0
     name = ledger.phase if attempt == 0 else f"{ledger.phase}-r{attempt}"
@@ -153,7 +155,6 @@ def _fit(ledger: Ledger, out: Path, param_space, resources, *, total, already, *
         param_space=param_space,
         tune_config=tune.TuneConfig(
             trial_dirname_creator=lambda trial: f"{name}_{trial.trial_id}",
-            reuse_actors=True,  # keep warm workers (torch imported, caches loaded) across trials
             **tune_kwargs,
         ),
         run_config=tune.RunConfig(
@@ -176,6 +177,7 @@ def run_cases(
     *,
     repeats: int = 1,
     max_concurrent: int = 0,
+    reuse_actors: bool = True,
 ) -> list[dict[str, Any]]:
     """Each training config in `cases`, `repeats` times; rows in case order, one per (case, repeat)."""
     ledger = Ledger(out, phase)
@@ -200,6 +202,7 @@ def run_cases(
             total=total,
             already=len(done),
             max_concurrent_trials=max_concurrent or None,
+            reuse_actors=reuse_actors,
         )
     rows = ledger.rows()
     if len(rows) < total:  # Ray Tune returns from fit() on Ctrl-C with trials unfinished
@@ -218,6 +221,7 @@ def run_search(
     stopper_ratio: float,
     max_concurrent: int,
     time_budget_s: float | None,
+    reuse_actors: bool = True,
 ) -> list[dict[str, Any]]:
     """`trials` searcher-proposed trials in total, across resumes; rows in completion order."""
     ledger = Ledger(out, phase)
@@ -244,6 +248,7 @@ def run_search(
             max_concurrent_trials=max_concurrent or None,
             time_budget_s=time_budget_s,
             stopper=SlowTrialStopper(stopper_ratio, best),
+            reuse_actors=reuse_actors,
         )
     rows = ledger.rows()
     out_of_time = time_budget_s is not None and time.time() - started >= time_budget_s * 0.95

@@ -134,8 +134,21 @@ class Search:
     ):
         from tuner.phases import run_cases
 
-        rows = run_cases(phase, self.out, cases, resources, repeats=repeats, max_concurrent=concurrent)
+        rows = run_cases(
+            phase,
+            self.out,
+            cases,
+            resources,
+            repeats=repeats,
+            max_concurrent=concurrent,
+            reuse_actors=self._reuse(),
+        )
         return self._annotate(rows)
+
+    def _reuse(self) -> bool:
+        """Warm workers across trials, except under a CPU memory cap: an allocation failing inside a native
+        library (oneDNN) can leave that process unable to run the next trial."""
+        return bool(self.hw["gpus"]) or not self.base.get("memory_cap_mb")
 
     def _notice(self, msg: str) -> None:
         self.notices.append(msg)
@@ -266,7 +279,8 @@ class Search:
             return {}
         precisions = space.get("precision", [self.base["precision"]])
         limit = min(self.cfg.search.max_batch, max(space["batch_size"]))
-        task = ray.remote(max_batch).options(num_gpus=1 if on_gpu else 0, num_cpus=1)
+        # A fresh worker per precision (max_calls=1): an OOM must not leave state behind for the next probe.
+        task = ray.remote(max_batch).options(num_gpus=1 if on_gpu else 0, num_cpus=1, max_calls=1)
         bounds = dict(zip(precisions, ray.get([task.remote(self.base, p, limit) for p in precisions])))
         _log(f"[probe] largest batch per precision: {bounds}")
         return bounds
@@ -312,6 +326,7 @@ class Search:
             stopper_ratio=s.early_stop_ratio,
             max_concurrent=max(1, self.hw["gpus"]),
             time_budget_s=parse_duration(s.time_budget) if s.time_budget else None,
+            reuse_actors=self._reuse(),
         )
         for row in rows:
             row["val_loss"] = None  # a short run's loss means nothing; the loss check fills it in
