@@ -389,7 +389,11 @@ def _run(cfg, workload, device, report, log, result, state) -> None:
             excess = result["warmup_s"] - cfg.timing_warmup_steps * result["step_ms_median"] / 1000
             result["compile_s"] = round(max(0.0, excess), 3)
     if result["tokens_per_s"] is None:
-        # Too short to have a steady phase: report the overall rate, flagged by compile_s = None.
-        result["tokens_per_s"] = round(result["tokens"] / max(sync() - run_start, 1e-9), 1)
+        # Too short to have a steady phase: the overall rate, flagged by compile_s = None, and the whole
+        # run as the telemetry window (warm-up included) so its GPU figures still exist.
+        end = sync()
+        result["tokens_per_s"] = round(result["tokens"] / max(end - run_start, 1e-9), 1)
+        result["window_t0"], result["window_t1"] = time.time() - (end - run_start), time.time()
+        result["window_tokens"] = result["tokens"]
     if cfg.out_dir and cfg.save_model:
         torch.save(model.state_dict(), Path(cfg.out_dir) / "model.pt")
