@@ -259,11 +259,11 @@ class Search:
                 self._notice(n)
 
         screen = self._timed("screen", lambda: self._screen(space))
-        checked = self._timed("loss_check", lambda: self._loss_check(screen, baseline, limit))
+        checked = self._timed("loss_check", lambda: self._loss_check(screen, limit))
         from tuner.select import propagate_feasibility
 
         propagate_feasibility(screen, checked, baseline["val_loss"], limit, baseline=self.base)
-        remeasure = self._timed("remeasure", lambda: self._remeasure(screen, checked, baseline))
+        remeasure = self._timed("remeasure", lambda: self._remeasure(screen))
         return self._finish(baseline, screen, checked, remeasure, limit)
 
     def _probe(self, space) -> dict[str, int]:
@@ -346,7 +346,7 @@ class Search:
             full[name] = value if ok else (knob.low if isinstance(knob, Range) else knob[0])
         return full
 
-    def _loss_check(self, screen, baseline, limit) -> list[dict[str, Any]]:
+    def _loss_check(self, screen, limit) -> list[dict[str, Any]]:
         """Loss runs for the fastest distinct-loss configs, in rounds that fill the free slots, until
         `loss_check_top` feasible configs are known (a config sharing the baseline's loss counts) or
         `max_loss_checks` runs are spent: a fast config that fails its check makes room for the next."""
@@ -392,7 +392,7 @@ class Search:
             slots = int(self.cluster_cpus / r.cpus_per_trial)
         return max(1, min(slots, r.max_concurrent or slots))
 
-    def _remeasure(self, screen, checked, baseline) -> list[dict[str, Any]]:
+    def _remeasure(self, screen) -> list[dict[str, Any]]:
         feasible = [t for t in screen if t.get("feasible") and t["status"] == "ok"]
         feasible.sort(key=lambda t: -(t["tokens_per_s"] or 0))
         finalists = [{"id": "baseline", "config": {}}]
