@@ -435,3 +435,15 @@ def scrape_metric(port: int, name: str, label: str, timeout_s: float = 15.0) -> 
             assert lines, f"{name} with {label} never reached the metrics agent"
             return lines[0]
         time.sleep(0.5)
+
+
+def test_a_stopped_trial_keeps_the_window_of_its_last_interim_report():
+    from tuner.phases import trial_row
+
+    interim = {"status": "running", "tokens_per_s": 1e5, "window_t0": 2.0, "window_t1": 8.0}
+    interim |= {"window_tokens": 400_000, "gpu": 0, "node_id": "n1", "pid": 7}
+    row = trial_row(interim, {"batch_size": 16, "train": {}}, None, None)
+    assert row["status"] == "stopped" and row["tokens_per_s"] == 1e5
+    assert (row["window_t0"], row["window_t1"], row["gpu"], row["node_id"]) == (2.0, 8.0, 0, "n1")
+    joined = annotate_trial(row, summarize_window(ramp(), row["window_t0"], row["window_t1"]))
+    assert joined["joules_per_token"] == pytest.approx(600.0 / 400_000)

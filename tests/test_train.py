@@ -542,3 +542,16 @@ def test_smoke_config_reaches_the_target_loss(record_property):
 @pytest.mark.parametrize("path", sorted((REPO / "configs").glob("*.yaml")), ids=lambda p: p.name)
 def test_every_config_in_the_repo_is_valid(path):
     load_config(path)
+
+
+def test_interim_reports_carry_the_steady_window_so_far():
+    # A trial stopped early is joined to the GPU samples of the window its last interim report named.
+    cfg = toy_config(log_interval=5)
+    reports = []
+    result = quiet_train(cfg, report=reports.append)
+    steady = [r for r in reports if r["step"] > cfg.timing_warmup_steps]
+    assert len(steady) == len(reports) == 8
+    assert all(r["window_t0"] == result["window_t0"] < r["window_t1"] for r in steady)
+    tokens = [r["window_tokens"] for r in steady]
+    assert tokens == sorted(set(tokens)) and tokens[-1] == result["window_tokens"]
+    assert {(r["node"], r["pid"]) for r in reports} == {(result["node"], os.getpid())}

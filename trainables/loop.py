@@ -378,7 +378,12 @@ def _run(cfg, workload, device, report, log, result, state) -> None:
                 + f" | {rate:,.0f} tok/s | ETA {_fmt_eta(eta)}"
             )
             if report:
-                report({**point, "tokens_per_s": result["tokens_per_s"], "done": done == total_steps})
+                # The steady window so far travels with each interim report: a trial the search stops
+                # early still gets its GPU figures for the part it ran.
+                window = {k: result[k] for k in ("window_t0", "window_t1", "window_tokens", "node", "pid")}
+                report(
+                    {**point, **window, "tokens_per_s": result["tokens_per_s"], "done": done == total_steps}
+                )
 
     if step_times:
         ms = sorted(t * 1000 for t in step_times)

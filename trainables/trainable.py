@@ -36,8 +36,14 @@ def train_trial(config: dict[str, Any]) -> None:
 
     def interim(metrics: dict[str, Any]) -> None:
         if not metrics.get("done"):
+            window = {k: metrics.get(k) for k in ("window_t0", "window_t1", "window_tokens", "node", "pid")}
             tune.report(
-                {"status": "running", "tokens_per_s": metrics.get("tokens_per_s") or 0.0, **placement}
+                {
+                    "status": "running",
+                    "tokens_per_s": metrics.get("tokens_per_s") or 0.0,
+                    **window,
+                    **placement,
+                }
             )
 
     result = train(cfg, report=interim)
