@@ -3,7 +3,9 @@
     python bench/telemetry_overhead.py --config configs/default.yaml --set batch_size=128 --set precision=bf16
 
 Runs alternate off/on (repeats each) in one process on one GPU, so drift hits both equally; prints the
-median tok/s of each and the overhead in percent, plus the sampler's own window for the last "on" run.
+median tok/s of each, the overhead in percent from those medians and, steadier under drift, the median of
+the per-pair overheads (each "on" run against the "off" run just before it), plus the sampler's own window
+for the last "on" run.
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ def main() -> int:
                 )
             print(f"{mode}: {result['tokens_per_s']:,.0f} tok/s", file=sys.stderr, flush=True)
     off, on = statistics.median(speeds["off"]), statistics.median(speeds["on"])
+    pairs = sorted(100 * (a - b) / a for a, b in zip(speeds["off"], speeds["on"], strict=True))
     print(
         json.dumps(
             {
@@ -72,6 +75,8 @@ def main() -> int:
                 "median_off": off,
                 "median_on": on,
                 "overhead_pct": round(100 * (off - on) / off, 2),
+                "paired_overhead_pct_median": round(statistics.median(pairs), 2),
+                "paired_overhead_pct_range": [round(pairs[0], 2), round(pairs[-1], 2)],
                 "window_on": window,
             }
         )
