@@ -254,6 +254,20 @@ def test_sampling_thread_keeps_its_rate():
     assert sampler.info()["cpu_duty"] < 0.5
 
 
+def test_pause_keeps_samples_and_start_resumes():
+    sampler = GpuSampler(FakeNvml(gpus=1), hz=50.0).start()
+    time.sleep(0.2)
+    sampler.pause()
+    paused_at, count = time.time(), len(sampler.samples(0))
+    time.sleep(0.2)
+    assert count >= 4 and len(sampler.samples(0)) == count
+    assert sampler.window(0, paused_at, time.time())["samples"] == 0
+    sampler.start()
+    time.sleep(0.2)
+    sampler.stop()
+    assert len(sampler.samples(0)) >= count + 4 and sampler.info()["available"] is False
+
+
 @pytest.mark.parametrize(
     ("nvml", "reason"),
     [
@@ -417,6 +431,14 @@ def test_actor_samples_through_the_fake_and_answers_windows(local_ray):
     assert ray.get(again[node_id].info.remote(), timeout=30)["pid"] == info["pid"]
     power_line = scrape_metric(ray.nodes()[0]["MetricsExportPort"], "ray_tuner_gpu_power_watts", 'gpu="1"')
     assert f'node="{node_id}"' in power_line and power_line.endswith(" 150.0")
+    ray.get(actor.pause.remote(), timeout=30)
+    p0 = time.time()
+    time.sleep(0.3)
+    assert ray.get(actor.window.remote(0, p0, time.time()), timeout=30)["samples"] == 0
+    ray.get(actor.resume.remote(), timeout=30)
+    r0 = time.time()
+    time.sleep(0.3)
+    assert ray.get(actor.window.remote(0, r0, time.time()), timeout=30)["samples"] >= 3
     stopped = ray.get(actor.stop.remote(), timeout=30)
     assert stopped["exports"] >= 1 and stopped["export_error"] is None
 
@@ -447,3 +469,39 @@ def test_a_stopped_trial_keeps_the_window_of_its_last_interim_report():
     assert (row["window_t0"], row["window_t1"], row["gpu"], row["node_id"]) == (2.0, 8.0, 0, "n1")
     joined = annotate_trial(row, summarize_window(ramp(), row["window_t0"], row["window_t1"]))
     assert joined["joules_per_token"] == pytest.approx(600.0 / 400_000)
+
+
+def test_overhead_bench_alternates_paused_and_sampling_segments(tmp_path):
+    """bench/telemetry_overhead.py --segments: n off and n on segments of one run, the sampler paused between."""
+    import json
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parent.parent
+    config = tmp_path / "toy.yaml"
+    config.write_text(
+        "workload: toy_workload:make_workload\nseq_len: 16\nbatch_size: 8\ntiming_warmup_steps: 2\n"
+    )
+    path = os.pathsep.join(p for p in (str(repo / "tests"), str(repo), os.environ.get("PYTHONPATH")) if p)
+    cmd = [
+        sys.executable,
+        "bench/telemetry_overhead.py",
+        "--config",
+        str(config),
+        "--segments",
+        "3",
+        "--steps",
+        "2",
+    ]
+    done = subprocess.run(
+        cmd, cwd=repo, env={**os.environ, "PYTHONPATH": path}, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["segments"] == 6 and len(result["tokens_per_s_off"]) == len(result["tokens_per_s_on"]) == 3
+    assert all(r > 0 for r in result["tokens_per_s_off"] + result["tokens_per_s_on"])
+    low, high = result["paired_overhead_pct_quartiles"]
+    assert low <= result["paired_overhead_pct_median"] <= high
+    sampler = result["sampler"]
+    # sampling only in the "on" segments: ~5 Hz over about half the run where NVML exists, none without it
+    assert (sampler["sweeps"] > 0) == sampler["available"]

@@ -534,11 +534,16 @@ class GpuSampler:
             self._thread.start()
         return self
 
-    def stop(self) -> None:
+    def pause(self) -> None:
+        """Stops the sampling thread and keeps NVML open and the samples; `start` resumes."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5.0)
             self._thread = None
+        self._stop.clear()
+
+    def stop(self) -> None:
+        self.pause()
         if self.available:
             self._shutdown_nvml()
             self.available = False
@@ -693,6 +698,12 @@ class TelemetryActor:
 
     def timeline(self, gpu: int | str, t0: float, t1: float, max_points: int = 200) -> dict:
         return self.sampler.timeline(gpu, t0, t1, max_points)
+
+    def pause(self) -> None:
+        self.sampler.pause()
+
+    def resume(self) -> None:
+        self.sampler.start()
 
     def stop(self) -> dict:
         self.sampler.stop()
