@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import statistics
 import sys
 import time
@@ -78,6 +79,18 @@ def whole_runs(cfg: TrainConfig, repeats: int, hz: float) -> dict:
     }
 
 
+def paired_overheads(off: list[float], on: list[float]) -> list[float]:
+    """Overhead (%) of each "on" segment against the mean of the "off" segments before and after it."""
+    return [_pct((off[i] + off[i + 1]) / 2, on[i]) for i in range(min(len(on), len(off) - 1))]
+
+
+def median_ci95(values: list[float], resamples: int = 10_000, seed: int = 0) -> list[float]:
+    """Bootstrap 95% interval of the median (percentile method, fixed seed: reruns print the same)."""
+    rng = random.Random(seed)
+    medians = sorted(statistics.median(rng.choices(values, k=len(values))) for _ in range(resamples))
+    return [round(medians[int(0.025 * resamples)], 2), round(medians[int(0.975 * resamples) - 1], 2)]
+
+
 def segments(cfg: TrainConfig, n: int, steps: int, hz: float) -> dict:
     (actor,) = start_telemetry(hz=hz, all_nodes=True, export_metrics=True).values()
     available = ray.get(actor.info.remote())["available"]
@@ -107,12 +120,8 @@ def segments(cfg: TrainConfig, n: int, steps: int, hz: float) -> dict:
     )
     info = ray.get(actor.stop.remote())
     off = [r for m, r in rates if m == "off"]
-    paired = [
-        _pct((rates[i - 1][1] + rates[i + 1][1]) / 2, rates[i][1])
-        for i in range(1, len(rates) - 1)
-        if rates[i][0] == "on"
-    ]
     on = [r for m, r in rates if m == "on"]
+    paired = paired_overheads(off, on)
     return {
         "segments": len(rates),
         "steps_per_segment": steps,
@@ -123,6 +132,7 @@ def segments(cfg: TrainConfig, n: int, steps: int, hz: float) -> dict:
         "overhead_pct": round(_pct(statistics.median(off), statistics.median(on)), 2),
         "paired_overhead_pct_median": round(statistics.median(paired), 2),
         "paired_overhead_pct_quartiles": _quartiles(paired),
+        "paired_overhead_pct_median_ci95": median_ci95(paired),
         "sampler": {
             "available": available,
             **{k: info[k] for k in ("reason", "sweeps", "sweep_ms_mean", "sweep_cpu_ms_mean", "cpu_duty")},

@@ -502,6 +502,8 @@ def test_overhead_bench_alternates_paused_and_sampling_segments(tmp_path):
     assert all(r > 0 for r in result["tokens_per_s_off"] + result["tokens_per_s_on"])
     low, high = result["paired_overhead_pct_quartiles"]
     assert low <= result["paired_overhead_pct_median"] <= high
+    low, high = result["paired_overhead_pct_median_ci95"]
+    assert low <= result["paired_overhead_pct_median"] <= high
     sampler = result["sampler"]
     # sampling only in the "on" segments: ~5 Hz over about half the run where NVML exists, none without it
     assert (sampler["sweeps"] > 0) == sampler["available"]
