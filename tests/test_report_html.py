@@ -465,6 +465,11 @@ def test_without_telemetry_a_clear_note_and_no_energy_plot(full):
     assert 'id="plot-energy"' not in page and 'id="timeline-' not in page
     assert "there was no GPU telemetry" in section(page, "answer")
     assert "the whole CPU share" in cell_attr(page, "screen-0", 6, "title")
+    contended = without_telemetry(full)
+    for t in contended["trials"]:
+        t["cpu_shared"] = True  # another process kept the CPU busy during every timed run
+    title = cell_attr(render_html(contended), "screen-0", 6, "title")
+    assert re.search(r"other processes used the CPU in (\d+) of \1 runs", title), title
     noticed = copy.deepcopy(full) | {
         "telemetry": {"available": False, "notice": "NVML not found", "timelines": {}}
     }

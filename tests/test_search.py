@@ -65,8 +65,11 @@ def test_smoke_search_writes_everything_and_picks_the_fastest_feasible(tmp_path)
     # The winner is what the selection rule picks from the exclusive re-measurements, and it is feasible.
     remeasure = [t for t in s["trials"] if t["phase"] == "remeasure"]
     by_id: dict[str, list[float]] = {}
+    trust: dict[str, list[bool]] = {}  # a run flagged CPU-shared (another process busy) is not trusted
     for t in remeasure:
         by_id.setdefault(t["finalist"], []).append(t["tokens_per_s"])
+        if "telemetry_trusted" in t:
+            trust.setdefault(t["finalist"], []).append(t["telemetry_trusted"])
     screen_by_id = {t["id"]: t for t in screen}
     finalists = [
         {
@@ -76,7 +79,7 @@ def test_smoke_search_writes_everything_and_picks_the_fastest_feasible(tmp_path)
             "val_loss": None,
             "feasible": True if fid == "baseline" else screen_by_id[fid]["feasible"],
             "joules_per_token": None,
-            "telemetry_trusted": None,
+            "telemetry_trusted": all(trust[fid]) if fid in trust else None,
         }
         for fid, runs in by_id.items()
     ]

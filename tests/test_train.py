@@ -357,6 +357,9 @@ def test_steady_speed_excludes_the_warmup_steps():
     assert result["step_ms_p90"] < 1000 * toy_workload.SlowStartWorkload.SLEEP_S
     assert result["warmup_s"] >= slept
     assert result["compile_s"] >= 0.8 * slept  # the one-off cost shows up as compile time
+    # the host's CPU load over the same window (tests/test_cpu_load.py checks the figures themselves)
+    assert result["cpu_count"] == os.cpu_count() and result["cpu_own_cores"] >= 0
+    assert result["cpu_others_cores"] >= 0
 
 
 @pytest.mark.parametrize(

@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from trainables import cpu_load
 from trainables.config import ConfigError, TrainConfig, dump_config
 from trainables.workload import Workload, load_workload
 
@@ -203,6 +204,9 @@ def train(
         "window_t0": None,
         "window_t1": None,
         "window_tokens": 0,
+        "cpu_own_cores": None,  # over the timed window: CPU cores this run kept busy, and other processes
+        "cpu_others_cores": None,
+        "cpu_count": os.cpu_count(),
         "params": None,
         "history": [],
     }
@@ -299,6 +303,7 @@ def _run(cfg, workload, device, report, log, result, state) -> None:
     steady_s, steady_tokens = 0.0, 0
     segment_start = sync()
     run_start = segment_start
+    cpu_at = {"start": cpu_load.snapshot(), "window_t0": None, "window_t1": None}
 
     def close_segment(now: float, step: int) -> None:
         nonlocal steady_s, steady_tokens, segment_start
@@ -347,6 +352,7 @@ def _run(cfg, workload, device, report, log, result, state) -> None:
             close_segment(now, done)
             result["warmup_s"] = round(now - run_start, 3)
             result["window_t0"] = time.time()
+            cpu_at["window_t0"] = cpu_load.snapshot()
         is_eval = done == total_steps or (cfg.eval_interval and done % cfg.eval_interval == 0)
         if done % cfg.log_interval == 0 or is_eval:
             now = sync()
@@ -362,6 +368,7 @@ def _run(cfg, workload, device, report, log, result, state) -> None:
             if steady_s > 0:
                 result["tokens_per_s"] = round(steady_tokens / steady_s, 1)
                 result["window_t1"], result["window_tokens"] = time.time(), steady_tokens
+                cpu_at["window_t1"] = cpu_load.snapshot()
             point: dict[str, Any] = {"step": done, "tokens": done * tokens_per_step, "train_loss": train_loss}
             if is_eval:
                 val_loss = evaluate(model, workload, val)
@@ -400,5 +407,7 @@ def _run(cfg, workload, device, report, log, result, state) -> None:
         result["tokens_per_s"] = round(result["tokens"] / max(end - run_start, 1e-9), 1)
         result["window_t0"], result["window_t1"] = time.time() - (end - run_start), time.time()
         result["window_tokens"] = result["tokens"]
+        cpu_at["window_t0"], cpu_at["window_t1"] = cpu_at["start"], cpu_load.snapshot()
+    result.update(cpu_load.window_load(cpu_at["window_t0"], cpu_at["window_t1"]))
     if cfg.out_dir and cfg.save_model:
         torch.save(model.state_dict(), Path(cfg.out_dir) / "model.pt")

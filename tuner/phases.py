@@ -24,7 +24,7 @@ from trainables.trainable import train_trial
 
 RESULT_KEYS = (
     "train_loss peak_mem_mb compile_s warmup_s step_ms_median step_ms_p90 steps tokens node "
-    "node_id gpu pid window_t0 window_t1 window_tokens wall_s error"
+    "node_id gpu pid window_t0 window_t1 window_tokens cpu_own_cores cpu_others_cores cpu_count wall_s error"
 ).split()
 
 

@@ -131,6 +131,11 @@ def _runs(trials: list[dict], key: str) -> list[dict]:
 
 def _exclusivity(runs: list[dict], facts: _Facts) -> str:
     if not facts.on_gpu:
+        cpu_shared = sum(1 for r in runs if r.get("cpu_shared"))
+        if cpu_shared:
+            return (
+                f"the whole CPU share, but other processes used the CPU in {cpu_shared} of {len(runs)} runs"
+            )
         return "exclusive: the whole CPU share (no GPU)"
     shared = sum(1 for r in runs if r.get("shared"))
     untrusted = sorted({str(r["telemetry_note"]) for r in runs if r.get("telemetry_note")})

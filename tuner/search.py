@@ -171,21 +171,28 @@ class Search:
                 self._notice(line)
 
     def _annotate(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """Join each trial to the GPU samples of its steady window: util, power, J/token, throttling."""
-        from tuner.telemetry import annotate_trial, fetch_window
+        """Join each trial to the GPU samples of its steady window (util, power, J/token, throttling) and
+        flag speed figures taken while other processes contended for the host's CPUs."""
+        from tuner.telemetry import annotate_trial, fetch_window, flag_cpu_contention
 
-        if not getattr(self, "telemetry", None):
-            return rows
         out = []
         for row in rows:
-            if row.get("window_t0") and row.get("window_t1") and row.get("gpu") is not None:
+            has_window = row.get("window_t0") and row.get("window_t1") and row.get("gpu") is not None
+            if getattr(self, "telemetry", None) and has_window:
                 window = fetch_window(self.telemetry, {**row, "node": row.get("node_id")})
                 if window.get("available"):
                     row = annotate_trial(row, window)
                     self._write_timeline(row)
                 else:
                     row["telemetry_note"] = window.get("reason")
-            out.append(row)
+            out.append(flag_cpu_contention(row))
+        flagged = [r for r in out if r.get("cpu_shared") and not str(r.get("phase")).startswith("loss_check")]
+        if flagged:
+            worst = max(r["cpu_others_cores"] for r in flagged)
+            self._notice(
+                f"{flagged[0]['phase']}: {len(flagged)} of {len(out)} timed runs shared the CPU with other "
+                f"processes (up to {worst:.1f} cores busy elsewhere); their speed figures are not trusted"
+            )
         return out
 
     def _write_timeline(self, row: dict[str, Any]) -> None:

@@ -817,6 +817,32 @@ def annotate_trial(
     }
 
 
+def cpu_contention(trial_metrics: Mapping, min_others: float = 0.5, busy_share: float = 0.9) -> str | None:
+    """Why the host's CPUs were contended during the trial's timed window, or None.
+
+    Contended: other processes kept more than `min_others` cores busy and, with the trial's own, the host
+    was at least `busy_share` busy, so they took time the run could have used. (Ray's own daemons stay
+    under half a core; a big node's unrelated load with idle cores to spare does not count.)
+    """
+    own, others, count = (trial_metrics.get(k) for k in ("cpu_own_cores", "cpu_others_cores", "cpu_count"))
+    if others is None or own is None or not count:
+        return None
+    if others > min_others and own + others >= busy_share * count:
+        return f"CPU shared: other processes kept {others:.1f} of {count} cores busy (this run {own:.1f})"
+    return None
+
+
+def flag_cpu_contention(row: dict) -> dict:
+    """The trial row, marked `cpu_shared` and not trusted (with the reason in its note) if its CPUs were
+    contended; a GPU telemetry note that already made it untrusted is kept."""
+    contended = cpu_contention(row)
+    if contended:
+        note = row.get("telemetry_note") if row.get("telemetry_trusted") is False else None
+        row.update(cpu_shared=True, telemetry_trusted=False)
+        row["telemetry_note"] = "; ".join(n for n in (note, contended) if n)
+    return row
+
+
 def describe_unavailable(info: Mapping) -> str | None:
     """One line for the search log when a node's telemetry is missing or partial; None when complete."""
     node = info.get("node_id") or "this node"
