@@ -573,7 +573,7 @@ def _versions() -> dict[str, str]:
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m tuner.search", description=__doc__.splitlines()[0])
     p.add_argument("--config", required=True, help="search YAML (configs/default.yaml, configs/smoke.yaml)")
     p.add_argument("--out", default="out/search", help="output directory (default: out/search)")
@@ -593,7 +593,11 @@ def main(argv: list[str] | None = None) -> int:
         metavar="KEY=VALUE",
         help="override a config key, e.g. search.trials=8 or train.batch_size=16",
     )
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     out = Path(args.out)
     command = "python -m tuner.search " + " ".join(
         shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:])
