@@ -265,6 +265,20 @@ def test_load_char_data_bundle(tmp_path):
     assert loaded.tokenizer.decode(loaded.val[:10]) == "abcdefghij"
 
 
+def test_a_node_with_another_corpus_refuses_to_train_on_it(tmp_path):
+    # The search pins the sha256 of the text its driver resolved; a cluster node that resolves other
+    # text (no network there, another file at the same path) stops with one line instead.
+    (tmp_path / "corpus.txt").write_text("abcdefghij" * 100)
+    pinned = hashlib.sha256(("abcdefghij" * 100).encode()).hexdigest()
+    assert load_char_data(tmp_path / "corpus.txt", expect_sha256=pinned).corpus.sha256 == pinned
+    (tmp_path / "corpus.txt").write_text("klmnopqrst" * 100)
+    with pytest.raises(
+        DataError,
+        match=rf"sha256 [0-9a-f]{{12}}\) is not the one the search resolved \(sha256 {pinned[:12]}\)",
+    ):
+        load_char_data(tmp_path / "corpus.txt", expect_sha256=pinned)
+
+
 # --------------------------------------------------------------------------------------------- batches
 
 TOKENS = CharTokenizer.from_text(FAKE_CORPUS.decode()).encode(FAKE_CORPUS.decode())

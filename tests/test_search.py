@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from trainables.config import load_config
+from trainables.data import resolve_corpus
 from tuner.select import pick_winner, spread
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,7 +38,7 @@ def load_summary(out: Path) -> dict:
     return json.loads((out / "summary.json").read_text())
 
 
-def test_smoke_search_writes_everything_and_picks_the_fastest_feasible(tmp_path):
+def test_smoke_search_writes_everything_and_picks_the_fastest_feasible(tmp_path, monkeypatch):
     out = tmp_path / "smoke"
     started = time.time()
     proc = search(out, "--config", "configs/smoke.yaml")
@@ -56,6 +57,10 @@ def test_smoke_search_writes_everything_and_picks_the_fastest_feasible(tmp_path)
         if t["status"] in ("oom", "nan", "error"):
             assert t["feasible"] is False
     assert s["baseline"]["val_loss"] is not None and s["tolerance"]["limit"] > s["baseline"]["val_loss"]
+    # every trial was pinned to the corpus the driver resolved
+    monkeypatch.setenv("TUNER_OFFLINE", ENV["TUNER_OFFLINE"])  # resolve as the search's driver did
+    corpus = resolve_corpus(DATA[0] if DATA else None)
+    assert {t["train"]["data_sha256"] for t in s["trials"]} == {corpus.sha256}
     report = (out / "report.md").read_text()
     assert (
         "Config | Batch | Workers | Precision | Compile | Kernels | Tok/s | VRAM | Loss | vs baseline"
@@ -95,6 +100,7 @@ def test_smoke_search_writes_everything_and_picks_the_fastest_feasible(tmp_path)
         best = load_config(out / "best.yaml")
         for knob, value in s["best"]["config"].items():
             assert getattr(best, knob) == value
+        assert best.data_sha256 is None  # best.yaml trains on its user's corpus
     else:
         assert s["best"] is None
         assert "baseline" in proc.stderr

@@ -44,6 +44,11 @@ class TrainConfig(BaseModel):
     data: str | None = Field(
         None, description="corpus file or folder; None = TUNER_DATA / cache / download / embedded"
     )
+    data_sha256: str | None = Field(
+        None,
+        description="sha256 of the corpus text a run must train on; the search sets it so that every "
+        "node of a cluster trains on the text its driver resolved (None = no check)",
+    )
     seq_len: int = Field(256, gt=1)
 
     # --- budget ---

@@ -64,6 +64,10 @@ class Corpus:
     source: str  # one line saying which corpus this is, for the caller to print
     warnings: tuple[str, ...] = ()  # why earlier sources were passed over (already logged)
 
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.text.encode("utf-8")).hexdigest()
+
 
 # ---------------------------------------------------------------------------------------------- corpus
 
@@ -313,9 +317,17 @@ class CharData:
     tokens: torch.Tensor = field(repr=False)
 
 
-def load_char_data(path: str | os.PathLike | None = None, val_frac: float = 0.1) -> CharData:
-    """Resolve the corpus, build its tokenizer, encode it and split it."""
+def load_char_data(
+    path: str | os.PathLike | None = None, val_frac: float = 0.1, expect_sha256: str | None = None
+) -> CharData:
+    """Resolve the corpus, build its tokenizer, encode it and split it. With `expect_sha256` (the search
+    sets it from the corpus its driver resolved), a node that resolves other text refuses to train on it."""
     corpus = resolve_corpus(path)
+    if expect_sha256 is not None and corpus.sha256 != expect_sha256:
+        raise DataError(
+            f"the corpus here ({corpus.source}; sha256 {corpus.sha256[:12]}) is not the one the search "
+            f"resolved (sha256 {expect_sha256[:12]}): give every node the same --data or TUNER_DATA"
+        )
     tokenizer = CharTokenizer.from_text(corpus.text)
     tokens = tokenizer.encode(corpus.text)
     train, val = split_tokens(tokens, val_frac)

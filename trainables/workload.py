@@ -48,7 +48,7 @@ class HybridLMWorkload:
                 f"{cfg.seq_len} tokens (set eval_tokens >= seq_len)"
             )
         self.cfg = cfg
-        self.data = load_char_data(cfg.data)
+        self.data = load_char_data(cfg.data, expect_sha256=cfg.data_sha256)
 
     def describe(self) -> str:
         return f"hybrid LM on {self.data.corpus.source}, vocab {self.data.tokenizer.vocab_size}"

@@ -525,7 +525,8 @@ class Search:
     def _write_best(self, cfg: TrainConfig) -> None:
         from trainables.config import dump_config
 
-        dump_config(cfg, self.out / "best.yaml")
+        # best.yaml is for training on whatever corpus its user has; the corpus check is the search's own
+        dump_config(cfg.model_copy(update={"data_sha256": None}), self.out / "best.yaml")
 
 
 def _energy(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -642,7 +643,9 @@ def main(argv: list[str] | None = None) -> int:
         from trainables.data import DataError, resolve_corpus
 
         try:
-            _log(f"data: {resolve_corpus(cfg.train.get('data')).source}")
+            corpus = resolve_corpus(cfg.train.get("data"))
+            _log(f"data: {corpus.source}")
+            cfg.train.setdefault("data_sha256", corpus.sha256)  # a resumed search keeps its own
         except DataError as err:
             print(f"error: {err}", file=sys.stderr)
             return EXIT_BAD_INPUT
