@@ -29,7 +29,7 @@ from trainables.config import (
     training_section,
 )
 from trainables.data import CharTokenizer, DataError
-from trainables.loop import _param_groups, lr_at, resolve_device, train
+from trainables.loop import _param_groups, fp32_fused_note, lr_at, resolve_device, train
 from trainables.workload import HybridLMWorkload, load_workload
 
 REPO = Path(__file__).resolve().parents[1]
@@ -558,3 +558,29 @@ def test_interim_reports_carry_the_steady_window_so_far():
     tokens = [r["window_tokens"] for r in steady]
     assert tokens == sorted(set(tokens)) and tokens[-1] == result["window_tokens"]
     assert {(r["node"], r["pid"]) for r in reports} == {(result["node"], os.getpid())}
+
+
+@pytest.mark.parametrize(
+    ("precision", "kernels", "on_cuda", "triton_f32", "noted"),
+    [
+        ("fp32", "fused", True, None, True),  # Triton's default: TF32 dots inside the fused kernels
+        ("fp32", "fused", True, "ieee", False),
+        ("tf32", "fused", True, None, False),
+        ("fp32", "torch", True, None, False),
+        ("fp32", "fused", False, None, False),
+    ],
+)
+def test_fp32_through_fused_kernels_says_it_is_tf32_inside(precision, kernels, on_cuda, triton_f32, noted):
+    note = fp32_fused_note(precision, kernels, on_cuda, triton_f32)
+    assert (note is not None) == noted
+    if noted:
+        assert "TF32" in note and "TRITON_F32_DEFAULT=ieee" in note
+
+
+@pytest.mark.parametrize("installed", [True, False])
+def test_fp32_note_with_auto_kernels_follows_what_is_installed(monkeypatch, installed):
+    import model.ops
+
+    backends = {"naive": True, "torch": True, "fla": installed or "not importable", "mamba_ssm": "no"}
+    monkeypatch.setattr(model.ops, "available_backends", lambda: backends)
+    assert (fp32_fused_note("fp32", "auto", True, None) is not None) == installed

@@ -172,6 +172,21 @@ def evaluate(model: torch.nn.Module, workload: Workload, batches) -> float:
     return total / max(count, 1)
 
 
+def fp32_fused_note(precision: str, kernels: str, on_cuda: bool, triton_f32: str | None) -> str | None:
+    """The one-line caveat for fp32 runs through fused Triton kernels, whose fp32 dots default to TF32."""
+    if precision != "fp32" or kernels == "torch" or not on_cuda or triton_f32 == "ieee":
+        return None
+    if kernels == "auto":
+        from model.ops import available_backends
+
+        if not any(ok is True for name, ok in available_backends().items() if name not in ("naive", "torch")):
+            return None  # auto falls back to the torch ops: no Triton kernels run
+    return (
+        "note: fused Triton kernels round fp32 matmul inputs to TF32 (SSD gradients ~1.5e-3 from exact "
+        "fp32); set TRITON_F32_DEFAULT=ieee before the first compile for exact fp32 (docs/benchmarks.md)"
+    )
+
+
 def train(
     cfg: TrainConfig,
     *,
@@ -290,6 +305,9 @@ def _run(cfg, workload, device, report, log, result, state) -> None:
         f"training {total_steps} steps x {tokens_per_step} tokens on {device} "
         f"({cfg.precision}, compile={cfg.compile}, kernels={cfg.kernels}, loader={cfg.loader})"
     )
+    note = fp32_fused_note(cfg.precision, cfg.kernels, on_cuda, os.environ.get("TRITON_F32_DEFAULT"))
+    if note:
+        log(note)
 
     def sync() -> float:
         if on_cuda:
