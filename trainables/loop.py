@@ -96,6 +96,11 @@ def lr_at(cfg: TrainConfig, step: int) -> float:
     return floor + 0.5 * (peak - floor) * (1 + math.cos(math.pi * progress))
 
 
+# What a trial reports of where and when it was timed, in every report: the search joins GPU telemetry
+# on them, also for trials stopped before their final one.
+WINDOW_KEYS = ("window_t0", "window_t1", "window_tokens", "node", "pid")
+
+
 def first_line(err: BaseException) -> str:
     """The first line of an error's message (some, like a bare MemoryError, have none)."""
     lines = str(err).splitlines()
@@ -405,7 +410,7 @@ def _run(cfg, workload, device, report, log, result, state) -> None:
             if report:
                 # The steady window so far travels with each interim report: a trial the search stops
                 # early still gets its GPU figures for the part it ran.
-                window = {k: result[k] for k in ("window_t0", "window_t1", "window_tokens", "node", "pid")}
+                window = {k: result[k] for k in WINDOW_KEYS}
                 report(
                     {**point, **window, "tokens_per_s": result["tokens_per_s"], "done": done == total_steps}
                 )

@@ -13,7 +13,7 @@ import ray
 from ray import tune
 
 from trainables.config import ConfigError, make_config
-from trainables.loop import train
+from trainables.loop import WINDOW_KEYS, train
 
 
 def _placement() -> dict[str, Any]:
@@ -36,7 +36,7 @@ def train_trial(config: dict[str, Any]) -> None:
 
     def interim(metrics: dict[str, Any]) -> None:
         if not metrics.get("done"):
-            window = {k: metrics.get(k) for k in ("window_t0", "window_t1", "window_tokens", "node", "pid")}
+            window = {k: metrics.get(k) for k in WINDOW_KEYS}
             tune.report(
                 {
                     "status": "running",

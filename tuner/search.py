@@ -173,6 +173,7 @@ class Search:
     def _annotate(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Join each trial to the GPU samples of its steady window (util, power, J/token, throttling) and
         flag speed figures taken while other processes contended for the host's CPUs."""
+        from tuner.report import phase_of
         from tuner.telemetry import annotate_trial, fetch_window, flag_cpu_contention
 
         out = []
@@ -186,7 +187,8 @@ class Search:
                 else:
                     row["telemetry_note"] = window.get("reason")
             out.append(flag_cpu_contention(row))
-        flagged = [r for r in out if r.get("cpu_shared") and not str(r.get("phase")).startswith("loss_check")]
+        # loss-check runs share the machine by design and their speed is never used
+        flagged = [r for r in out if r.get("cpu_shared") and phase_of(r) != "loss_check"]
         if flagged:
             worst = max(r["cpu_others_cores"] for r in flagged)
             self._notice(
