@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from anywher
 
 import ray  # noqa: E402
 
-from tuner.telemetry import annotate_trial, describe_unavailable, start_telemetry  # noqa: E402
+from tuner.telemetry import FIELDS, annotate_trial, describe_unavailable, start_telemetry  # noqa: E402
 
 
 def matmul_load(seconds: float, size: int) -> dict:
@@ -57,13 +57,11 @@ def nvml_call_costs(repeats: int = 50) -> dict:
     """Mean wall and CPU ms of each telemetry field's NVML call on GPU 0, read in this process."""
     import pynvml
 
-    from tuner.telemetry import _FIELDS
-
     pynvml.nvmlInit()
     try:
         handle = pynvml.nvmlDeviceGetHandleByIndex(0)
         costs = {}
-        for fld in _FIELDS:
+        for fld in FIELDS:
             fn = next((getattr(pynvml, name) for name in fld.calls if hasattr(pynvml, name)), None)
             wall, cpu = time.perf_counter(), time.thread_time()
             try:

@@ -1,15 +1,17 @@
-"""Host CPU contention: /proc parsing against a fake /proc, the real /proc with a busy process beside us
-(not our child) and one under us (our child, as DataLoader workers are), and the search's verdict."""
+"""Host CPU contention: psutil's figures summed for a made-up process tree, the real host with a busy
+process beside us (not our child) and one under us (our child, as DataLoader workers are), and the
+search's verdict."""
 
 from __future__ import annotations
 
+import collections
 import os
 import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
+import psutil
 import pytest
 
 from trainables.cpu_load import CpuSnapshot, snapshot, window_load
@@ -18,26 +20,52 @@ from tuner.telemetry import cpu_contention, flag_cpu_contention
 BUSY = [sys.executable, "-c", "while True: pass"]
 
 
-def write_stat(proc: Path, pid: int, ppid: int, utime: int, stime: int, cutime=0, cstime=0, comm="py (x) y"):
-    (proc / str(pid)).mkdir(parents=True)
-    # after "pid (comm) ": state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime stime ...
-    rest = ["S", ppid, 1, 1, 0, -1, 0, 0, 0, 0, 0, utime, stime, cutime, cstime, 20, 0, 1]
-    (proc / str(pid) / "stat").write_text(f"{pid} ({comm}) " + " ".join(map(str, rest)) + "\n")
+# psutil's Linux field names; guest time is inside user, and idle and iowait are not busy
+HostTimes = collections.namedtuple(
+    "HostTimes", "user nice system idle iowait irq softirq steal guest guest_nice"
+)
+ProcTimes = collections.namedtuple("ProcTimes", "user system children_user children_system")
 
 
-def test_snapshot_reads_host_busy_time_and_our_process_tree(tmp_path):
-    tick = os.sysconf("SC_CLK_TCK")
-    # user nice system idle iowait irq softirq steal guest guest_nice: idle and iowait are not busy
-    (tmp_path / "stat").write_text("cpu  400 20 180 9000 300 10 5 5 0 0\ncpu0 1 2 3 4 5 6 7 8 0 0\n")
-    write_stat(tmp_path, 4242, 1, utime=50, stime=10, cutime=7, cstime=3)
-    write_stat(tmp_path, 4300, 4242, utime=20, stime=5)  # a live child (a DataLoader worker)
-    write_stat(tmp_path, 4301, 4300, utime=99, stime=99)  # a grandchild: not counted
-    write_stat(tmp_path, 17, 1, utime=500, stime=500)  # someone else
-    (tmp_path / "self").mkdir()  # not a pid: skipped
-    snap = snapshot(tmp_path, pid=4242)
-    assert snap.host_busy_s == pytest.approx(620 / tick)
-    assert snap.own_s == pytest.approx(95 / tick)
-    assert snapshot(tmp_path / "missing", pid=4242) is None
+class FakeProcess:
+    """A psutil.Process of a made-up tree: pid -> (its times, its children's pids)."""
+
+    tree: dict = {}
+
+    def __init__(self, pid: int):
+        if pid not in self.tree:
+            raise psutil.NoSuchProcess(pid)
+        self.pid = pid
+
+    def cpu_times(self) -> ProcTimes:
+        times = self.tree[self.pid][0]
+        if times is None:
+            raise psutil.NoSuchProcess(self.pid)  # exited while we looked
+        return times
+
+    def children(self, recursive: bool = False) -> list[FakeProcess]:
+        kids = [FakeProcess(pid) for pid in self.tree[self.pid][1]]
+        return kids + [g for kid in kids for g in kid.children(True)] if recursive else kids
+
+
+def test_snapshot_adds_host_busy_time_and_our_process_tree(monkeypatch):
+    monkeypatch.setattr(psutil, "cpu_times", lambda: HostTimes(400, 20, 180, 9000, 300, 10, 5, 5, 7, 1))
+    monkeypatch.setattr(psutil, "Process", FakeProcess)
+    monkeypatch.setattr(
+        FakeProcess,
+        "tree",
+        {
+            4242: (ProcTimes(50, 10, 7, 3), [4300, 4302]),  # us, with our reaped children's time
+            4300: (ProcTimes(20, 5, 99, 99), [4301]),  # a live child (a DataLoader worker)
+            4301: (ProcTimes(2, 1, 0, 0), []),  # its child: also this run's work
+            4302: (None, []),  # a child that exits while we look
+            17: (ProcTimes(500, 500, 0, 0), []),  # someone else
+        },
+    )
+    snap = snapshot(pid=4242)
+    assert snap.host_busy_s == pytest.approx(620)
+    assert snap.own_s == pytest.approx(50 + 10 + 7 + 3 + 20 + 5 + 2 + 1)
+    assert snapshot(pid=4243) is None  # no such process: the figures are absent
 
 
 def test_window_load_divides_by_wall_time():

@@ -22,6 +22,7 @@ import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
+from packaging.specifiers import SpecifierSet
 
 from tuner.config import load_search_config
 from tuner.search import build_parser
@@ -201,3 +202,13 @@ def test_ray_versions_agree():
     image = re.search(r"^FROM rayproject/ray:([0-9.]+)-py312", (K8S / "Dockerfile").read_text(), re.M)
     assert job["spec"]["rayClusterSpec"]["rayVersion"] == pinned == image.group(1)
     assert metadata.version("ray") == pinned
+
+
+def test_one_torch_range_across_pyproject_ci_and_the_image():
+    """The image (the GPU machine's 2.11) and CI (2.13, the CPU wheel) both pin a torch inside the range
+    pyproject.toml declares, so both ends of the range are tested somewhere."""
+    spec = re.search(r'"torch([<>=!~][^"]*)"', (REPO / "pyproject.toml").read_text()).group(1)
+    image = re.search(r"torch==([0-9.]+)", (K8S / "Dockerfile").read_text()).group(1)
+    ci = re.search(r"torch==([0-9.]+)", (REPO / ".ci" / "run").read_text()).group(1)
+    assert image in SpecifierSet(spec) and ci in SpecifierSet(spec), (spec, image, ci)
+    assert metadata.version("torch").split("+")[0] in SpecifierSet(spec)

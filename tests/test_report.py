@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import copy
 import json
-import sys
-import types
 
+from tuner import report
 from tuner.report import fmt_mem, fmt_seconds, render_markdown, write_reports
 
 HEADER = "| Config | Batch | Workers | Precision | Compile | Kernels | Tok/s | VRAM | Loss | vs baseline |"
@@ -224,9 +223,7 @@ def test_write_reports_writes_markdown(tmp_path):
     assert md in written and md.read_text() == render_markdown(SUMMARY)
 
 
-def test_write_reports_uses_the_html_renderer_once_it_exists(tmp_path, monkeypatch):
-    module = types.ModuleType("tuner.report_html")
-    module.render_html = lambda summary: f"<p>{summary['best']['id']}</p>"
-    monkeypatch.setitem(sys.modules, "tuner.report_html", module)
+def test_write_reports_writes_the_html_through_render_html(tmp_path, monkeypatch):
+    monkeypatch.setattr(report, "render_html", lambda summary: f"<p>{summary.best.id}</p>")
     written = write_reports(tmp_path, SUMMARY)
     assert (tmp_path / "report.html").read_text() == "<p>cfg-7</p>" and tmp_path / "report.html" in written

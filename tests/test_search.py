@@ -18,6 +18,7 @@ import yaml
 
 from trainables.config import load_config
 from trainables.data import resolve_corpus
+from tuner.records import Finalist
 from tuner.select import pick_winner, spread
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -73,27 +74,27 @@ def test_smoke_search_writes_everything_and_picks_the_fastest_feasible(tmp_path,
     trust: dict[str, list[bool]] = {}  # a run flagged CPU-shared (another process busy) is not trusted
     for t in remeasure:
         by_id.setdefault(t["finalist"], []).append(t["tokens_per_s"])
-        if "telemetry_trusted" in t:
+        if t["telemetry_trusted"] is not None:
             trust.setdefault(t["finalist"], []).append(t["telemetry_trusted"])
     screen_by_id = {t["id"]: t for t in screen}
     finalists = [
-        {
-            "id": fid,
-            "config": screen_by_id[fid]["config"] if fid != "baseline" else {},
-            "runs": runs,
-            "val_loss": None,
-            "feasible": True if fid == "baseline" else screen_by_id[fid]["feasible"],
-            "joules_per_token": None,
-            "telemetry_trusted": all(trust[fid]) if fid in trust else None,
-        }
+        Finalist(
+            id=fid,
+            config=screen_by_id[fid]["config"] if fid != "baseline" else {},
+            runs=runs,
+            val_loss=None,
+            feasible=True if fid == "baseline" else screen_by_id[fid]["feasible"],
+            joules_per_token=None,
+            telemetry_trusted=all(trust[fid]) if fid in trust else None,
+        )
         for fid, runs in by_id.items()
     ]
     expected = pick_winner(finalists, s["baseline"]["config"]).winner
     if proc.returncode == 0:
-        assert s["best"]["id"] == expected["id"]
-        median, lo, hi = spread(expected["runs"])
+        assert s["best"]["id"] == expected.id
+        median, lo, hi = spread(expected.runs)
         assert s["best"]["tokens_per_s"] == median
-        faster = [f for f in finalists if f["feasible"] and spread(f["runs"])[1] > hi]
+        faster = [f for f in finalists if f.feasible and spread(f.runs)[1] > hi]
         assert not faster, f"a feasible finalist is faster beyond the spread: {faster}"
         if s["best"]["id"] != "baseline":
             assert s["best"]["val_loss"] <= s["tolerance"]["limit"]

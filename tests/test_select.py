@@ -8,6 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.factories import make_row
+from tuner.records import Finalist
 from tuner.select import (
     BASELINE_ID,
     Selection,
@@ -33,8 +35,12 @@ BASELINE = {
 }
 
 
-def screen(tid: str, tps: float | None, status: str = "ok", **config) -> dict:
-    return {"id": tid, "config": config, "status": status, "tokens_per_s": tps}
+def screen(tid: str, tps: float | None, status: str = "ok", **config):
+    return make_row(tid, "screen", config, status=status, tokens_per_s=tps)
+
+
+def check(tid: str, config: dict, val_loss: float, status: str = "ok"):
+    return make_row(tid, "loss_check_0", config, status=status, val_loss=val_loss)
 
 
 # --- loss_key / knob_diff / spread --------------------------------------------------------------------------
@@ -82,12 +88,13 @@ def test_candidates_group_by_loss_key_and_keep_the_fastest_of_each():
         screen("e", 200.0, precision="bf16"),
         screen("f", 50.0, batch_size=32),
     ]
+    before = [t.model_copy(deep=True) for t in trials]
     out = loss_check_candidates(trials, BASELINE, top=2)
-    assert [c["id"] for c in out] == ["b", "c"]
-    assert all(c["inherits"] is None for c in out)
-    assert sorted(out[0]["covers"]) == ["a", "b"]
-    assert out[0]["config"] == {"batch_size": 64, "compile": "default"}
-    assert "inherits" not in trials[1]  # the inputs stay untouched
+    assert [c.id for c in out] == ["b", "c"]
+    assert all(c.inherits is None for c in out)
+    assert sorted(out[0].covers) == ["a", "b"]
+    assert out[0].config == {"batch_size": 64, "compile": "default"}
+    assert trials == before  # the inputs stay untouched
 
 
 def test_baseline_key_group_inherits_and_does_not_count_towards_top():
@@ -98,8 +105,8 @@ def test_baseline_key_group_inherits_and_does_not_count_towards_top():
         screen("bf16", 500.0, precision="bf16"),
     ]
     out = loss_check_candidates(trials, BASELINE, top=1)
-    assert [(c["id"], c["inherits"]) for c in out] == [("fast-speed-only", BASELINE_ID), ("bigger", None)]
-    assert sorted(out[0]["covers"]) == ["fast-speed-only", "slow-speed-only"]
+    assert [(c.id, c.inherits) for c in out] == [("fast-speed-only", BASELINE_ID), ("bigger", None)]
+    assert sorted(out[0].covers) == ["fast-speed-only", "slow-speed-only"]
     assert loss_check_candidates(trials, BASELINE, top=0) == [out[0]]
 
 
@@ -124,12 +131,12 @@ def test_propagate_feasibility_cases():
         screen("stopped", 80.0, status="stopped", batch_size=64),
     ]
     checked = [
-        {"id": "ok-checked", "config": {"batch_size": 64}, "val_loss": 1.52, "status": "ok"},
-        {"id": "over", "config": {"batch_size": 512}, "val_loss": 1.70, "status": "ok"},
-        {"id": "nan-check", "config": {"lr": 3e-3}, "val_loss": math.nan, "status": "nan"},
+        check("ok-checked", {"batch_size": 64}, 1.52),
+        check("over", {"batch_size": 512}, 1.70),
+        check("nan-check", {"lr": 3e-3}, math.nan, status="nan"),
     ]
     propagate_feasibility(trials, checked, baseline_loss=1.50, limit=1.55, baseline=BASELINE)
-    got = {t["id"]: (t["feasible"], t["val_loss"], t["loss_checked_by"]) for t in trials}
+    got = {t.id: (t.feasible, t.val_loss, t.loss_checked_by) for t in trials}
     assert got == {
         "ok-checked": (True, 1.52, "ok-checked"),
         "ok-sibling": (True, 1.52, "ok-checked"),
@@ -144,9 +151,9 @@ def test_propagate_feasibility_cases():
 
 def test_propagate_feasibility_a_check_that_errored_is_infeasible_even_with_a_loss():
     trials = [screen("t", 300.0, batch_size=64)]
-    checked = [{"id": "t", "config": {"batch_size": 64}, "val_loss": 1.40, "status": "error"}]
+    checked = [check("t", {"batch_size": 64}, 1.40, status="error")]
     propagate_feasibility(trials, checked, baseline_loss=1.50, limit=1.55, baseline=BASELINE)
-    assert trials[0]["feasible"] is False
+    assert trials[0].feasible is False
 
 
 def test_propagate_feasibility_without_the_baseline_compares_the_named_knobs():
@@ -156,27 +163,25 @@ def test_propagate_feasibility_without_the_baseline_compares_the_named_knobs():
         screen("batch", 250.0, compile="none", kernels="torch", batch_size=64),
         screen("batch-fused", 240.0, compile="default", kernels="fused", batch_size=64),
     ]
-    checked = [
-        {"id": "lc-1", "config": {"batch_size": 64, "compile": "none"}, "val_loss": 1.6, "status": "ok"}
-    ]
+    checked = [check("lc-1", {"batch_size": 64, "compile": "none"}, 1.6)]
     propagate_feasibility(trials, checked, 1.5, 1.55)
-    got = {t["id"]: (t["feasible"], t["loss_checked_by"]) for t in trials}
+    got = {t.id: (t.feasible, t.loss_checked_by) for t in trials}
     assert got == {"speed": (True, BASELINE_ID), "batch": (False, "lc-1"), "batch-fused": (False, "lc-1")}
 
 
 # --- pick_winner ------------------------------------------------------------------------------------------
 
 
-def finalist(fid, runs, config=None, feasible=True, jpt=None, trusted=None, val_loss=1.5) -> dict:
-    return {
-        "id": fid,
-        "config": config or {},
-        "runs": runs,
-        "val_loss": val_loss,
-        "feasible": feasible,
-        "joules_per_token": jpt,
-        "telemetry_trusted": trusted,
-    }
+def finalist(fid, runs, config=None, feasible=True, jpt=None, trusted=None, val_loss=1.5) -> Finalist:
+    return Finalist(
+        id=fid,
+        config=config or {},
+        runs=runs,
+        val_loss=val_loss,
+        feasible=feasible,
+        joules_per_token=jpt,
+        telemetry_trusted=trusted,
+    )
 
 
 COMPLEX = {"batch_size": 128, "precision": "bf16", "compile": "default"}  # 3 non-default knobs
@@ -190,7 +195,7 @@ def test_overlapping_ranges_prefer_the_simpler_config():
         finalist(BASELINE_ID, [300.0, 310.0, 305.0], {}),
     ]
     sel = pick_winner(fins, BASELINE)
-    assert sel.winner["id"] == "cfg-3"
+    assert sel.winner.id == "cfg-3"
     assert not sel.telemetry_changed_decision
     assert any("cfg-7 and cfg-3 overlap" in r and "2 fewer non-default knobs" in r for r in sel.reasons)
     assert "2 more non-default knobs" in sel.rejected["cfg-7"]
@@ -200,7 +205,7 @@ def test_overlapping_ranges_prefer_the_simpler_config():
 def test_a_clearly_faster_config_wins_however_complex():
     fins = [finalist("cfg-7", [1100.0, 1090.0, 1120.0], COMPLEX), finalist("cfg-3", [980.0, 950.0], SIMPLE)]
     sel = pick_winner(fins, BASELINE)
-    assert sel.winner["id"] == "cfg-7"
+    assert sel.winner.id == "cfg-7"
     assert "does not overlap" in sel.rejected["cfg-3"]
 
 
@@ -210,7 +215,7 @@ def test_equally_simple_overlapping_configs_fall_back_to_the_higher_median():
         finalist("b", [1005.0, 1020.0], SIMPLE),
     ]
     sel = pick_winner(fins, BASELINE)
-    assert sel.winner["id"] == "b"
+    assert sel.winner.id == "b"
     assert "lower median" in sel.rejected["a"]
 
 
@@ -221,7 +226,7 @@ def test_lower_joules_per_token_breaks_the_tie_and_is_flagged():
         finalist("cfg-3", [980.0, 950.0, 1000.0], SIMPLE, jpt=0.012),
     ]
     sel = pick_winner(fins, BASELINE)
-    assert sel.winner["id"] == "cfg-5"  # simplicity alone would pick cfg-3
+    assert sel.winner.id == "cfg-5"  # simplicity alone would pick cfg-3
     assert sel.telemetry_changed_decision
     assert any("chose cfg-5: 16.7% lower J/token than cfg-3, the simplest" in r for r in sel.reasons)
     assert any("telemetry changed the decision" in r and "cfg-3" in r for r in sel.reasons)
@@ -235,7 +240,7 @@ def test_the_energy_rule_measures_savings_against_the_simplest():
         finalist("cfg-3", [980.0, 950.0, 1000.0], SIMPLE, jpt=0.012),
     ]
     sel = pick_winner(fins, BASELINE)
-    assert sel.winner["id"] == "cfg-7" and sel.telemetry_changed_decision
+    assert sel.winner.id == "cfg-7" and sel.telemetry_changed_decision
 
 
 def test_energy_saving_below_two_percent_or_missing_leaves_simplicity_in_charge():
@@ -243,13 +248,13 @@ def test_energy_saving_below_two_percent_or_missing_leaves_simplicity_in_charge(
         finalist("cfg-7", [1000.0, 960.0, 1040.0], COMPLEX, jpt=0.0100),
         finalist("cfg-3", [980.0, 950.0, 1000.0], SIMPLE, jpt=0.0101),  # the fastest saves only 1%
     ]
-    assert pick_winner(close, BASELINE).winner["id"] == "cfg-3"
+    assert pick_winner(close, BASELINE).winner.id == "cfg-3"
     partial = [
         finalist("cfg-7", [1000.0, 960.0, 1040.0], COMPLEX, jpt=0.005),
         finalist("cfg-3", [980.0, 950.0, 1000.0], SIMPLE, jpt=None),
     ]
     sel = pick_winner(partial, BASELINE)
-    assert sel.winner["id"] == "cfg-3" and not sel.telemetry_changed_decision
+    assert sel.winner.id == "cfg-3" and not sel.telemetry_changed_decision
 
 
 def test_energy_winner_that_is_also_simplest_does_not_flag_telemetry():
@@ -258,7 +263,7 @@ def test_energy_winner_that_is_also_simplest_does_not_flag_telemetry():
         finalist("cfg-3", [980.0, 950.0, 1000.0], SIMPLE, jpt=0.010),
     ]
     sel = pick_winner(fins, BASELINE)
-    assert sel.winner["id"] == "cfg-3" and not sel.telemetry_changed_decision
+    assert sel.winner.id == "cfg-3" and not sel.telemetry_changed_decision
 
 
 def test_untrusted_telemetry_never_wins_over_a_trusted_config_in_range():
@@ -269,7 +274,7 @@ def test_untrusted_telemetry_never_wins_over_a_trusted_config_in_range():
         finalist("unknown", [980.0, 950.0, 1000.0], COMPLEX, jpt=0.010, trusted=None),
     ]
     sel = pick_winner(fins, BASELINE)
-    assert sel.winner["id"] == "solid"
+    assert sel.winner.id == "solid"
     assert "untrusted" in sel.rejected["shaky"]
     assert any("shaky not chosen" in r for r in sel.reasons)
 
@@ -280,7 +285,7 @@ def test_untrusted_config_alone_in_range_can_win_with_a_note():
         finalist("solid", [990.0, 960.0, 1005.0], SIMPLE, trusted=True),
     ]
     sel = pick_winner(fins, BASELINE)
-    assert sel.winner["id"] == "shaky"
+    assert sel.winner.id == "shaky"
     assert any("untrusted" in r for r in sel.reasons)
 
 
@@ -304,7 +309,7 @@ def test_no_feasible_finalist_means_no_winner():
 def test_selection_to_dict_is_the_summary_section():
     sel = pick_winner([finalist("a", [1.0, 2.0])], BASELINE)
     assert isinstance(sel, Selection)
-    assert set(sel.to_dict()) == {"reasons", "telemetry_changed_decision", "rejected"}
+    assert set(sel.to_record().model_dump()) == {"reasons", "telemetry_changed_decision", "rejected"}
 
 
 runs_st = st.lists(st.floats(100, 2000), min_size=1, max_size=4)
@@ -320,17 +325,17 @@ finalist_st = st.builds(
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(finalist_st, max_size=6, unique_by=lambda f: f["id"]))
+@given(st.lists(finalist_st, max_size=6, unique_by=lambda f: f.id))
 def test_winner_is_feasible_in_range_of_the_fastest_and_trusted_when_possible(fins):
     sel = pick_winner(fins, BASELINE)
-    ok = [f for f in fins if f["feasible"] is True]
+    ok = [f for f in fins if f.feasible is True]
     if not ok:
         assert sel.winner is None
         return
-    ranges = {f["id"]: spread(f["runs"]) for f in ok}
+    ranges = {f.id: spread(f.runs) for f in ok}
     top = ranges[min(ranges, key=lambda fid: (-ranges[fid][0], fid))]  # ties: the same order as pick_winner
-    in_range = [f for f in ok if ranges[f["id"]][1] <= top[2] and ranges[f["id"]][2] >= top[1]]
+    in_range = [f for f in ok if ranges[f.id][1] <= top[2] and ranges[f.id][2] >= top[1]]
     assert sel.winner in in_range
-    if any(f["telemetry_trusted"] is not False for f in in_range):
-        assert sel.winner["telemetry_trusted"] is not False
-    assert set(sel.rejected) | {sel.winner["id"]} == {f["id"] for f in fins}
+    if any(f.telemetry_trusted is not False for f in in_range):
+        assert sel.winner.telemetry_trusted is not False
+    assert set(sel.rejected) | {sel.winner.id} == {f.id for f in fins}

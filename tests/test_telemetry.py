@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+import json
 import os
 import struct
+import subprocess
+import sys
 import time
 import urllib.request
 from pathlib import Path
 
 import pytest
+import ray
+from tensorboardX import SummaryWriter
+from tensorboardX.proto.event_pb2 import Event
 
 from tests.fake_nvml import POWER_CAP, THERMAL, FakeNvml, NVMLError_LibraryNotFound
+from tuner.runner import trial_row
 from tuner.telemetry import (
     HW_POWER_BRAKE_SLOWDOWN,
     HW_THERMAL_SLOWDOWN,
@@ -19,6 +26,8 @@ from tuner.telemetry import (
     annotate_trial,
     describe_unavailable,
     downsample,
+    fetch_window,
+    start_telemetry,
     summarize_window,
     telemetry_nodes,
     write_tensorboard,
@@ -338,8 +347,6 @@ def test_annotate_trial_without_telemetry_or_tokens():
 
 def read_scalars(logdir: Path) -> list[tuple[str, int, float, float]]:
     """(tag, step, value, wall time) from tensorboardX event files: TFRecord framing around Event protos."""
-    from tensorboardX.proto.event_pb2 import Event
-
     found = []
     for path in sorted(logdir.glob("events.out.tfevents.*")):
         data = path.read_bytes()
@@ -354,8 +361,6 @@ def read_scalars(logdir: Path) -> list[tuple[str, int, float, float]]:
 
 
 def test_write_tensorboard_writes_the_timeline(tmp_path):
-    from tensorboardX import SummaryWriter
-
     clock = FakeClock()
     sampler = sampled(FakeNvml(gpus=2, clock=clock), clock, steps=10)
     timeline = sampler.timeline(1, 0, 2_000, max_points=5)
@@ -390,8 +395,6 @@ def local_ray(monkeypatch):
     monkeypatch.setenv("RAY_USAGE_STATS_ENABLED", "0")
     monkeypatch.setenv("RAY_metrics_report_interval_ms", "500")  # gauges reach Prometheus quickly
     monkeypatch.chdir(REPO)  # workers get the driver's cwd on sys.path, so `tests.fake_nvml` imports
-    import ray
-
     # a fake GPU resource: the node looks like a GPU node to the scheduler, here and on GPU machines alike
     ray.init(num_cpus=1, num_gpus=1, include_dashboard=False, configure_logging=False)
     yield ray
@@ -399,9 +402,6 @@ def local_ray(monkeypatch):
 
 
 def test_actor_samples_through_the_fake_and_answers_windows(local_ray):
-    from tuner.telemetry import fetch_window, start_telemetry
-
-    ray = local_ray
     actors = start_telemetry(hz=20.0, nvml_module="tests.fake_nvml", energy_hz=5.0)
     ((node_id, actor),) = actors.items()
     info = ray.get(actor.info.remote(), timeout=60)
@@ -460,8 +460,6 @@ def scrape_metric(port: int, name: str, label: str, timeout_s: float = 15.0) -> 
 
 
 def test_a_stopped_trial_keeps_the_window_of_its_last_interim_report():
-    from tuner.phases import trial_row
-
     interim = {"status": "running", "tokens_per_s": 1e5, "window_t0": 2.0, "window_t1": 8.0}
     interim |= {"window_tokens": 400_000, "gpu": 0, "node_id": "n1", "pid": 7}
     row = trial_row(interim, {"batch_size": 16, "train": {}}, None, None)
@@ -473,16 +471,11 @@ def test_a_stopped_trial_keeps_the_window_of_its_last_interim_report():
 
 def test_overhead_bench_alternates_paused_and_sampling_segments(tmp_path):
     """bench/telemetry_overhead.py --segments: n off and n on segments of one run, the sampler paused between."""
-    import json
-    import subprocess
-    import sys
-
-    repo = Path(__file__).resolve().parent.parent
     config = tmp_path / "toy.yaml"
     config.write_text(
         "workload: toy_workload:make_workload\nseq_len: 16\nbatch_size: 8\ntiming_warmup_steps: 2\n"
     )
-    path = os.pathsep.join(p for p in (str(repo / "tests"), str(repo), os.environ.get("PYTHONPATH")) if p)
+    path = os.pathsep.join(p for p in (str(REPO / "tests"), str(REPO), os.environ.get("PYTHONPATH")) if p)
     cmd = [
         sys.executable,
         "bench/telemetry_overhead.py",
@@ -494,7 +487,7 @@ def test_overhead_bench_alternates_paused_and_sampling_segments(tmp_path):
         "2",
     ]
     done = subprocess.run(
-        cmd, cwd=repo, env={**os.environ, "PYTHONPATH": path}, capture_output=True, text=True, timeout=300
+        cmd, cwd=REPO, env={**os.environ, "PYTHONPATH": path}, capture_output=True, text=True, timeout=300
     )
     assert done.returncode == 0, done.stderr[-2000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])

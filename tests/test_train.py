@@ -473,6 +473,16 @@ def test_oom_is_reported_and_the_same_process_trains_again():
     assert again["status"] == "ok", again["error"]
 
 
+def test_peak_memory_is_each_runs_own_when_the_process_trains_again():
+    # Ray reuses a worker process for several trials: a small run after a big one reports its own peak.
+    small, large, again = (
+        quiet_train(tiny_config(batch_size=batch, max_steps=2, eval_interval=0)) for batch in (4, 512, 4)
+    )
+    assert [r["status"] for r in (small, large, again)] == ["ok"] * 3
+    assert large["peak_mem_mb"] > small["peak_mem_mb"] + 200  # the big batch needs clearly more
+    assert again["peak_mem_mb"] < (small["peak_mem_mb"] + large["peak_mem_mb"]) / 2
+
+
 def test_out_dir_holds_config_tokenizer_and_result(tmp_path):
     cfg = tiny_config(out_dir=str(tmp_path / "run"), max_steps=2, save_model=True)
     result = quiet_train(cfg)

@@ -1,9 +1,9 @@
-"""How busy the host's CPUs were with other processes while a run was being timed (Linux /proc).
+"""How busy the host's CPUs were with other processes while a run was being timed (psutil).
 
 On a GPU the telemetry's per-process memory shows when another job shares the card; on a CPU nothing
 did, and a second busy process turns 60 ms steps into seconds. A snapshot holds the host's busy CPU time
-(/proc/stat) and this process's own, its reaped children's and its live children's (DataLoader workers);
-between two snapshots, busy time that is not ours was other processes'.
+and this process's own, its reaped children's and its live descendants' (DataLoader workers); between
+two snapshots, busy time that is not ours was other processes'.
 """
 
 from __future__ import annotations
@@ -11,54 +11,45 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
-PROC = Path("/proc")
+import psutil
+
+# Not busy: idle and waiting on I/O. guest and guest_nice are already inside user and nice (Linux).
+_NOT_BUSY = ("idle", "iowait", "guest", "guest_nice")
 
 
 @dataclass(frozen=True)
 class CpuSnapshot:
     t: float  # time.monotonic()
     host_busy_s: float  # all CPUs' non-idle time since boot
-    own_s: float  # this process, its reaped children and its live children
+    own_s: float  # this process, its reaped children and its live descendants
 
 
-def _ticks() -> int:
-    return os.sysconf("SC_CLK_TCK")
+def _host_busy_s() -> float:
+    times = psutil.cpu_times()
+    return sum(getattr(times, name) for name in times._fields if name not in _NOT_BUSY)
 
 
-def _host_busy_s(proc: Path) -> float:
-    # "cpu user nice system idle iowait irq softirq steal guest guest_nice"; guest time is inside user
-    fields = [int(x) for x in (proc / "stat").read_text().split("\n", 1)[0].split()[1:]]
-    busy = sum(fields[:8]) - fields[3] - fields[4]  # minus idle and iowait
-    return busy / _ticks()
-
-
-def _stat_fields(path: Path) -> list[str]:
-    text = path.read_text()
-    return text[text.rindex(")") + 2 :].split()  # after "pid (comm) ": state is field 0 here
-
-
-def _own_s(proc: Path, pid: int) -> float:
-    mine = _stat_fields(proc / str(pid) / "stat")
-    total = sum(int(x) for x in mine[11:15])  # utime stime cutime cstime
-    for entry in proc.iterdir():
-        if not entry.name.isdigit() or entry.name == str(pid):
-            continue
-        try:
-            child = _stat_fields(entry / "stat")
-        except (OSError, ValueError):  # exited while we looked
-            continue
-        if child[1] == str(pid):  # ppid
-            total += int(child[11]) + int(child[12])
-    return total / _ticks()
-
-
-def snapshot(proc: Path = PROC, pid: int | None = None) -> CpuSnapshot | None:
-    """None where /proc is missing or unreadable (not Linux): the figure is then simply absent."""
+def _live_s(process: psutil.Process) -> float:
     try:
-        return CpuSnapshot(time.monotonic(), _host_busy_s(proc), _own_s(proc, pid or os.getpid()))
-    except (OSError, ValueError, IndexError):
+        times = process.cpu_times()
+    except psutil.Error:  # exited (or turned unreadable) while we looked
+        return 0.0
+    return times.user + times.system
+
+
+def _own_s(pid: int) -> float:
+    process = psutil.Process(pid)
+    times = process.cpu_times()
+    reaped = times.children_user + times.children_system
+    return times.user + times.system + reaped + sum(_live_s(c) for c in process.children(recursive=True))
+
+
+def snapshot(pid: int | None = None) -> CpuSnapshot | None:
+    """None where psutil cannot read the figures: they are then simply absent."""
+    try:
+        return CpuSnapshot(time.monotonic(), _host_busy_s(), _own_s(pid or os.getpid()))
+    except (psutil.Error, OSError):
         return None
 
 

@@ -1,20 +1,21 @@
 """The one training loop. It knows nothing of Ray: the Ray trainable and the CLI both call `train()`.
 
-Speed is measured the way the tuner needs it: steady-state tokens/s over the steps after
-`timing_warmup_steps` (compilation, autotuning and CUDA-graph capture happen in those first steps and are
-reported apart as `compile_s` / `warmup_s`), step-time median and p90 from CUDA events on GPU (wall clock
-on CPU), and the wall-clock window (time.time) of the steady phase so GPU telemetry can be joined to it.
-Host-device syncs happen only at log/eval boundaries so the measurement does not slow what it measures.
+Speed is measured the way the tuner needs it (`trainables.timing.StepTimer`): steady-state tokens/s after
+`timing_warmup_steps`, compile and warm-up time apart, step-time median and p90, and the wall-clock window
+of the steady phase so GPU telemetry can be joined to it. Host-device syncs happen only at log/eval
+boundaries so the measurement does not slow what it measures. Peak memory is each run's own, also when a
+process trains several times (Ray reuses worker processes).
 """
 
 from __future__ import annotations
 
+import ctypes
 import gc
+import json
 import math
 import os
 import platform
 import resource
-import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -24,8 +25,8 @@ from typing import Any
 
 import torch
 
-from trainables import cpu_load
 from trainables.config import ConfigError, TrainConfig, dump_config
+from trainables.timing import StepTimer
 from trainables.workload import Workload, load_workload
 
 Report = Callable[[dict[str, Any]], None]
@@ -116,10 +117,37 @@ def _is_oom(err: BaseException, cpu_capped: bool = False) -> bool:
     return isinstance(err, RuntimeError) and ("out of memory" in text or "can't allocate memory" in text)
 
 
+def _trim_heap() -> None:
+    """Hands freed heap back to the OS (glibc's malloc_trim): what an earlier, bigger run in this process
+    freed but the allocator kept would otherwise stay in the RSS, and in this run's peak."""
+    try:
+        trim = getattr(ctypes.CDLL(None), "malloc_trim", None)
+    except OSError:
+        return
+    if trim is not None:
+        trim(0)
+
+
+def _reset_peak_mem(device: torch.device) -> None:
+    """Starts this run's memory peak now: a reused worker process (Ray) must not report an earlier run's."""
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+        return
+    _trim_heap()
+    try:
+        Path("/proc/self/clear_refs").write_text("5")  # Linux: resets VmHWM to the current RSS
+    except OSError:
+        pass  # elsewhere the peak stays the process's lifetime one
+
+
 def _peak_mem_mb(device: torch.device) -> float:
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated(device) / 2**20
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # process peak RSS (KiB on Linux)
+    try:
+        with open("/proc/self/status") as f:  # VmHWM: peak RSS since _reset_peak_mem
+            return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:")) / 1024
+    except (OSError, StopIteration, ValueError, IndexError):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # lifetime peak (KiB on Linux)
 
 
 class _MemoryCap:
@@ -192,19 +220,8 @@ def fp32_fused_note(precision: str, kernels: str, on_cuda: bool, triton_f32: str
     )
 
 
-def train(
-    cfg: TrainConfig,
-    *,
-    workload: Workload | None = None,
-    report: Report | None = None,
-    log: Callable[[str], None] | None = _log,
-) -> dict[str, Any]:
-    """Train `cfg` to its token budget (or max_steps); return the metrics dict (never raises for oom/nan)."""
-    log = log or (lambda msg: None)
-    device = resolve_device(cfg)
-    started = time.time()
-    workload = workload or load_workload(cfg)
-    result: dict[str, Any] = {
+def _empty_result(device: torch.device) -> dict[str, Any]:
+    return {
         "status": "ok",
         "error": None,
         "device": str(device),
@@ -230,65 +247,87 @@ def train(
         "params": None,
         "history": [],
     }
-    log(f"workload: {workload.describe()}")
+
+
+def _prepare(cfg: TrainConfig, workload: Workload, device: torch.device) -> None:
     if cfg.out_dir:
         Path(cfg.out_dir).mkdir(parents=True, exist_ok=True)
         dump_config(cfg, Path(cfg.out_dir) / "config.yaml")
         workload.save(cfg.out_dir)
     if device.type == "cuda":
         torch.cuda.set_device(device)
-        torch.cuda.reset_peak_memory_stats(device)
+    _reset_peak_mem(device)
     # fp32 means fp32: TF32 tensor cores only when asked for.
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = cfg.precision == "tf32"
     torch.manual_seed(cfg.seed)
 
-    state: dict[str, Any] = {}
+
+def _failure(err: Exception, cpu_capped: bool) -> tuple[str, str]:
+    """The status and error line of a failed run: oom, or error with the exception's first line."""
+    if _is_oom(err, cpu_capped=cpu_capped):
+        return "oom", f"out of memory: {first_line(err)[:200]}"
+    return "error", f"{type(err).__name__}: {first_line(err)[:300]}"
+
+
+def _release(device: torch.device) -> float:
+    """Frees what the run left, so the next run in this process starts clean; returns the run's peak MB."""
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    peak = round(_peak_mem_mb(device), 1)
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return peak
+
+
+def train(
+    cfg: TrainConfig,
+    *,
+    workload: Workload | None = None,
+    report: Report | None = None,
+    log: Callable[[str], None] | None = _log,
+) -> dict[str, Any]:
+    """Train `cfg` to its token budget (or max_steps); return the metrics dict (never raises for oom/nan)."""
+    log = log or (lambda msg: None)
+    device = resolve_device(cfg)
+    started = time.time()
+    workload = workload or load_workload(cfg)
+    result = _empty_result(device)
+    log(f"workload: {workload.describe()}")
+    _prepare(cfg, workload, device)
+    state: dict[str, Any] = {}  # the run's model, optimizer and data: dropped before memory is measured
     try:
         with _MemoryCap(cfg, device):
-            _run(cfg, workload, device, report, log, result, state)
+            state["training"] = _Training(cfg, workload, device, log, result)
+            state["training"].run(report)
     except NonFiniteLoss as err:
         result["status"], result["error"] = "nan", str(err)
     except Exception as err:  # noqa: BLE001 - every failure becomes a status the tuner can learn from
-        if _is_oom(err, cpu_capped=device.type == "cpu" and cfg.memory_cap_mb is not None):
-            result["status"], result["error"] = "oom", f"out of memory: {first_line(err)[:200]}"
-        else:
-            result["status"], result["error"] = (
-                "error",
-                f"{type(err).__name__}: {first_line(err)[:300]}",
-            )
+        capped = device.type == "cpu" and cfg.memory_cap_mb is not None
+        result["status"], result["error"] = _failure(err, capped)
     finally:
         state.clear()
-        gc.collect()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-            result["peak_mem_mb"] = round(_peak_mem_mb(device), 1)
-            torch.cuda.empty_cache()
-        else:
-            result["peak_mem_mb"] = round(_peak_mem_mb(device), 1)
+        result["peak_mem_mb"] = _release(device)
     result["wall_s"] = round(time.time() - started, 3)
     if result["status"] != "ok":
         log(f"run ended: {result['status']}: {result['error']}")
     if cfg.out_dir:
-        import json
-
         (Path(cfg.out_dir) / "result.json").write_text(json.dumps(result, indent=1))
     return result
 
 
-def _run(cfg, workload, device, report, log, result, state) -> None:
+def _build(cfg: TrainConfig, workload: Workload, device: torch.device, log, result: dict):
+    """The model, the module the steps call (compiled or not) and the optimizer."""
     model = workload.build_model().to(device)
-    state["model"] = model
     result["params"] = sum(p.numel() for p in model.parameters())
     summary = getattr(model, "summary", None)
     log(summary() if callable(summary) else f"model: {result['params']:,} parameters")
-
     optimizer = torch.optim.AdamW(
         _param_groups(model, workload, cfg),
         lr=cfg.peak_lr(),
         betas=(cfg.beta1, cfg.beta2),
         fused=True if cfg.fused_adamw else None,
     )
-    state["optimizer"] = optimizer
     step_model = model
     if cfg.compile != "none":
         # A fresh, static-shape compile per run: Ray reuses worker processes across trials, and guards
@@ -296,141 +335,107 @@ def _run(cfg, workload, device, report, log, result, state) -> None:
         torch._dynamo.reset()
         mode = None if cfg.compile == "default" else cfg.compile
         step_model = torch.compile(model, mode=mode, dynamic=False)
-    state["step_model"] = step_model
-    amp_dtype = AMP_DTYPES.get(cfg.precision)
-    autocast = (lambda: torch.autocast(device.type, dtype=amp_dtype)) if amp_dtype else nullcontext
-    scaler = torch.amp.GradScaler(device.type, enabled=cfg.precision == "fp16")
+    return model, step_model, optimizer
 
-    val = workload.val_batches(device)
-    batches = workload.train_batches(device)
-    state["batches"] = batches
-    total_steps, tokens_per_step = cfg.total_steps, cfg.tokens_per_step
-    on_cuda = device.type == "cuda"
-    log(
-        f"training {total_steps} steps x {tokens_per_step} tokens on {device} "
-        f"({cfg.precision}, compile={cfg.compile}, kernels={cfg.kernels}, loader={cfg.loader})"
+
+def _progress_line(cfg: TrainConfig, point: dict[str, Any], rate: float) -> str:
+    done = point["step"]
+    eta = (cfg.total_steps - done) * cfg.tokens_per_step / rate
+    return (
+        f"step {done}/{cfg.total_steps} | tokens {point['tokens']:,} | loss {point['train_loss']:.4f}"
+        + (f" | val {point['val_loss']:.4f}" if "val_loss" in point else "")
+        + f" | {rate:,.0f} tok/s | ETA {_fmt_eta(eta)}"
     )
-    note = fp32_fused_note(cfg.precision, cfg.kernels, on_cuda, os.environ.get("TRITON_F32_DEFAULT"))
-    if note:
-        log(note)
 
-    def sync() -> float:
-        if on_cuda:
-            torch.cuda.synchronize(device)
-        return time.perf_counter()
 
-    step_times: list[float] = []  # seconds, steady steps only
-    events: list[tuple[Any, Any]] = []
-    loss_sum = torch.zeros((), device=device)
-    loss_count = 0
-    steady_s, steady_tokens = 0.0, 0
-    segment_start = sync()
-    run_start = segment_start
-    cpu_at = {"start": cpu_load.snapshot(), "window_t0": None, "window_t1": None}
+class _Training:
+    """One run's model, optimizer and data, stepped to the token budget by `run` (results into `result`)."""
 
-    def close_segment(now: float, step: int) -> None:
-        nonlocal steady_s, steady_tokens, segment_start
-        if step > cfg.timing_warmup_steps:
-            steady_s += now - segment_start
-        segment_start = now
-        if on_cuda:
-            step_times.extend(a.elapsed_time(b) / 1000 for a, b in events)
-            events.clear()
+    def __init__(self, cfg: TrainConfig, workload: Workload, device: torch.device, log, result: dict):
+        self.cfg, self.workload, self.log, self.result = cfg, workload, log, result
+        self.model, self.step_model, self.optimizer = _build(cfg, workload, device, log, result)
+        amp_dtype = AMP_DTYPES.get(cfg.precision)
+        self.autocast = (lambda: torch.autocast(device.type, dtype=amp_dtype)) if amp_dtype else nullcontext
+        self.scaler = torch.amp.GradScaler(device.type, enabled=cfg.precision == "fp16")
+        self.val = workload.val_batches(device)
+        self.batches = workload.train_batches(device)
+        self.timer = StepTimer.for_device(device, cfg.timing_warmup_steps, cfg.tokens_per_step)
+        self.loss_sum, self.loss_count = torch.zeros((), device=device), 0
+        log(
+            f"training {cfg.total_steps} steps x {cfg.tokens_per_step} tokens on {device} "
+            f"({cfg.precision}, compile={cfg.compile}, kernels={cfg.kernels}, loader={cfg.loader})"
+        )
+        on_cuda = device.type == "cuda"
+        note = fp32_fused_note(cfg.precision, cfg.kernels, on_cuda, os.environ.get("TRITON_F32_DEFAULT"))
+        if note:
+            log(note)
 
-    model.train()
-    for step in range(total_steps):
-        lr = lr_at(cfg, step)
-        for group in optimizer.param_groups:
-            group["lr"] = lr * group["lr_mult"]
-        steady = step >= cfg.timing_warmup_steps
-        if on_cuda and steady:
-            ev = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-            ev[0].record()
-        t0 = time.perf_counter()
+    def run(self, report: Report | None) -> None:
+        cfg = self.cfg
+        self.timer.start()
+        self.model.train()
+        for step in range(cfg.total_steps):
+            lr = lr_at(cfg, step)
+            for group in self.optimizer.param_groups:
+                group["lr"] = lr * group["lr_mult"]
+            with self.timer.step():
+                self._optimizer_step()
+            done = step + 1
+            self.result.update(steps=done, tokens=done * cfg.tokens_per_step, **self.timer.window())
+            is_eval = done == cfg.total_steps or (cfg.eval_interval and done % cfg.eval_interval == 0)
+            if done % cfg.log_interval == 0 or is_eval:
+                self._log_point(done, lr, bool(is_eval), report)
+        self.result.update(self.timer.summary())
+        if cfg.out_dir and cfg.save_model:
+            torch.save(self.model.state_dict(), Path(cfg.out_dir) / "model.pt")
+
+    def _optimizer_step(self) -> None:
+        cfg = self.cfg
         for _ in range(cfg.grad_accum):
-            batch = next(batches)
-            with autocast():
-                loss = workload.loss(step_model, batch)
-            scaler.scale(loss / cfg.grad_accum).backward()
-            loss_sum += loss.detach().float()
-            loss_count += 1
+            batch = next(self.batches)
+            with self.autocast():
+                loss = self.workload.loss(self.step_model, batch)
+            self.scaler.scale(loss / cfg.grad_accum).backward()
+            self.loss_sum += loss.detach().float()
+            self.loss_count += 1
         if cfg.grad_clip > 0:
-            scaler.unscale_(optimizer)
-            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-        scaler.step(optimizer)
-        scaler.update()
-        optimizer.zero_grad(set_to_none=True)
-        if steady:
-            if on_cuda:
-                ev[1].record()
-                events.append(ev)
-            else:
-                step_times.append(time.perf_counter() - t0)
-            steady_tokens += tokens_per_step
-        done = step + 1
-        result["steps"], result["tokens"] = done, done * tokens_per_step
+            self.scaler.unscale_(self.optimizer)
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.optimizer.zero_grad(set_to_none=True)
 
-        if done == cfg.timing_warmup_steps:
-            now = sync()
-            close_segment(now, done)
-            result["warmup_s"] = round(now - run_start, 3)
-            result["window_t0"] = time.time()
-            cpu_at["window_t0"] = cpu_load.snapshot()
-        is_eval = done == total_steps or (cfg.eval_interval and done % cfg.eval_interval == 0)
-        if done % cfg.log_interval == 0 or is_eval:
-            now = sync()
-            close_segment(now, done)
-            train_loss = (loss_sum / max(loss_count, 1)).item()
-            loss_sum.zero_()
-            loss_count = 0
-            if not math.isfinite(train_loss):
-                raise NonFiniteLoss(
-                    f"train loss is {train_loss} at step {done} (lr {lr:.2e}, {cfg.precision})"
-                )
-            result["train_loss"] = round(train_loss, 5)
-            if steady_s > 0:
-                result["tokens_per_s"] = round(steady_tokens / steady_s, 1)
-                result["window_t1"], result["window_tokens"] = time.time(), steady_tokens
-                cpu_at["window_t1"] = cpu_load.snapshot()
-            point: dict[str, Any] = {"step": done, "tokens": done * tokens_per_step, "train_loss": train_loss}
-            if is_eval:
-                val_loss = evaluate(model, workload, val)
-                if not math.isfinite(val_loss):
-                    raise NonFiniteLoss(f"val loss is {val_loss} at step {done}")
-                result["val_loss"] = point["val_loss"] = round(val_loss, 5)
-                result["history"].append(point)
-                segment_start = sync()  # eval time is not training time
-            rate = result["tokens_per_s"] or done * tokens_per_step / max(now - run_start, 1e-9)
-            eta = (total_steps - done) * tokens_per_step / rate
-            log(
-                f"step {done}/{total_steps} | tokens {done * tokens_per_step:,} | loss {train_loss:.4f}"
-                + (f" | val {point['val_loss']:.4f}" if is_eval else "")
-                + f" | {rate:,.0f} tok/s | ETA {_fmt_eta(eta)}"
-            )
-            if report:
-                # The steady window so far travels with each interim report: a trial the search stops
-                # early still gets its GPU figures for the part it ran.
-                window = {k: result[k] for k in WINDOW_KEYS}
-                report(
-                    {**point, **window, "tokens_per_s": result["tokens_per_s"], "done": done == total_steps}
-                )
+    def _train_loss(self, done: int, lr: float) -> float:
+        """The mean loss since the last log point; its .item() is the one host-device sync of a log point."""
+        loss = (self.loss_sum / max(self.loss_count, 1)).item()
+        self.loss_sum.zero_()
+        self.loss_count = 0
+        if not math.isfinite(loss):
+            raise NonFiniteLoss(f"train loss is {loss} at step {done} (lr {lr:.2e}, {self.cfg.precision})")
+        return loss
 
-    if step_times:
-        ms = sorted(t * 1000 for t in step_times)
-        result["step_ms_median"] = round(statistics.median(ms), 3)
-        result["step_ms_p90"] = round(ms[min(len(ms) - 1, int(0.9 * len(ms)))], 3)
-        if result["warmup_s"] is not None:
-            # The warm-up steps' excess over steady steps is the one-off cost (compile, autotune, graphs).
-            excess = result["warmup_s"] - cfg.timing_warmup_steps * result["step_ms_median"] / 1000
-            result["compile_s"] = round(max(0.0, excess), 3)
-    if result["tokens_per_s"] is None:
-        # Too short to have a steady phase: the overall rate, flagged by compile_s = None, and the whole
-        # run as the telemetry window (warm-up included) so its GPU figures still exist.
-        end = sync()
-        result["tokens_per_s"] = round(result["tokens"] / max(end - run_start, 1e-9), 1)
-        result["window_t0"], result["window_t1"] = time.time() - (end - run_start), time.time()
-        result["window_tokens"] = result["tokens"]
-        cpu_at["window_t0"], cpu_at["window_t1"] = cpu_at["start"], cpu_load.snapshot()
-    result.update(cpu_load.window_load(cpu_at["window_t0"], cpu_at["window_t1"]))
-    if cfg.out_dir and cfg.save_model:
-        torch.save(model.state_dict(), Path(cfg.out_dir) / "model.pt")
+    def _log_point(self, done: int, lr: float, is_eval: bool, report: Report | None) -> None:
+        """The loss and speed so far, an eval when due, a progress line and an interim report."""
+        now = self.timer.close_segment()
+        train_loss = self._train_loss(done, lr)
+        self.result["train_loss"] = round(train_loss, 5)
+        self.result.update(self.timer.window())
+        point: dict[str, Any] = {
+            "step": done,
+            "tokens": done * self.cfg.tokens_per_step,
+            "train_loss": train_loss,
+        }
+        if is_eval:
+            val_loss = evaluate(self.model, self.workload, self.val)
+            if not math.isfinite(val_loss):
+                raise NonFiniteLoss(f"val loss is {val_loss} at step {done}")
+            self.result["val_loss"] = point["val_loss"] = round(val_loss, 5)
+            self.result["history"].append(point)
+            self.timer.resume()  # eval time is not training time
+        self.log(_progress_line(self.cfg, point, self.timer.rate(now)))
+        if report:
+            # The steady window so far travels with each interim report: a trial the search stops
+            # early still gets its GPU figures for the part it ran.
+            window = {k: self.result[k] for k in WINDOW_KEYS}
+            done_all = done == self.cfg.total_steps
+            report({**point, **window, "tokens_per_s": self.result["tokens_per_s"], "done": done_all})

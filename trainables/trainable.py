@@ -15,6 +15,9 @@ from ray import tune
 from trainables.config import ConfigError, make_config
 from trainables.loop import WINDOW_KEYS, train
 
+# The key under `config["train"]` where the tuner labels a trial (its case and repeat); not a knob.
+LABELS = "_labels"
+
 
 def _placement() -> dict[str, Any]:
     """Where this trial runs, in the ids the telemetry actor uses (Ray node id, physical GPU index)."""
@@ -26,9 +29,8 @@ def _placement() -> dict[str, Any]:
 def train_trial(config: dict[str, Any]) -> None:
     placement = _placement()
     try:
-        # Keys starting with "_" label a trial for the tuner (its case, its repeat); they are not knobs.
-        knobs = {k: v for k, v in config.items() if k != "train" and not k.startswith("_")}
-        base = {k: v for k, v in config["train"].items() if not k.startswith("_")}
+        knobs = {k: v for k, v in config.items() if k != "train"}
+        base = {k: v for k, v in config["train"].items() if k != LABELS}
         cfg = make_config({**base, **knobs})
     except ConfigError as err:
         tune.report({"status": "error", "error": str(err), "tokens_per_s": 0.0, "done": True, **placement})

@@ -1,7 +1,7 @@
 """Which configs need a loss run, which are feasible, and which one wins.
 
-Pure functions over plain dicts (the rows the search records), so the rules are testable without Ray or a GPU.
-Configs are dicts of knob values; a knob missing from a config has the baseline's value.
+Pure functions over the search's records (`TrialRow`, `Finalist`), so the rules are testable without Ray or
+a GPU. Configs are dicts of knob values; a knob missing from a config has the baseline's value.
 """
 
 from __future__ import annotations
@@ -11,6 +11,8 @@ import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
+
+from tuner.records import BASELINE_ID, FAILED_STATUSES, Finalist, SelectionResult, TrialRow
 
 # Knobs that change speed but not the loss curve (up to float noise): one loss run stands for every
 # config that differs from it only in these.
@@ -23,8 +25,6 @@ RUN_ONLY_FIELDS = frozenset(
     {"device", "out_dir", "save_model", "log_interval", "timing_warmup_steps", "gpu_memory_fraction",
      "memory_cap_mb", "max_steps"}
 )  # fmt: skip
-BASELINE_ID = "baseline"
-FAILED_STATUSES = frozenset({"oom", "nan", "error"})
 ENERGY_MARGIN = 0.02  # J/token must be this much lower than the fastest's to outweigh simplicity
 
 
@@ -60,22 +60,34 @@ def _finite(x: Any) -> bool:
     return isinstance(x, int | float) and math.isfinite(x)
 
 
-def _speed(trial: dict) -> float:
-    value = trial.get("tokens_per_s")
-    return value if _finite(value) else -math.inf
+def _speed(trial: TrialRow) -> float:
+    return trial.tokens_per_s if _finite(trial.tokens_per_s) else -math.inf
 
 
-def loss_check_candidates(screen_trials: list[dict], baseline: dict, top: int) -> list[dict]:
+@dataclass(frozen=True)
+class Candidate:
+    """The fastest screened trial of a group that shares one loss key, and who else is in the group."""
+
+    row: TrialRow
+    inherits: str | None  # "baseline": the baseline's own loss run stands for the group
+    covers: tuple[str, ...]  # ids of every screened trial in the group
+
+    @property
+    def id(self) -> str:
+        return self.row.id
+
+    @property
+    def config(self) -> dict[str, Any]:
+        return self.row.config
+
+
+def loss_check_candidates(screen_trials: list[TrialRow], baseline: dict, top: int) -> list[Candidate]:
     """The fastest screened config per distinct loss key, fastest first: the `top` ones that need a loss run,
-    plus (not counted in `top`) the group that shares the baseline's key, marked `inherits: "baseline"`.
-
-    Each result is a copy of the fastest trial of its group with `inherits` (None or "baseline") and `covers`
-    (ids of every screened trial in the group) added.
-    """
-    groups: dict[tuple, list[dict]] = {}
-    for trial in sorted(screen_trials, key=lambda t: (-_speed(t), str(t["id"]))):
-        if trial.get("status") == "ok" and _finite(trial.get("tokens_per_s")):
-            groups.setdefault(loss_key(trial["config"], baseline), []).append(trial)
+    plus (not counted in `top`) the group that shares the baseline's key, which inherits the baseline's."""
+    groups: dict[tuple, list[TrialRow]] = {}
+    for trial in sorted(screen_trials, key=lambda t: (-_speed(t), t.id)):
+        if trial.status == "ok" and _finite(trial.tokens_per_s):
+            groups.setdefault(loss_key(trial.config, baseline), []).append(trial)
     base_key = loss_key({}, baseline)
     out, to_check = [], 0
     for key, members in groups.items():  # insertion order = speed order of each group's fastest
@@ -84,18 +96,17 @@ def loss_check_candidates(screen_trials: list[dict], baseline: dict, top: int) -
             if to_check >= top:
                 continue
             to_check += 1
-        out.append({**members[0], "inherits": inherits, "covers": [m["id"] for m in members]})
+        out.append(Candidate(members[0], inherits, tuple(m.id for m in members)))
     return out
 
 
-def _check_verdict(check: dict, limit: float) -> bool:
-    loss = check.get("val_loss")
-    return check.get("status") == "ok" and _finite(loss) and loss <= limit
+def _check_verdict(check: TrialRow, limit: float) -> bool:
+    return check.status == "ok" and _finite(check.val_loss) and check.val_loss <= limit
 
 
 def propagate_feasibility(
-    screen_trials: list[dict],
-    checked: list[dict],
+    screen_trials: list[TrialRow],
+    checked: list[TrialRow],
     baseline_loss: float,
     limit: float,
     baseline: dict | None = None,
@@ -108,28 +119,26 @@ def propagate_feasibility(
     they name (enough when all come from one search space) and those naming only speed knobs inherit.
     """
     baseline = baseline or {}
-    verdicts: dict[tuple, dict] = {}
+    verdicts: dict[tuple, TrialRow] = {}
     for check in checked:
-        verdicts.setdefault(loss_key(check["config"], baseline), check)
+        verdicts.setdefault(loss_key(check.config, baseline), check)
     base_key = loss_key({}, baseline)
     for trial in screen_trials:
-        trial["val_loss"], trial["loss_checked_by"] = None, None
-        if trial.get("status") in FAILED_STATUSES:
-            trial["feasible"] = False
+        trial.val_loss, trial.loss_checked_by = None, None
+        if trial.status in FAILED_STATUSES:
+            trial.feasible = False
             continue
-        key = loss_key(trial["config"], baseline)
+        key = loss_key(trial.config, baseline)
         if key == base_key:
-            trial.update(feasible=baseline_loss <= limit, val_loss=baseline_loss, loss_checked_by=BASELINE_ID)
+            trial.feasible, trial.val_loss = baseline_loss <= limit, baseline_loss
+            trial.loss_checked_by = BASELINE_ID
         elif key in verdicts:
             check = verdicts[key]
-            loss = check.get("val_loss")
-            trial.update(
-                feasible=_check_verdict(check, limit),
-                val_loss=loss if _finite(loss) else None,
-                loss_checked_by=check["id"],
-            )
+            trial.feasible = _check_verdict(check, limit)
+            trial.val_loss = check.val_loss if _finite(check.val_loss) else None
+            trial.loss_checked_by = check.id
         else:
-            trial["feasible"] = None
+            trial.feasible = None
 
 
 def spread(values: Iterable[float]) -> tuple[float, float, float]:
@@ -142,23 +151,23 @@ def spread(values: Iterable[float]) -> tuple[float, float, float]:
 
 @dataclass
 class Selection:
-    winner: dict | None
+    winner: Finalist | None
     reasons: list[str] = field(default_factory=list)
     telemetry_changed_decision: bool = False
     rejected: dict[str, str] = field(default_factory=dict)
 
-    def to_dict(self) -> dict:
+    def to_record(self) -> SelectionResult:
         """The `selection` section of summary.json (the winner is recorded under `best`)."""
-        return {
-            "reasons": list(self.reasons),
-            "telemetry_changed_decision": self.telemetry_changed_decision,
-            "rejected": dict(self.rejected),
-        }
+        return SelectionResult(
+            reasons=list(self.reasons),
+            telemetry_changed_decision=self.telemetry_changed_decision,
+            rejected=dict(self.rejected),
+        )
 
 
 @dataclass(eq=False)  # identity: two finalists may carry equal numbers
 class _Ranked:
-    finalist: dict
+    finalist: Finalist
     median: float
     lo: float
     hi: float
@@ -166,11 +175,11 @@ class _Ranked:
 
     @property
     def id(self) -> str:
-        return str(self.finalist["id"])
+        return self.finalist.id
 
     @property
     def jpt(self) -> float | None:
-        value = self.finalist.get("joules_per_token")
+        value = self.finalist.joules_per_token
         return value if _finite(value) else None
 
     def describe(self) -> str:
@@ -181,23 +190,23 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
 
-def _rank(finalists: list[dict], baseline_knobs: dict, sel: Selection) -> list[_Ranked]:
+def _rank(finalists: list[Finalist], baseline_knobs: dict, sel: Selection) -> list[_Ranked]:
     """Feasible finalists with at least one finite run, fastest median first; the rest go to `rejected`."""
     ranked = []
     for fin in finalists:
-        fid = str(fin["id"])
-        if fin.get("feasible") is not True:
-            never = fin.get("feasible") is None
+        fid = fin.id
+        if fin.feasible is not True:
+            never = fin.feasible is None
             sel.rejected[fid] = "not feasible: " + (
                 "loss never checked" if never else "loss check failed or over the limit"
             )
             continue
         try:
-            median, lo, hi = spread(fin.get("runs") or [])
+            median, lo, hi = spread(fin.runs)
         except ValueError:
             sel.rejected[fid] = "no successful exclusive run"
             continue
-        ranked.append(_Ranked(fin, median, lo, hi, len(knob_diff(fin.get("config") or {}, baseline_knobs))))
+        ranked.append(_Ranked(fin, median, lo, hi, len(knob_diff(fin.config, baseline_knobs))))
     if sel.rejected:
         sel.reasons.append("excluded: " + "; ".join(f"{fid} ({why})" for fid, why in sel.rejected.items()))
     return sorted(ranked, key=lambda r: (-r.median, r.id))
@@ -205,7 +214,7 @@ def _rank(finalists: list[dict], baseline_knobs: dict, sel: Selection) -> list[_
 
 def _drop_untrusted(contenders: list[_Ranked], sel: Selection) -> list[_Ranked]:
     """Numbers from a run whose telemetry looked wrong (shared or throttled GPU) may not beat trusted ones."""
-    trusted = [r for r in contenders if r.finalist.get("telemetry_trusted") is not False]
+    trusted = [r for r in contenders if r.finalist.telemetry_trusted is not False]
     if not trusted:
         ids = ", ".join(r.id for r in contenders)
         sel.reasons.append(f"{ids}: telemetry untrusted, but no trusted config is within range")
@@ -220,7 +229,7 @@ def _drop_untrusted(contenders: list[_Ranked], sel: Selection) -> list[_Ranked]:
     return trusted
 
 
-def pick_winner(finalists: list[dict], baseline_knobs: dict) -> Selection:
+def pick_winner(finalists: list[Finalist], baseline_knobs: dict) -> Selection:
     """Among feasible finalists whose exclusive-run ranges overlap the fastest's, the one with fewest
     non-default knobs, unless every one has J/token and another saves >= 2% over it: then the lowest J/token."""
     sel = Selection(winner=None)

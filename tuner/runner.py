@@ -1,4 +1,4 @@
-"""Running one phase of the search as Ray Tune experiments, with a durable ledger of finished trials.
+"""Running the trials of one phase as Ray Tune experiments, with a durable ledger of finished trials.
 
 The driver appends each finished trial to OUT/trials/<phase>.jsonl the moment Ray reports it (flushed and
 fsync'd). That ledger, not Ray's periodic experiment snapshot, is the record: after a crash, `--resume`
@@ -8,7 +8,6 @@ rerun and none is counted twice. Trials that were running when the driver died l
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import sys
@@ -20,8 +19,10 @@ from ray import tune
 from ray.tune import Callback, Stopper
 
 from trainables.loop import first_line
-from trainables.trainable import train_trial
+from trainables.trainable import LABELS, train_trial
+from tuner.records import TrialRow
 
+# What a row keeps of a trial's last report, besides status, speed and loss (which need care).
 RESULT_KEYS = (
     "train_loss peak_mem_mb compile_s warmup_s step_ms_median step_ms_p90 steps tokens node "
     "node_id gpu pid window_t0 window_t1 window_tokens cpu_own_cores cpu_others_cores cpu_count wall_s error"
@@ -32,25 +33,27 @@ class Interrupted(KeyboardInterrupt):
     """A phase ended with trials unfinished (Ctrl-C): what finished is in the ledger; --resume goes on."""
 
 
-def trial_row(metrics: dict[str, Any] | None, config: dict[str, Any], error: Any, path: str | None) -> dict:
-    """One summary row from what a Ray trial left: its last metrics, its config, its error."""
+def trial_row(
+    metrics: dict[str, Any] | None, config: dict[str, Any], error: Any, path: str | None
+) -> dict[str, Any]:
+    """The fields of a row from what a Ray trial left: its last metrics, its config, its error (the ledger
+    adds the phase and id)."""
     m = dict(metrics or {})
     status = m.get("status")
     if error is not None:
         status, m["error"] = "error", f"{type(error).__name__}: {first_line(error)[:300]}"
     elif status in (None, "running"):
         status = "stopped"  # the stopper ended it before its final report
-    train = {k: v for k, v in (config.get("train") or {}).items() if not k.startswith("_")}
+    train = dict(config.get("train") or {})
+    labels = train.pop(LABELS, None) or {}
     speed = m.get("tokens_per_s")
     return {
-        "phase": None,  # set by the ledger
-        "config": {k: v for k, v in config.items() if k != "train" and not k.startswith("_")},
+        "config": {k: v for k, v in config.items() if k != "train"},
         "train": train,
-        "case": (config.get("train") or {}).get("_case"),
-        "repeat": (config.get("train") or {}).get("_repeat"),
+        "case": labels.get("case"),
+        "repeat": labels.get("repeat"),
         "ray_trial_id": m.get("trial_id"),
         "status": status,
-        "feasible": None,
         "tokens_per_s": speed
         if isinstance(speed, int | float) and math.isfinite(speed) and speed > 0
         else None,
@@ -67,24 +70,25 @@ class Ledger:
         self.path = out / "trials" / f"{phase}.jsonl"
         self.phase = phase
 
-    def rows(self) -> list[dict[str, Any]]:
+    def rows(self) -> list[TrialRow]:
         if not self.path.exists():
             return []
         rows = []
         for line in self.path.read_text().splitlines():
             try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:  # a line cut short by a crash: that trial reruns
+                rows.append(TrialRow.model_validate_json(line))
+            except ValueError:  # a line cut short by a crash: that trial reruns
                 continue
         return rows
 
-    def append(self, row: dict[str, Any]) -> None:
+    def append(self, fields: dict[str, Any]) -> TrialRow:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        row = {**row, "phase": self.phase, "id": f"{self.phase}-{len(self.rows())}"}
+        row = TrialRow(**fields, phase=self.phase, id=f"{self.phase}-{len(self.rows())}")
         with self.path.open("a") as f:
-            f.write(json.dumps(row, default=str) + "\n")
+            f.write(row.model_dump_json() + "\n")
             f.flush()
             os.fsync(f.fileno())
+        return row
 
 
 class Record(Callback):
@@ -92,7 +96,7 @@ class Record(Callback):
 
     def __init__(self, ledger: Ledger, total: int, already: int):
         self.ledger, self.total, self.done = ledger, total, already
-        self.best = max((r["tokens_per_s"] or 0 for r in ledger.rows() if r["status"] == "ok"), default=0)
+        self.best = max((r.tokens_per_s or 0 for r in ledger.rows() if r.status == "ok"), default=0)
         self.started, self.new = time.time(), 0
 
     def on_trial_complete(self, iteration, trials, trial, **info):
@@ -107,18 +111,17 @@ class Record(Callback):
         self._finish(trials, trial, error or RuntimeError("the trial's worker failed"))
 
     def _finish(self, trials, trial, error):
-        row = trial_row(trial.last_result, trial.config, error, getattr(trial, "path", None))
-        self.ledger.append(row)
+        row = self.ledger.append(trial_row(trial.last_result, trial.config, error, trial.path))
         self.done += 1
         self.new += 1
-        if row["status"] == "ok" and row["tokens_per_s"]:
-            self.best = max(self.best, row["tokens_per_s"])
+        if row.status == "ok" and row.tokens_per_s:
+            self.best = max(self.best, row.tokens_per_s)
         running = sum(1 for t in trials if t.status == "RUNNING" and t is not trial)
         left = max(0, self.total - self.done - running)
         eta = (time.time() - self.started) / self.new * (self.total - self.done)
         print(
             f"[{self.ledger.phase}] {self.done}/{self.total} done, {running} running, {left} left | "
-            f"last {row['status']} {row['tokens_per_s'] or 0:,.0f} tok/s | best {self.best:,.0f} tok/s | "
+            f"last {row.status} {row.tokens_per_s or 0:,.0f} tok/s | best {self.best:,.0f} tok/s | "
             f"ETA {eta:.0f}s",
             file=sys.stderr,
             flush=True,
@@ -178,12 +181,12 @@ def run_cases(
     repeats: int = 1,
     max_concurrent: int = 0,
     reuse_actors: bool = True,
-) -> list[dict[str, Any]]:
+) -> list[TrialRow]:
     """Each training config in `cases`, `repeats` times; rows in case order, one per (case, repeat)."""
     ledger = Ledger(out, phase)
-    done = {(r["case"], r["repeat"]) for r in ledger.rows()}
+    done = {(r.case, r.repeat) for r in ledger.rows()}
     pending = [
-        {**case, "_case": i, "_repeat": rep}
+        {**case, LABELS: {"case": i, "repeat": rep}}
         for i, case in enumerate(cases)
         for rep in range(repeats)
         if (i, rep) not in done
@@ -207,7 +210,7 @@ def run_cases(
     rows = ledger.rows()
     if len(rows) < total:  # Ray Tune returns from fit() on Ctrl-C with trials unfinished
         raise Interrupted(f"{phase}: {len(rows)} of {total} trials finished")
-    return sorted(rows, key=lambda r: (r["case"], r["repeat"]))
+    return sorted(rows, key=lambda r: (r.case, r.repeat))
 
 
 def run_search(
@@ -222,7 +225,7 @@ def run_search(
     max_concurrent: int,
     time_budget_s: float | None,
     reuse_actors: bool = True,
-) -> list[dict[str, Any]]:
+) -> list[TrialRow]:
     """`trials` searcher-proposed trials in total, across resumes; rows in completion order."""
     ledger = Ledger(out, phase)
     done = ledger.rows()
@@ -235,7 +238,7 @@ def run_search(
                 file=sys.stderr,
                 flush=True,
             )
-        best = max((r["tokens_per_s"] or 0 for r in done if r["status"] == "ok"), default=0.0)
+        best = max((r.tokens_per_s or 0 for r in done if r.status == "ok"), default=0.0)
         _fit(
             ledger,
             out,

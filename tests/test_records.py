@@ -1,0 +1,43 @@
+"""The typed records: summary.json's schema stays in step with the model, and records are strict."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from tests.factories import make_row, make_summary
+from tuner.records import Summary, TrialRow, summary_schema
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_committed_schema_is_the_models_schema():
+    committed = json.loads((ROOT / "docs" / "summary.schema.json").read_text())
+    assert committed == summary_schema(), "regenerate: python -m tuner.records > docs/summary.schema.json"
+
+
+def test_a_summary_round_trips_through_json():
+    summary = make_summary(
+        baseline={"config": {"batch_size": 8}, "tokens_per_s": 100.0, "val_loss": 1.5},
+        best={"id": "screen-1", "config": {"batch_size": 64}, "tokens_per_s": 400.0, "speedup": 4.0},
+        trials=[make_row("screen-1", config={"batch_size": 64}, tokens_per_s=400.0, feasible=True)],
+    )
+    again = Summary.model_validate_json(summary.model_dump_json())
+    assert again == summary
+    assert again.trials[0].phase_name == "screen" and again.best.speedup == 4.0
+
+
+def test_a_misspelt_field_is_an_error_not_a_silent_extra():
+    with pytest.raises(ValidationError, match="tokens_per_sec"):
+        TrialRow(id="x", phase="screen", tokens_per_sec=1.0)
+    with pytest.raises(ValidationError):
+        make_row("x", status="exploded")
+
+
+def test_phase_name_drops_the_round_number():
+    assert make_row("loss_check_3-0", "loss_check_3").phase_name == "loss_check"
+    assert make_row("remeasure-2", "remeasure").phase_name == "remeasure"
+    assert make_row("x", status="oom").failed and not make_row("y").failed

@@ -1,0 +1,151 @@
+"""Step timing the way the tuner needs it, kept apart from the training loop.
+
+Steps before `warmup_steps` (compilation, autotuning, CUDA-graph capture) are timed apart as `warmup_s`;
+their excess over steady steps is the one-off `compile_s`. Steady tokens/s is steady tokens over steady
+time, summed over segments that end at host-device syncs the loop makes anyway (log and eval points), so
+timing adds no syncs of its own; eval time between segments is left out. Step-time median and p90 come
+from CUDA events on GPU (read at segment ends) and the wall clock on CPU. The wall-clock (time.time)
+window of the steady phase, its tokens and the host's CPU load over it are what telemetry is joined on.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+
+from trainables import cpu_load
+
+
+class StepTimer:
+    """Call `start()`, wrap each optimizer step in `with timer.step():`, call `close_segment()` at each
+    log point (it syncs) and `resume()` after an eval; `window()` is the steady window so far and
+    `summary()` every timing figure of the run.
+
+    `clock` is time.perf_counter, `wall` time.time; `device_sync` waits for queued device work and
+    `new_event` makes a timing event (CUDA), both None on CPU. Tests pass fakes of all four.
+    """
+
+    def __init__(
+        self,
+        warmup_steps: int,
+        tokens_per_step: int,
+        *,
+        clock: Callable[[], float] = time.perf_counter,
+        wall: Callable[[], float] = time.time,
+        device_sync: Callable[[], None] | None = None,
+        new_event: Callable[[], Any] | None = None,
+        cpu_snapshot: Callable[[], cpu_load.CpuSnapshot | None] = cpu_load.snapshot,
+    ):
+        self.warmup_steps, self.tokens_per_step = warmup_steps, tokens_per_step
+        self.clock, self.wall, self.device_sync, self.new_event = clock, wall, device_sync, new_event
+        self.cpu_snapshot = cpu_snapshot
+        self.steps, self.steady_tokens, self.steady_s = 0, 0, 0.0
+        self.step_s: list[float] = []  # steady steps only
+        self._events: list[tuple[Any, Any]] = []  # CUDA events of steady steps not yet read
+        self.run_start = self.segment_start = 0.0
+        self.warmup_s: float | None = None
+        self.tokens_per_s: float | None = None
+        self.window_t0: float | None = None
+        self.window_t1: float | None = None
+        self.window_tokens = 0
+        self._cpu: dict[str, cpu_load.CpuSnapshot | None] = dict.fromkeys(("start", "t0", "t1"))
+
+    @classmethod
+    def for_device(cls, device: torch.device, warmup_steps: int, tokens_per_step: int) -> StepTimer:
+        if device.type != "cuda":
+            return cls(warmup_steps, tokens_per_step)
+        return cls(
+            warmup_steps,
+            tokens_per_step,
+            device_sync=lambda: torch.cuda.synchronize(device),
+            new_event=lambda: torch.cuda.Event(enable_timing=True),
+        )
+
+    def _now(self) -> float:
+        if self.device_sync is not None:
+            self.device_sync()
+        return self.clock()
+
+    def start(self) -> None:
+        self.run_start = self.segment_start = self._now()
+        self._cpu["start"] = self.cpu_snapshot()
+
+    @contextmanager
+    def step(self) -> Iterator[None]:
+        """Times one optimizer step (all its micro-batches); the last warm-up step ends the warm-up."""
+        steady = self.steps >= self.warmup_steps
+        begin = self.new_event() if steady and self.new_event else None
+        if begin is not None:
+            begin.record()
+        started = self.clock()
+        yield
+        if steady:
+            if begin is not None:
+                end = self.new_event()
+                end.record()
+                self._events.append((begin, end))
+            else:
+                self.step_s.append(self.clock() - started)
+            self.steady_tokens += self.tokens_per_step
+        self.steps += 1
+        if self.steps == self.warmup_steps:
+            self.warmup_s = round(self.close_segment() - self.run_start, 3)
+            self.window_t0, self._cpu["t0"] = self.wall(), self.cpu_snapshot()
+
+    def close_segment(self) -> float:
+        """Syncs and ends the segment since the last one (steady time once past the warm-up); returns now."""
+        now = self._now()
+        if self.steps > self.warmup_steps:
+            self.steady_s += now - self.segment_start
+        self.segment_start = now
+        self.step_s.extend(begin.elapsed_time(end) / 1000 for begin, end in self._events)
+        self._events.clear()
+        if self.steady_s > 0:
+            self.tokens_per_s = round(self.steady_tokens / self.steady_s, 1)
+            self.window_t1, self.window_tokens = self.wall(), self.steady_tokens
+            self._cpu["t1"] = self.cpu_snapshot()
+        return now
+
+    def resume(self) -> None:
+        """Starts the next segment now: the time since the last close (an eval) is not training time."""
+        self.segment_start = self._now()
+
+    def rate(self, now: float) -> float:
+        """Steady tokens/s so far, else the overall rate since start (for ETAs)."""
+        return self.tokens_per_s or self.steps * self.tokens_per_step / max(now - self.run_start, 1e-9)
+
+    def window(self) -> dict[str, Any]:
+        """The steady phase so far: speed, wall-clock window and its tokens, and the warm-up's length."""
+        keys = ("tokens_per_s", "warmup_s", "window_t0", "window_t1", "window_tokens")
+        return {key: getattr(self, key) for key in keys}
+
+    def _step_stats(self) -> dict[str, float | None]:
+        if not self.step_s:
+            return {"step_ms_median": None, "step_ms_p90": None, "compile_s": None}
+        ms = sorted(t * 1000 for t in self.step_s)
+        median = round(statistics.median(ms), 3)
+        compile_s = None
+        if self.warmup_s is not None:
+            # The warm-up steps' excess over steady steps is the one-off cost (compile, autotune, graphs).
+            compile_s = round(max(0.0, self.warmup_s - self.warmup_steps * median / 1000), 3)
+        p90 = round(ms[min(len(ms) - 1, int(0.9 * len(ms)))], 3)
+        return {"step_ms_median": median, "step_ms_p90": p90, "compile_s": compile_s}
+
+    def summary(self) -> dict[str, Any]:
+        """Every timing figure of the run, with the host's CPU load over its window (after the last step)."""
+        figures = {**self.window(), **self._step_stats()}
+        cpu = (self._cpu["t0"], self._cpu["t1"])
+        if self.tokens_per_s is None:
+            # Too short to have a steady phase: the overall rate, flagged by compile_s = None, and the whole
+            # run as the telemetry window (warm-up included) so its GPU figures still exist.
+            elapsed, t1 = self._now() - self.run_start, self.wall()
+            tokens = self.steps * self.tokens_per_step
+            figures.update(tokens_per_s=round(tokens / max(elapsed, 1e-9), 1), window_tokens=tokens)
+            figures.update(window_t0=t1 - elapsed, window_t1=t1)
+            cpu = (self._cpu["start"], self.cpu_snapshot())
+        return {**figures, **cpu_load.window_load(*cpu)}

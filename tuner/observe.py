@@ -1,0 +1,78 @@
+"""The search's side of telemetry: start one NVML sampler per GPU node, then join each finished trial to the
+GPU samples of its timed window and flag speed figures taken while the host's CPUs were contended."""
+
+from __future__ import annotations
+
+import ray
+from tensorboardX import SummaryWriter
+
+from tuner.context import SearchContext, Telemetry
+from tuner.records import TrialRow
+from tuner.telemetry import (
+    annotate_trial,
+    describe_unavailable,
+    fetch_window,
+    flag_cpu_contention,
+    start_telemetry,
+    write_tensorboard,
+)
+
+
+def start(ctx: SearchContext) -> Telemetry:
+    """One sampler per GPU node; on a machine without NVML it says so once and the search goes on."""
+    hz = ctx.cfg.search.telemetry_hz
+    if not hz:
+        return Telemetry(notice="telemetry off (search.telemetry_hz = 0)")
+    telemetry = Telemetry(actors=start_telemetry(hz=hz, all_nodes=not ctx.on_gpu))
+    for info in ray.get([a.info.remote() for a in telemetry.actors.values()]):
+        line = describe_unavailable(info)
+        if line:
+            telemetry.notice = line
+            ctx.notice(line)
+    return telemetry
+
+
+def annotate(ctx: SearchContext, rows: list[TrialRow]) -> list[TrialRow]:
+    """Each row joined to its GPU window (util, power, J/token, throttling) and its CPU contention flag."""
+    out = [_flag_cpu(_join_gpu(ctx, row)) for row in rows]
+    # loss-check runs share the machine by design and their speed is never used
+    flagged = [r for r in out if r.cpu_shared and r.phase_name != "loss_check"]
+    if flagged:
+        worst = max(r.cpu_others_cores for r in flagged)
+        ctx.notice(
+            f"{flagged[0].phase}: {len(flagged)} of {len(out)} timed runs shared the CPU with other "
+            f"processes (up to {worst:.1f} cores busy elsewhere); their speed figures are not trusted"
+        )
+    return out
+
+
+def _join_gpu(ctx: SearchContext, row: TrialRow) -> TrialRow:
+    has_window = row.window_t0 and row.window_t1 and row.gpu is not None
+    if not (ctx.telemetry.actors and has_window):
+        return row
+    metrics = row.model_dump()
+    window = fetch_window(ctx.telemetry.actors, {**metrics, "node": row.node_id})
+    if not window.get("available"):
+        return row.model_copy(update={"telemetry_note": window.get("reason")})
+    row = TrialRow.model_validate(annotate_trial(metrics, window))
+    return _with_timeline(ctx, row)
+
+
+def _flag_cpu(row: TrialRow) -> TrialRow:
+    return TrialRow.model_validate(flag_cpu_contention(row.model_dump()))
+
+
+def _with_timeline(ctx: SearchContext, row: TrialRow) -> TrialRow:
+    """The trial's GPU timeline into TensorBoard, next to Ray's curves for that trial, and onto the row."""
+    actor = ctx.telemetry.actors.get(row.node_id)
+    if actor is None or not row.path:
+        return row
+    try:
+        ref = actor.timeline.remote(row.gpu, row.window_t0, row.window_t1, 200)
+        timeline = ray.get(ref, timeout=30)
+        with SummaryWriter(logdir=row.path) as writer:
+            write_tensorboard(writer, timeline)
+    except Exception as err:  # noqa: BLE001 - a missing plot must not end the search
+        ctx.notice(f"telemetry timeline for {row.id} not written: {err}")
+        return row
+    return row.model_copy(update={"timeline": timeline})

@@ -1,0 +1,166 @@
+"""The answer: finalists from the re-measured runs, the winner by the selection rule, and OUT's summary.json,
+report.md, report.html and best.yaml."""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+import sys
+from pathlib import Path
+
+from trainables.config import dump_config, make_config
+from tuner.context import SearchContext, log
+from tuner.records import (
+    BASELINE_ID,
+    BaselineResult,
+    Best,
+    Finalist,
+    Summary,
+    TelemetrySummary,
+    Tolerance,
+    TrialRow,
+)
+from tuner.report import write_reports
+from tuner.select import pick_winner, spread
+
+EXIT_OK, EXIT_NO_FEASIBLE = 0, 3
+VERSIONED = ("torch", "ray", "optuna", "hybrid-tuner", "fla-core", "mamba-ssm", "causal-conv1d")
+
+
+def summarize(
+    ctx: SearchContext,
+    baseline: TrialRow,
+    screen: list[TrialRow],
+    checked: list[TrialRow],
+    remeasure: list[TrialRow],
+    limit: float,
+) -> Summary:
+    finalists = _finalists(baseline, screen, remeasure)
+    base_runs = next((f.runs for f in finalists if f.id == BASELINE_ID), [])
+    base_median = spread(base_runs)[0] if base_runs else baseline.tokens_per_s
+    # The baseline competes too: when nothing beats it beyond noise, the simplest (it) wins.
+    selection = pick_winner(finalists, ctx.base)
+    winner = selection.winner
+    if not any(f.feasible for f in finalists if f.id != BASELINE_ID):
+        winner = None  # nothing but the baseline itself passed: exit 3, the baseline is the answer
+    trials = [baseline, *screen, *checked, *remeasure]
+    return Summary(
+        baseline=BaselineResult(
+            config=ctx.base,
+            tokens_per_s=base_median,
+            tokens_per_s_full_run=baseline.tokens_per_s,
+            val_loss=baseline.val_loss,
+        ),
+        best=_best(winner, base_median) if winner else None,
+        trials=_without_timelines(trials),
+        tolerance=Tolerance(value=ctx.cfg.quality.tolerance, mode=ctx.cfg.quality.mode, limit=limit),
+        hardware=ctx.hw.model_dump(),
+        versions=_versions(),
+        timings=_timings(ctx),
+        selection=selection.to_record(),
+        notices=ctx.notices,
+        telemetry=TelemetrySummary(
+            available=ctx.telemetry.available,
+            notice=ctx.telemetry.notice,
+            timelines=_timelines(remeasure, winner.id if winner else None),
+        ),
+        command=ctx.command,
+        best_yaml=str(ctx.out / "best.yaml"),
+        measurement=_measurement(ctx),
+    )
+
+
+def write(ctx: SearchContext, summary: Summary) -> int:
+    """OUT's files; the exit code: 0 a config was chosen, 3 the baseline stays the answer."""
+    best = summary.best
+    config = {**ctx.base, **(best.config if best else {})}
+    # best.yaml is for training on whatever corpus its user has; the corpus check is the search's own
+    dump_config(make_config({**config, "data_sha256": None}), ctx.out / "best.yaml")
+    (ctx.out / "summary.json").write_text(summary.model_dump_json(indent=1))
+    write_reports(ctx.out, summary)
+    if not best:
+        log("no config beat the baseline within tolerance; the answer is the baseline (best.yaml)")
+        return EXIT_NO_FEASIBLE
+    log(
+        f"best: {best.id} {best.config} -> {best.tokens_per_s:,.0f} tok/s "
+        f"({best.speedup}x baseline), val loss {best.val_loss}"
+    )
+    log(f"run it: python -m trainables.train --config {Path(summary.best_yaml)}")
+    return EXIT_OK
+
+
+def _finalists(baseline: TrialRow, screen: list[TrialRow], remeasure: list[TrialRow]) -> list[Finalist]:
+    runs: dict[str, list[TrialRow]] = {}
+    for row in remeasure:
+        runs.setdefault(row.finalist, []).append(row)
+    screened = {t.id: t for t in screen}
+    out = []
+    for fid, rows in runs.items():
+        src = screened.get(fid, baseline)
+        joules = [r.joules_per_token for r in rows if r.joules_per_token]
+        trusted = [r.telemetry_trusted for r in rows if r.telemetry_trusted is not None]
+        out.append(
+            Finalist(
+                id=fid,
+                config=src.config if fid in screened else {},
+                runs=[r.tokens_per_s for r in rows if r.status == "ok" and r.tokens_per_s],
+                val_loss=src.val_loss,
+                feasible=src.feasible,
+                # a J/token figure for every run, or none: a partial median would favour the lucky
+                joules_per_token=spread(joules)[0] if joules and len(joules) == len(rows) else None,
+                telemetry_trusted=all(trusted) if trusted else None,
+            )
+        )
+    return out
+
+
+def _best(winner: Finalist, base_median: float | None) -> Best:
+    median, lo, hi = spread(winner.runs)
+    return Best(
+        id=winner.id,
+        config=winner.config,
+        tokens_per_s=median,
+        tokens_per_s_spread=[lo, hi],
+        val_loss=winner.val_loss,
+        speedup=round(median / base_median, 3) if base_median else None,
+    )
+
+
+def _timelines(remeasure: list[TrialRow], best_id: str | None) -> dict[str, list[dict]]:
+    """The GPU timeline of one exclusive run of the baseline and of the winner (for the report's plots)."""
+    out = {}
+    for fid in (BASELINE_ID, best_id):
+        run = next((r for r in remeasure if r.finalist == fid and r.timeline), None)
+        if run:
+            out[run.id] = run.timeline.get("points", [])
+    return out
+
+
+def _without_timelines(rows: list[TrialRow]) -> list[TrialRow]:
+    return [r.model_copy(update={"timeline": None}) for r in rows]
+
+
+def _timings(ctx: SearchContext) -> dict[str, float]:
+    timings = ctx.state.timings
+    # loss_check_N rounds are inside loss_check
+    return {**timings, "total": round(sum(v for k, v in timings.items() if not k[-1].isdigit()), 1)}
+
+
+def _measurement(ctx: SearchContext) -> dict:
+    return {
+        "screen_steps": ctx.cfg.search.screen_steps,
+        "timing_warmup_steps": ctx.base["timing_warmup_steps"],
+        "repeats": ctx.cfg.search.repeats,
+        "screen": "exclusive GPU (or the whole CPU share)",
+        "loss_check": "shared GPU (fractions), full token budget, val loss only",
+        "remeasure": "exclusive, repeated; medians",
+    }
+
+
+def _versions() -> dict[str, str]:
+    out = {"python": sys.version.split()[0]}
+    for dist in VERSIONED:
+        try:
+            out[dist] = md.version(dist)
+        except md.PackageNotFoundError:
+            pass
+    return out

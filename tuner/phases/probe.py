@@ -1,0 +1,35 @@
+"""The batch probe: the largest batch that trains a step at each precision, so the screen wastes no trial on
+batches that cannot fit. One fresh worker per precision: an OOM must not leave state behind for the next."""
+
+from __future__ import annotations
+
+import ray
+
+from tuner.config import Knob
+from tuner.context import SearchContext, log
+from tuner.probe import max_batch
+from tuner.space import bound_batch
+
+
+def run(ctx: SearchContext, space: dict[str, Knob]) -> dict[str, int]:
+    """{precision: largest batch}; empty when the probe does not apply."""
+    if not ctx.cfg.search.probe_batch or not isinstance(space.get("batch_size"), list):
+        return {}
+    if not ctx.on_gpu and not ctx.base.get("memory_cap_mb"):
+        ctx.notice("batch probe skipped on CPU without memory_cap_mb (the OS swaps rather than OOMs)")
+        return {}
+    precisions = space.get("precision", [ctx.base["precision"]])
+    limit = min(ctx.cfg.search.max_batch, max(space["batch_size"]))
+    task = ray.remote(max_calls=1)(max_batch).options(num_gpus=1 if ctx.on_gpu else 0, num_cpus=1)
+    bounds = dict(zip(precisions, ray.get([task.remote(ctx.base, p, limit) for p in precisions])))
+    log(f"[probe] largest batch per precision: {bounds}")
+    return bounds
+
+
+def bounded(ctx: SearchContext, space: dict[str, Knob], bounds: dict[str, int]) -> dict[str, Knob]:
+    if not bounds:
+        return space
+    space, notices = bound_batch(space, max(bounds.values()))
+    for n in notices:
+        ctx.notice(n)
+    return space

@@ -1,0 +1,85 @@
+"""The speed screen: Optuna (TPE, through Ray Tune's OptunaSearch) proposes configs; each runs briefly and
+alone on a whole GPU (or the whole CPU share); clearly slow ones are stopped early. The study lives in
+OUT/optuna.journal (or an RDB URL), so a resumed search goes on with what TPE already learned."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import optuna
+from optuna.storages import JournalStorage
+from optuna.storages.journal import JournalFileBackend
+from optuna.trial import TrialState
+from ray.tune.search.optuna import OptunaSearch
+
+from tuner.config import Knob, Range, parse_duration
+from tuner.context import SearchContext
+from tuner.observe import annotate
+from tuner.records import TrialRow
+from tuner.runner import run_search
+from tuner.space import to_tune
+
+STUDY = "screen"
+
+
+def run(ctx: SearchContext, space: dict[str, Knob]) -> list[TrialRow]:
+    s = ctx.cfg.search
+    storage = _storage(ctx)
+    if ctx.resume:
+        _fail_stale_trials(storage)
+    points = [p for p in (_start_point(ctx, point, space) for point in s.start_points) if p]
+
+    def make_searcher() -> OptunaSearch:
+        return OptunaSearch(
+            points_to_evaluate=points or None,
+            metric="tokens_per_s",
+            mode="max",
+            sampler=optuna.samplers.TPESampler(seed=s.seed, n_startup_trials=max(2, min(8, s.trials // 3))),
+            study_name=STUDY,
+            storage=storage,
+        )
+
+    rows = run_search(
+        "screen",
+        ctx.out,
+        {"train": ctx.short_run({}), **to_tune(space)},
+        ctx.exclusive(),
+        trials=s.trials,
+        make_searcher=make_searcher,
+        stopper_ratio=s.early_stop_ratio,
+        max_concurrent=max(1, ctx.hw.gpus),
+        time_budget_s=parse_duration(s.time_budget) if s.time_budget else None,
+        reuse_actors=ctx.reuse_actors(),
+    )
+    for row in rows:
+        row.val_loss = None  # a short run's loss means nothing; the loss check fills it in
+    return annotate(ctx, rows)
+
+
+def _storage(ctx: SearchContext):
+    if ctx.cfg.search.storage:
+        return optuna.storages.RDBStorage(ctx.cfg.search.storage)
+    return JournalStorage(JournalFileBackend(str(ctx.out / "optuna.journal")))
+
+
+def _start_point(ctx: SearchContext, point: dict[str, Any], space: dict[str, Knob]) -> dict[str, Any] | None:
+    """A full point of the space: named knobs as given, the rest the baseline's value (or the first choice)."""
+    full = {}
+    for name, knob in space.items():
+        value = point.get(name, ctx.base[name])
+        ok = knob.low <= value <= knob.high if isinstance(knob, Range) else value in knob
+        if not ok and name in point:
+            ctx.notice(f"start point {point} skipped: {name}={value!r} does not apply here")
+            return None
+        full[name] = value if ok else (knob.low if isinstance(knob, Range) else knob[0])
+    return full
+
+
+def _fail_stale_trials(storage) -> None:
+    """Trials left RUNNING by a killed driver will never report: mark them failed so TPE ignores them."""
+    try:
+        study = optuna.load_study(study_name=STUDY, storage=storage)
+    except KeyError:  # no study yet
+        return
+    for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)

@@ -1,0 +1,186 @@
+"""The typed records that cross module boundaries in the search: a trial row, a finalist, the summary.
+
+summary.json is `Summary.model_dump_json()`; docs/summary.schema.json is `Summary.model_json_schema()`
+(tests/test_records.py keeps the two in step). Every phase produces `TrialRow`s, selection reads them,
+and the reports read a `Summary` only, so a report can be rebuilt from a saved summary.json.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Status = Literal["ok", "oom", "nan", "error", "stopped"]
+FAILED_STATUSES = frozenset({"oom", "nan", "error"})
+BASELINE_ID = "baseline"
+
+
+class Record(BaseModel):
+    """Strict about names (a typo is an error), lenient about absent values (None = not measured)."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class TrialRow(Record):
+    """One training run the search made: what it ran, what it measured, and the verdicts it earned."""
+
+    # identity
+    id: str = Field(description="unique in a search: <phase>-<n>, or 'baseline'")
+    phase: str = Field(description="baseline, probe, screen, loss_check_<round>, remeasure")
+    config: dict[str, Any] = Field(default_factory=dict, description="the knobs this run set")
+    train: dict[str, Any] = Field(default_factory=dict, description="the full training config it ran")
+    case: int | None = Field(None, description="index of its config in the phase's list of cases")
+    repeat: int | None = Field(None, description="repeat number of that case")
+    ray_trial_id: str | None = None
+    path: str | None = Field(None, description="the Ray Tune trial folder (TensorBoard events)")
+
+    # outcome, from the training loop
+    status: Status = "ok"
+    error: str | None = None
+    tokens_per_s: float | None = Field(None, description="steady-state tokens/s")
+    val_loss: float | None = None
+    train_loss: float | None = None
+    peak_mem_mb: float | None = None
+    compile_s: float | None = Field(None, description="one-off cost of the warm-up steps over steady ones")
+    warmup_s: float | None = None
+    step_ms_median: float | None = None
+    step_ms_p90: float | None = None
+    steps: int | None = None
+    tokens: int | None = None
+    wall_s: float | None = None
+
+    # where and when it was timed
+    node: str | None = None
+    node_id: str | None = None
+    gpu: int | None = None
+    pid: int | None = None
+    window_t0: float | None = None
+    window_t1: float | None = None
+    window_tokens: int | None = None
+    cpu_own_cores: float | None = None
+    cpu_others_cores: float | None = None
+    cpu_count: int | None = None
+    cpu_shared: bool | None = Field(None, description="other processes contended for the CPUs")
+
+    # the GPU's view of the timed window (telemetry join)
+    gpu_util_mean: float | None = None
+    gpu_power_mean_w: float | None = None
+    energy_j: float | None = None
+    energy_source: str | None = None
+    joules_per_token: float | None = None
+    gpu_temp_max_c: float | None = None
+    throttled_share: float | None = None
+    slowdown_share: float | None = None
+    shared: bool | None = Field(None, description="another process used the GPU in the window")
+    telemetry_samples: int | None = None
+    telemetry_trusted: bool | None = None
+    telemetry_note: str | None = None
+    timeline: dict[str, Any] | None = Field(None, description="downsampled GPU samples (kept for plots)")
+
+    # verdicts
+    feasible: bool | None = Field(None, description="val loss within the limit (None = never checked)")
+    loss_checked_by: str | None = Field(None, description="id of the run whose val loss stands for this one")
+    screen_id: str | None = Field(None, description="loss checks: the screen trial checked")
+    finalist: str | None = Field(None, description="re-measure: the finalist this run measured")
+
+    @property
+    def phase_name(self) -> str:
+        """The phase without its round number (loss_check_0 -> loss_check)."""
+        return re.sub(r"_\d+$", "", self.phase)
+
+    @property
+    def failed(self) -> bool:
+        return self.status in FAILED_STATUSES
+
+
+class Hardware(Record):
+    """What the trials' machine can do (probed on a trial worker, so it describes a GPU node)."""
+
+    node: str | None = None
+    cpus: int | None = None
+    cuda: bool = False
+    torch: str | None = None
+    backends: dict[str, Any] = Field(default_factory=dict)
+    bf16: bool = False
+    gpus: int = 0
+    gpu_name: str | None = None
+    gpu_mem_mb: int | None = None
+    cuda_version: str | None = None
+
+
+class Finalist(Record):
+    """A config re-measured exclusively: its runs' speeds and the loss verdict it carries."""
+
+    id: str
+    config: dict[str, Any] = Field(default_factory=dict)
+    runs: list[float] = Field(default_factory=list, description="tok/s of each successful exclusive run")
+    val_loss: float | None = None
+    feasible: bool | None = None
+    joules_per_token: float | None = None
+    telemetry_trusted: bool | None = None
+
+
+class BaselineResult(Record):
+    config: dict[str, Any] = Field(default_factory=dict, description="the full baseline training config")
+    tokens_per_s: float | None = Field(None, description="median of its exclusive re-measurements")
+    tokens_per_s_full_run: float | None = None
+    val_loss: float | None = None
+
+
+class Best(Record):
+    id: str
+    config: dict[str, Any] = Field(default_factory=dict)
+    tokens_per_s: float | None = None
+    tokens_per_s_spread: list[float] = Field(default_factory=list, description="[min, max] of its runs")
+    val_loss: float | None = None
+    speedup: float | None = None
+
+
+class Tolerance(Record):
+    value: float | None = None
+    mode: Literal["absolute", "relative"] = "absolute"
+    limit: float | None = None
+
+
+class SelectionResult(Record):
+    reasons: list[str] = Field(default_factory=list)
+    telemetry_changed_decision: bool = False
+    rejected: dict[str, str] = Field(default_factory=dict)
+
+
+class TelemetrySummary(Record):
+    available: bool = False
+    notice: str | None = None
+    timelines: dict[str, list[dict[str, Any]]] = Field(default_factory=dict)
+
+
+class Summary(Record):
+    """summary.json: the answer (`best`, None when the baseline stays), the evidence, how it was measured."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, title="hybrid-tuner summary.json")
+
+    baseline: BaselineResult = Field(default_factory=BaselineResult)
+    best: Best | None = None
+    trials: list[TrialRow] = Field(default_factory=list)
+    tolerance: Tolerance = Field(default_factory=Tolerance)
+    hardware: dict[str, Any] = Field(default_factory=dict)
+    versions: dict[str, str] = Field(default_factory=dict)
+    timings: dict[str, float] = Field(default_factory=dict, description="seconds per phase")
+    selection: SelectionResult = Field(default_factory=SelectionResult)
+    notices: list[str] = Field(default_factory=list)
+    telemetry: TelemetrySummary = Field(default_factory=TelemetrySummary)
+    command: str | None = None
+    best_yaml: str | None = None
+    measurement: dict[str, Any] = Field(default_factory=dict)
+
+
+def summary_schema() -> dict[str, Any]:
+    """The JSON Schema of summary.json (docs/summary.schema.json: `python -m tuner.records`)."""
+    return Summary.model_json_schema()
+
+
+if __name__ == "__main__":
+    print(json.dumps(summary_schema(), indent=1))

@@ -1,0 +1,41 @@
+"""The search's reports, rebuilt from summary.json alone: report.md and a self-contained report.html.
+
+view.py reduces the summary to what both show; markdown.py and html.py render it (html.py with charts.py's
+matplotlib plots). `write_reports` is the one entry point the search calls.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from tuner.records import Summary
+from tuner.report.html import render_html
+from tuner.report.markdown import render_markdown
+from tuner.report.view import as_summary, fmt_jpt, fmt_loss, fmt_mem, fmt_seconds, fmt_tps, phase_of
+
+__all__ = [
+    "fmt_jpt",
+    "fmt_loss",
+    "fmt_mem",
+    "fmt_seconds",
+    "fmt_tps",
+    "phase_of",
+    "render_html",
+    "render_markdown",
+    "write_reports",
+]
+
+
+def write_reports(out_dir: str | Path, summary: Summary | Mapping[str, Any]) -> list[Path]:
+    """Write report.md and report.html into `out_dir`; return the paths written."""
+    summary = as_summary(summary)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, render in (("report.md", render_markdown), ("report.html", render_html)):
+        path = out / name
+        path.write_text(render(summary))
+        written.append(path)
+    return written

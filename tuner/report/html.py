@@ -1,0 +1,311 @@
+"""report.html: report.md's answer and evidence, with plots, a sortable table and GPU timelines.
+
+One self-contained file, so it opens offline and can be attached anywhere: templates/report.html.j2 with
+static/report.css, static/report.js and the plots' SVG inlined. The template autoescapes, so every string
+from the summary is escaped; only this package's own CSS, JS, SVG and emphasis go in as Markup.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import statistics
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import jinja2
+from markupsafe import Markup, escape
+
+import tuner.report.charts as charts
+from tuner.records import BASELINE_ID, Summary, TrialRow
+from tuner.report.view import (
+    COLUMN_KNOBS,
+    DASH,
+    TABLE_COLUMNS,
+    Entry,
+    Facts,
+    View,
+    answer,
+    fmt_jpt,
+    fmt_loss,
+    fmt_mem,
+    fmt_seconds,
+    fmt_tps,
+    is_num,
+    measurement_notes,
+)
+
+HERE = Path(__file__).parent
+TABLE_HEAD = (*TABLE_COLUMNS, "J/token", "Status")
+TEXT_COLUMNS = ("Config", "Precision", "Compile", "Kernels", "Status")
+TIMELINE_PANELS = (  # (point field, title, unit)
+    ("util_gpu", "GPU utilisation", "%"),
+    ("power_w", "Power", "W"),
+    ("mem_used_mb", "Memory used", "MiB"),
+    ("temp_c", "Temperature", "°C"),
+)
+STATS_HEAD = (
+    "Run",
+    "Samples",
+    "Duration",
+    "GPU util",
+    "Mem util",
+    "Power",
+    "Peak memory",
+    "Max temp",
+    "Throttled",
+    "Processes",
+    "J/token",
+    "Telemetry",
+)
+
+
+def _inline(text: str) -> Markup:
+    """The reports' inline emphasis, escaped: **x** -> <strong>, `x` -> <code>."""
+    html = re.sub(r"\*\*(.+?)\*\*", r"<strong>\1</strong>", str(escape(text)))
+    return Markup(re.sub(r"`(.+?)`", r"<code>\1</code>", html))
+
+
+_ENV = jinja2.Environment(
+    loader=jinja2.FileSystemLoader(HERE / "templates"),
+    autoescape=True,
+    undefined=jinja2.StrictUndefined,
+    trim_blocks=True,
+    lstrip_blocks=True,
+)
+_ENV.filters["inline"] = _inline
+
+
+# --- the table ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Cell:
+    shown: Any  # what the cell says
+    key: Any  # data-v: what the sort script compares ("" sorts last)
+    title: str | None = None  # hover text: how the number was measured, or why the config lost
+    cls: str = ""
+    note: str = ""  # small print under the label: the knobs no column shows
+
+
+@dataclass
+class Row:
+    cls: str
+    cells: list[Cell] = field(default_factory=list)
+
+
+def _sort_key(value: Any) -> str:
+    return "" if value is None else str(value)
+
+
+def _row(e: Entry, facts: Facts) -> Row:
+    extra = ", ".join(f"{k}={new}" for k, (_, new) in e.changes.items() if k not in COLUMN_KNOBS)
+    loss = fmt_loss(e.loss) + (" (over limit)" if facts.over_limit(e.loss) else "")
+    speedup = f"{e.speedup:.2f}×" if e.speedup is not None else DASH
+    knobs = [
+        Cell(DASH if e.config[k] is None else e.config[k], _sort_key(e.config[k]), cls=_knob_class(k))
+        for k in COLUMN_KNOBS
+    ]
+    cells = [
+        Cell(e.label, e.label, e.tooltip, "text", extra),
+        *knobs,
+        Cell(fmt_tps(e.tps), _sort_key(e.tps), e.how["tps"]),
+        Cell(fmt_mem(e.mem), _sort_key(e.mem), e.how["mem"]),
+        Cell(loss, _sort_key(e.loss), e.how["loss"]),
+        Cell(speedup, _sort_key(e.speedup), e.how["tps"]),
+        Cell(fmt_jpt(e.jpt), _sort_key(e.jpt), e.how["jpt"] if e.jpt is not None else None),
+        Cell(e.verdict, e.verdict, e.reason or None, "text"),
+    ]
+    return Row(e.role if e.role != "other" else ("failed" if e.failed else ""), cells)
+
+
+def _knob_class(knob: str) -> str:
+    return "" if knob in ("batch_size", "num_workers") else "text"
+
+
+# --- the answer ---------------------------------------------------------------------------------------------
+
+
+def _cards(view: View) -> list[tuple[str, str]]:
+    """The answer in four or five numbers: the pick, its speed, speed-up, loss and energy per token."""
+    base, winner, facts = view.baseline, view.winner, view.facts
+    lo_hi = view.summary.best.tokens_per_s_spread if view.summary.best else []
+    spread = f"range {fmt_tps(lo_hi[0])}–{fmt_tps(lo_hi[1])}" if len(lo_hi) == 2 else ""
+    pick = winner or base
+    cards = [
+        (pick.label if winner else "the baseline stays", "answer"),
+        (f"{fmt_tps(pick.tps)} tok/s", spread or f"baseline {fmt_tps(base.tps)} tok/s"),
+        (
+            f"{pick.speedup:.2f}×" if winner and pick.speedup else "1.00×",
+            f"vs baseline {fmt_tps(base.tps)} tok/s",
+        ),
+        (
+            f"val loss {fmt_loss(pick.loss)}",
+            f"limit {fmt_loss(facts.limit)} · baseline {fmt_loss(facts.base_loss)}",
+        ),
+    ]
+    if pick.jpt is not None:
+        cards.append((f"{fmt_jpt(pick.jpt)}/token", f"baseline {fmt_jpt(base.jpt)}/token"))
+    return cards
+
+
+def _no_telemetry_reason(summary: Summary, facts: Facts) -> str:
+    if summary.telemetry.notice:
+        return summary.telemetry.notice
+    if not facts.on_gpu:
+        return "the search ran on CPU: there is no GPU to sample"
+    if "telemetry" not in summary.model_fields_set:
+        return "this summary.json has no telemetry section"
+    if not summary.telemetry.available:
+        return "GPU telemetry was unavailable"
+    return "no timeline was recorded for the winner's or the baseline's re-measure runs"
+
+
+def _decision(summary: Summary, facts: Facts) -> tuple[str, str]:
+    """Whether GPU telemetry changed the decision: (Yes / No, why)."""
+    if summary.selection.telemetry_changed_decision:
+        return "Yes", "GPU energy per token (J/token) changed the decision; see the reasons above."
+    if summary.telemetry.available or any(t.joules_per_token is not None for t in summary.trials):
+        return "No", "speed and simplicity decided; energy per token did not change the choice."
+    return "No", f"there was no GPU telemetry ({_no_telemetry_reason(summary, facts)})."
+
+
+# --- GPU telemetry ------------------------------------------------------------------------------------------
+
+
+def _owner(trial_id: str, trial: TrialRow | None, best_id: str | None) -> tuple[str, str]:
+    """(whose run it is: 'winner', 'baseline' or the finalist's id; the name the page gives it)."""
+    finalist = (trial.finalist if trial else None) or trial_id.split("/")[0]
+    if finalist == BASELINE_ID:
+        return "baseline", f"baseline ({trial_id})"
+    if finalist == best_id:
+        return "winner", f"winner {finalist} ({trial_id})"
+    return finalist, f"{finalist} ({trial_id})"
+
+
+def _timelines(summary: Summary) -> list[charts.Timeline]:
+    """The recorded timelines, winner first, then the baseline; times from each run's first sample."""
+    trials = {t.id: t for t in summary.trials}
+    best_id = summary.best.id if summary.best else None
+    owned = []
+    for trial_id, samples in summary.telemetry.timelines.items():
+        points = [p for p in samples if is_num(p.get("t"))]
+        if points:
+            owned.append((*_owner(trial_id, trials.get(trial_id), best_id), trial_id, points))
+    owned.sort(key=lambda o: (o[0] != "winner", o[0] != "baseline", o[2]))
+    spare = itertools.cycle(charts.SPARE_COLORS)
+    return [
+        charts.Timeline(
+            name, charts.ROLE_COLORS.get(role) or next(spare), trials.get(tid), _since_first(points)
+        )
+        for role, name, tid, points in owned
+    ]
+
+
+def _since_first(points: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    return [{**p, "t": p["t"] - points[0]["t"]} for p in points]
+
+
+def _stats(line: charts.Timeline) -> list[Any]:
+    """What one run's timeline shows in numbers, and whether the search trusted its telemetry."""
+
+    def mean(key: str, unit: str) -> str:
+        values = line.values(key)
+        return f"{statistics.fmean(values):.0f}{unit}" if values else DASH
+
+    trial, temps, throttled = line.trial, line.values("temp_c"), line.values("throttled")
+    trusted = trial.telemetry_trusted if trial else None
+    note = trial.telemetry_note if trial else None
+    return [
+        line.name,
+        len(line.points),
+        fmt_seconds(line.points[-1]["t"]),
+        mean("util_gpu", "%"),
+        mean("util_mem", "%"),
+        mean("power_w", " W"),
+        fmt_mem(max(line.values("mem_used_mb"), default=None)),
+        f"{max(temps):.0f} °C" if temps else DASH,
+        f"{statistics.fmean(throttled):.0%}" if throttled else DASH,
+        max(line.values("processes"), default=DASH),
+        fmt_jpt(trial.joules_per_token if trial else None),
+        "trusted" if trusted else note or ("untrusted" if trusted is False else DASH),
+    ]
+
+
+def _telemetry(summary: Summary, facts: Facts) -> dict[str, Any]:
+    lines = _timelines(summary)
+    if not lines:
+        return {"panels": [], "no_telemetry": _no_telemetry_reason(summary, facts)}
+    return {
+        "panels": [charts.timeline_panel(key, label, unit, lines) for key, label, unit in TIMELINE_PANELS],
+        "timeline_legend": charts.timeline_legend(lines),
+        "stats_head": STATS_HEAD,
+        "stats": [_stats(line) for line in lines],
+    }
+
+
+# --- the page -----------------------------------------------------------------------------------------------
+
+
+def _plots(view: View) -> dict[str, list[charts.Plot]]:
+    styles, entries, facts = charts.Styles(view.entries), view.entries, view.facts
+    bars = [charts.plot_speedup(entries, facts), charts.plot_energy(entries)]
+    return {
+        "scatter_plots": [
+            charts.plot_batch(entries, styles, facts),
+            charts.plot_pareto(entries, styles, facts),
+        ],
+        "bar_plots": [p for p in bars if p],
+    }
+
+
+def _sections(view: View) -> dict[str, Any]:
+    """The lists and key/value tables below the plots."""
+    summary = view.summary
+    rejected = [
+        Markup("<strong>{}</strong>: {}").format(e.label, e.reason) for e in view.entries[1:] if e.reason
+    ]
+    return {
+        "rejected": rejected,
+        "notices": summary.notices,
+        "measured": [_inline(line) for line in measurement_notes(summary)],
+        "run_command": view.run_command,
+        "command": summary.command,
+        "timings": [(phase, fmt_seconds(s)) for phase, s in summary.timings.items()],
+        "hardware": list(summary.hardware.items()),
+        "versions": list(summary.versions.items()),
+    }
+
+
+def _answer(view: View) -> dict[str, Any]:
+    """The page's head and its answer section."""
+    summary, facts = view.summary, view.facts
+    hardware = summary.hardware  # free-form: the GPU's name is under either key
+    return {
+        "device": hardware.get("gpu") or hardware.get("gpu_name") or ("GPU" if facts.on_gpu else "CPU"),
+        "runs": len(summary.trials),
+        "winner": view.winner,
+        "answer": answer(summary),
+        "cards": _cards(view),
+        "changes": view.changes,
+        "reasons": summary.selection.reasons,
+        "decision": _decision(summary, facts),
+    }
+
+
+def render_html(summary: Summary | Mapping[str, Any]) -> str:
+    """The whole report as one self-contained HTML page."""
+    view = View.of(summary)
+    return _ENV.get_template("report.html.j2").render(
+        css=Markup((HERE / "static" / "report.css").read_text()),
+        js=Markup((HERE / "static" / "report.js").read_text()),
+        head=[(h, "text" if h in TEXT_COLUMNS else "") for h in TABLE_HEAD],
+        rows=[_row(e, view.facts) for e in view.entries],
+        facts=view.facts,
+        **_answer(view),
+        **_plots(view),
+        **_telemetry(view.summary, view.facts),
+        **_sections(view),
+    )

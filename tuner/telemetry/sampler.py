@@ -1,0 +1,217 @@
+"""The NVML sampler: a thread that reads every GPU at `hz` into a ring buffer per GPU, and answers window
+queries on them. Plain Python, so it is tested with a fake NVML module; the Ray actor wraps it."""
+
+from __future__ import annotations
+
+import collections
+import math
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from tuner.telemetry.devices import GpuReader, PidCache, describe_error, open_nvml, shutdown_nvml
+from tuner.telemetry.window import GpuSample, downsample, empty_window, summarize_window
+
+
+class _Ticker:
+    """Calls `tick` every 1/hz s on a daemon thread until stopped; it can be started again."""
+
+    def __init__(self, tick: Callable[[], None], hz: float):
+        self.tick, self.period = tick, 1.0 / hz if hz > 0 else math.inf
+        self.overruns = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        if self._thread is None and math.isfinite(self.period):
+            self._thread = threading.Thread(target=self._run, name="gpu-telemetry", daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5.0)
+            self._thread = None
+        self._stop.clear()
+
+    def _run(self) -> None:
+        deadline = time.monotonic()
+        while not self._stop.is_set():
+            self.tick()
+            deadline += self.period
+            now = time.monotonic()
+            if now > deadline:  # fell behind: skip the missed ticks rather than burst
+                self.overruns += 1
+                deadline = now
+            self._stop.wait(deadline - now)
+
+
+class _Export:
+    """Hands a sweep's samples to the exporter at most every 1/hz s; its failures are kept, not raised."""
+
+    def __init__(self, exporter: Any, hz: float):
+        self.exporter, self.period_s = exporter, 1.0 / hz if hz > 0 else math.inf
+        self.count, self.error = 0, None
+        self._last = -math.inf
+
+    def __call__(self, node_id: str | None, readings: list[tuple[GpuReader, GpuSample]]) -> None:
+        now = time.monotonic()
+        if self.exporter is None or now - self._last < self.period_s:
+            return
+        self._last = now
+        try:
+            for gpu, sample in readings:
+                self.exporter.export(node_id, gpu.index, sample)
+            self.count += 1
+        except Exception as err:
+            self.error = describe_error(err)
+
+
+class GpuSampler:
+    """Samples every GPU NVML sees at `hz` into a ring buffer per GPU and answers window queries.
+
+    `nvml` is a module (or its import path; default `pynvml`) so tests can pass a fake. Construction never
+    raises: without NVML the sampler is `available == False` with a `reason`, and queries answer empty.
+    """
+
+    def __init__(
+        self,
+        nvml: Any = None,
+        hz: float = 5.0,
+        history_s: float = 3600.0,
+        node_id: str | None = None,
+        exporter: Any = None,
+        export_hz: float = 1.0,
+        energy_hz: float = 1.0,
+        clock: Callable[[], float] = time.time,
+    ):
+        self.hz, self.node_id, self.clock = float(hz), node_id, clock
+        self.export = _Export(exporter, export_hz)
+        self.maxlen = max(2, int(math.ceil(history_s * self.hz)))
+        # the energy counter costs ~3 ms of CPU a read (H200), ~100x the other calls together: read it
+        # every few sweeps; window energy tops it up with power at the edges
+        self.energy_every = max(1, round(self.hz / energy_hz)) if energy_hz > 0 else 1
+        self.sweeps = 0
+        self.sweep_cost_s = 0.0  # wall time in NVML (much of it waiting on the driver)
+        self.sweep_cpu_s = 0.0  # CPU time of the sampling thread
+        self._lock = threading.Lock()
+        self._ticker = _Ticker(self._tick, self.hz)
+        self._pids = PidCache()
+        self.nvml, self.gpus, self.reason = open_nvml(nvml)
+        self.available = bool(self.gpus)
+        self._buffers = {g.index: collections.deque(maxlen=self.maxlen) for g in self.gpus}
+
+    # -- sampling ------------------------------------------------------------------------------------------
+
+    def _read(self, gpu: GpuReader) -> GpuSample:
+        sample = gpu.read(self.clock(), with_energy=self.sweeps % self.energy_every == 0)
+        if sample.pids:
+            sample.foreign_pids = not all(self._pids.visible(pid) for pid in sample.pids)
+        return sample
+
+    def sample_once(self) -> None:
+        """Reads every GPU once into its buffer (the thread calls this; tests may call it directly)."""
+        if not self.available:
+            return
+        started, started_cpu = time.perf_counter(), time.thread_time()
+        readings = [(gpu, self._read(gpu)) for gpu in self.gpus]
+        with self._lock:
+            for gpu, sample in readings:
+                self._buffers[gpu.index].append(sample)
+        self.sweeps += 1
+        self.sweep_cost_s += time.perf_counter() - started
+        self.sweep_cpu_s += time.thread_time() - started_cpu
+        self.export(self.node_id, readings)
+
+    def _tick(self) -> None:
+        try:
+            self.sample_once()
+        except Exception as err:  # keep sampling whatever one sweep hit
+            self.reason = f"sampling error ({describe_error(err)})"
+
+    def start(self) -> GpuSampler:
+        if self.available:
+            self._ticker.start()
+        return self
+
+    def pause(self) -> None:
+        """Stops the sampling thread and keeps NVML open and the samples; `start` resumes."""
+        self._ticker.stop()
+
+    def stop(self) -> None:
+        self.pause()
+        if self.available:
+            shutdown_nvml(self.nvml)
+            self.available, self.reason = False, "stopped"
+
+    # -- queries -------------------------------------------------------------------------------------------
+
+    def _find(self, gpu: int | str) -> GpuReader | None:
+        return next((g for g in self.gpus if g.matches(gpu)), None)
+
+    def samples(self, gpu: int | str) -> list[GpuSample]:
+        found = self._find(gpu)
+        if found is None:
+            return []
+        with self._lock:
+            return list(self._buffers[found.index])
+
+    def _query(self, gpu: int | str, answer: Callable[[list[GpuSample]], dict]) -> dict:
+        where = {"node": self.node_id, "gpu": gpu}
+        if not self.available and not self.sweeps:
+            return empty_window(self.reason or "telemetry unavailable", **where)
+        try:
+            found = self._find(gpu)
+        except (TypeError, ValueError):
+            found = None
+        if found is None:
+            return empty_window(f"no GPU {gpu!r} on this node", available=self.available, **where)
+        try:
+            return {**answer(self.samples(found.index)), **where}
+        except Exception as err:
+            return empty_window(f"query failed ({describe_error(err)})", available=self.available, **where)
+
+    def window(self, gpu: int | str, t0: float, t1: float, caller_pids: Iterable[int] = ()) -> dict:
+        """Statistics of GPU `gpu` (NVML index or UUID) over [t0, t1] in time.time(); never raises."""
+        pids = tuple(caller_pids or ())
+        return self._query(gpu, lambda samples: summarize_window(samples, t0, t1, pids))
+
+    def timeline(self, gpu: int | str, t0: float, t1: float, max_points: int = 200) -> dict:
+        """Downsampled samples of [t0, t1] for plots: {"points": [{"t", "util_gpu", ...}], ...}."""
+
+        def answer(samples: list[GpuSample]) -> dict:
+            inside = sum(1 for s in samples if t0 <= s.t <= t1)
+            points = downsample(samples, t0, t1, max_points)
+            return {"available": True, "samples": inside, "t0": t0, "t1": t1, "points": points}
+
+        result = self._query(gpu, answer)
+        result.setdefault("points", [])
+        return result
+
+    def info(self) -> dict:
+        sweeps = max(self.sweeps, 1)
+        return {
+            "available": self.available,
+            "reason": self.reason,
+            "node_id": self.node_id,
+            "hostname": socket.gethostname(),
+            "pid": os.getpid(),
+            "hz": self.hz,
+            "energy_every_sweeps": self.energy_every,
+            "history_samples": self.maxlen,
+            "gpus": [g.describe() for g in self.gpus],
+            "unsupported": {g.index: dict(g.unsupported) for g in self.gpus if g.unsupported},
+            "errors": {g.index: {**g.errors, "last": g.last_error} for g in self.gpus if g.errors},
+            "sweeps": self.sweeps,
+            "sweep_ms_mean": 1000.0 * self.sweep_cost_s / sweeps,
+            "sweep_cpu_ms_mean": 1000.0 * self.sweep_cpu_s / sweeps,
+            "cpu_duty": self.sweep_cpu_s / sweeps * self.hz,  # share of one CPU core the thread keeps busy
+            "overruns": self._ticker.overruns,
+            "exports": self.export.count,
+            "export_error": self.export.error,
+            # False when NVML reports pids from another PID namespace (containers): no per-caller match
+            "pids_comparable": self._pids.all_visible(),
+        }
