@@ -188,8 +188,8 @@ def test_the_job_runs_a_search_this_repository_accepts_on_a_cluster_that_fits_it
         cpus, gpus = _quantity(limits["cpu"]), int(limits.get("nvidia.com/gpu", 0))
         assert cpus >= cfg.resources.cpus_per_trial, name
         if "gpu" in name:
-            assert gpus >= cfg.resources.gpus_per_trial, name
-            per_gpu = int(1 / cfg.resources.loss_check_gpu_fraction)
+            assert gpus >= 1, name
+            per_gpu = max(int(1 / cfg.resources.loss_check_gpu_fraction), cfg.resources.speed_runs_per_gpu)
             assert cpus >= gpus * per_gpu * cfg.resources.cpus_per_trial, name
         else:
             assert gpus == 0 and "tolerations" not in pod, name

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import copy
 import json
+import statistics
 
+from tests.factories import legacy_summary
 from tuner import report
-from tuner.report import fmt_mem, fmt_seconds, render_markdown, write_reports
+from tuner.costs import break_even_tokens, time_to_train
+from tuner.report import fmt_mem, fmt_seconds, render_html, render_markdown, write_reports
 
-HEADER = "| Config | Batch | Workers | Precision | Compile | Kernels | Tok/s | VRAM | Loss | vs baseline |"
+HEADER = "| Config | Batch | Workers | Precision | Compile | Kernels | Tok/s | Warm-up | VRAM | Loss | vs baseline |"
 BASE_CFG = {"batch_size": 8, "num_workers": 0, "precision": "fp32", "compile": "none", "kernels": "torch"}
 
 
@@ -132,7 +135,19 @@ def test_table_has_baseline_then_winner_then_by_speed_then_failed():
         *("cfg-9 (oom)", "cfg-5 (nan)", "cfg-2 (error)"),  # failed last, in the order they ran
     ]
     base, win, fast_infeasible, cfg3 = rows[:4]
-    assert base == ["baseline", "8", "0", "fp32", "none", "torch", "30,000", "512 MiB", "1.5000", "1.00x"]
+    assert base == [
+        "baseline",
+        "8",
+        "0",
+        "fp32",
+        "none",
+        "torch",
+        "30,000",
+        "—",
+        "512 MiB",
+        "1.5000",
+        "1.00x",
+    ]
     assert win == [
         "**cfg-7** (winner)",
         "128",
@@ -141,14 +156,15 @@ def test_table_has_baseline_then_winner_then_by_speed_then_failed():
         "default",
         "torch",
         "55,200",
+        "—",  # no warm-up recorded (a summary from before the Warm-up column)
         "6.0 GiB",
         "1.5200",
         "1.84x",
     ]
     assert fast_infeasible[-2:] == ["1.6123 (over limit)", "2.33x"]
     assert cfg3[6] == "50,000" and cfg3[-1] == "1.67x"
-    assert rows[labels.index("cfg-8")][8] == "—"  # never loss-checked
-    assert rows[labels.index("cfg-9 (oom)")][7] == "79.0 GiB"
+    assert rows[labels.index("cfg-8")][9] == "—"  # never loss-checked
+    assert rows[labels.index("cfg-9 (oom)")][8] == "79.0 GiB"
 
 
 def test_winner_diff_and_rejection_reasons():
@@ -169,7 +185,7 @@ def test_winner_diff_and_rejection_reasons():
 
 def test_measurement_command_and_timings():
     text = rendered(SUMMARY)
-    assert "20 steady-state steps" in text and "3 exclusive runs" in text and "shared GPU" in text
+    assert "20 steady-state steps" in text and "3 runs each" in text and "shared GPU" in text
     assert "- loss_check_gpu_fraction: 0.5" in text
     assert "python -m trainables.train --config OUT/best.yaml" in text
     assert SUMMARY["command"] in text
@@ -227,3 +243,230 @@ def test_write_reports_writes_the_html_through_render_html(tmp_path, monkeypatch
     monkeypatch.setattr(report, "render_html", lambda summary: f"<p>{summary.best.id}</p>")
     written = write_reports(tmp_path, SUMMARY)
     assert (tmp_path / "report.html").read_text() == "<p>cfg-7</p>" and tmp_path / "report.html" in written
+
+
+# --- a summary as the search writes it now: gated speed runs, loss runs on their twin's execution, costs ----
+
+PLANNED = 50_000_000
+CACHE = "/data/out/compile-cache"
+SCREEN_GATE = {  # screen id -> (gate wait s, other runs compiling on its GPU while it was timed, warm-up s)
+    "cfg-7": (2.5, 2, 48.0),
+    "cfg-3": (0.8, 1, 6.0),
+    "cfg-4": (0.0, 0, 7.0),
+    "cfg-11": (1.5, 0, 95.0),
+}
+EAGER = {"compile": "none", "kernels": "torch", "num_workers": 0}  # the baseline config's speed knobs
+
+
+def _remeasure(fid: str, config: dict, speeds: tuple, warmups: tuple) -> list[dict]:
+    return [
+        trial(f"{fid}/r{i}", "remeasure", config, tps=t, finalist=fid, warmup_s=w, gate_wait_s=0.4, compiling_beside=0)
+        for i, (t, w) in enumerate(zip(speeds, warmups))
+    ]  # fmt: skip
+
+
+def _finalist(fid: str, config: dict, runs: list[dict], cold: float | None, loss: float) -> dict:
+    speeds, warm = [r["tokens_per_s"] for r in runs], statistics.median(r["warmup_s"] for r in runs)
+    median = statistics.median(speeds)
+    return {
+        "id": fid, "config": config, "runs": speeds, "val_loss": loss, "feasible": True,
+        "warmup_s": warm, "warmup_cold_s": cold, "time_to_train_s": time_to_train(warm, PLANNED, median),
+    }  # fmt: skip
+
+
+def current_summary() -> dict:
+    """SUMMARY as a search writes it now. The baseline's loss run trained with the execution of cfg-11 (its
+    twin: compile=reduce-overhead), the winner's loss run with its own (compile=default); speed runs waited
+    at the timing gate, some screen runs beside other runs' compiles; finalists' costs and break-evens."""
+    out = copy.deepcopy(SUMMARY)
+    twin = {**EAGER, "compile": "reduce-overhead"}
+    base_row = trial("baseline", "baseline", {}, tps=41000.0, loss=1.5007, mem=512, feasible=True)
+    base_row |= {"execution": twin, "twin_of": "cfg-11", "warmup_s": 95.0}  # its loss run, not a speed
+    trials = [base_row]
+    for t in out["trials"][1:]:
+        if t["id"] == "lc-7":  # the loss check of cfg-7's loss knobs trains the fastest of them: cfg-7 itself
+            t |= {"config": WINNER_CFG, "screen_id": "cfg-7", "twin_of": "cfg-7", "feasible": True}
+            t["execution"] = {**EAGER, "compile": "default"}
+        elif t["id"] == "lc-4":
+            t |= {"screen_id": "cfg-4", "twin_of": "cfg-4", "execution": dict(EAGER)}
+        elif t["id"] == "cfg-3":
+            t |= {"val_loss": 1.52, "loss_checked_by": "lc-7"}
+        wait, beside, warmup = SCREEN_GATE.get(t["id"], (0.0, 0, 3.0))
+        if t["phase"] == "screen" and t["status"] not in ("oom", "error"):
+            t |= {"gate_wait_s": wait, "compiling_beside": beside, "warmup_s": warmup}
+        if t["phase"] != "remeasure":
+            trials.append(t)
+    cfg11 = {"compile": "reduce-overhead"}
+    trials.append(
+        trial("cfg-11", "screen", cfg11, tps=40000.0, feasible=True, loss=1.5007, loss_checked_by="baseline")
+    )
+    trials[-1] |= {"gate_wait_s": 1.5, "compiling_beside": 0, "warmup_s": 95.0}
+    runs = {
+        "baseline": _remeasure("baseline", {}, (29800.0, 30000.0, 30200.0), (2.0, 2.1, 1.9)),
+        "cfg-7": _remeasure("cfg-7", WINNER_CFG, (55200.0, 54000.0, 56000.0), (12.0, 13.0, 12.5)),
+        "cfg-3": _remeasure("cfg-3", {"batch_size": 128, "precision": "bf16"}, (50000.0, 49000.0, 51000.0), (5.5,) * 3),
+    }  # fmt: skip
+    out["trials"] = trials + [r for rows in runs.values() for r in rows]
+    out["baseline"] |= {"val_loss": 1.5007, "tokens_per_s_full_run": 41000.0, "loss_execution": twin}
+    out["finalists"] = [
+        _finalist("baseline", {}, runs["baseline"], None, 1.5007),
+        _finalist("cfg-7", WINNER_CFG, runs["cfg-7"], 48.0, 1.52),
+        _finalist("cfg-3", {"batch_size": 128, "precision": "bf16"}, runs["cfg-3"], 6.0, 1.52),
+    ]
+    winner = out["finalists"][1]
+    out["best"] |= {"warmup_s": winner["warmup_s"], "time_to_train_s": winner["time_to_train_s"]}
+    out["break_even"] = [
+        {
+            "compile": "default", "config_id": "cfg-7", "versus_id": "cfg-3",
+            "tokens_per_s": 56000.0, "versus_tokens_per_s": 54000.0, "warmup_cold_s": 48.0, "warmup_warm_s": 12.5,
+            "tokens_cold": break_even_tokens(48.0, 56000.0, 6.0, 54000.0),
+            "tokens_warm": break_even_tokens(12.5, 56000.0, 5.5, 54000.0),
+        },
+        {
+            "compile": "reduce-overhead", "config_id": "cfg-11", "versus_id": "cfg-3",
+            "tokens_per_s": 40000.0, "versus_tokens_per_s": 54000.0, "warmup_cold_s": 95.0, "warmup_warm_s": None,
+            "tokens_cold": None, "tokens_warm": None,
+        },
+    ]  # fmt: skip
+    out |= {"planned_tokens": PLANNED, "compile_cache": CACHE}
+    out["measurement"] |= {
+        "screen": "up to 4 runs share the GPUs while they compile and warm up; their timed windows take turns, "
+        "one per GPU at a time",
+        "loss_check": "shared GPU (fractions), full token budget, val loss only; each trained with the "
+        "fastest execution screened for its loss knobs (the baseline too)",
+        "remeasure": "up to 4 runs share the GPUs while they compile and warm up; their timed windows take "
+        "turns, one per GPU at a time; repeated; medians",
+    }
+    return out
+
+
+CURRENT = current_summary()
+
+
+def section(text: str, title: str) -> str:
+    return text.split(f"## {title}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def test_table_shows_warm_up_and_the_execution_each_loss_was_trained_with():
+    rows = {r[0]: r for r in table_rows(rendered(CURRENT))}
+    base, win, cfg3, cfg4 = rows["baseline"], rows["**cfg-7** (winner)"], rows["cfg-3"], rows["cfg-4"]
+    assert base[6:] == [
+        "30,000", "2.0s", "512 MiB", "1.5007, trained with compile=reduce-overhead (as cfg-11 runs)", "1.00x"
+    ]  # fmt: skip
+    assert win[6:9] == ["55,200", "12s", "6.0 GiB"]  # the finalist's warm figure: median of its re-measures
+    assert win[9] == "1.5200, trained with compile=default"  # its own loss run: no one else's execution
+    assert cfg3[7] == "5.5s" and cfg3[9] == "1.5200, trained with compile=default (as cfg-7 runs)"
+    assert cfg4[7] == "7.0s"  # no re-measure: its screen run's compile + warm-up
+    assert cfg4[9] == "1.6123 (over limit), trained with the baseline config's execution"
+    assert rows["cfg-11"][9] == "1.5007, trained with compile=reduce-overhead"  # the baseline's
+    assert rows["cfg-8"][9] == "—"  # never loss-checked: no execution to name
+
+
+def test_answer_names_the_executions_and_the_time_to_train():
+    answer = rendered(CURRENT).split("\n\n")[1]
+    assert answer.startswith("**cfg-7** is the fastest config within tolerance: 55,200 tok/s")
+    assert (
+        "Its validation loss is 1.5200 against the baseline's 1.5007 (limit 1.5500: absolute tolerance 0.05); "
+        "the winner's was trained with compile=default, the baseline's was trained with "
+        "compile=reduce-overhead (as cfg-11 runs)."
+    ) in answer
+    ttt = fmt_seconds(CURRENT["best"]["time_to_train_s"])
+    assert answer.endswith(
+        f"The planned run (50,000,000 tokens) takes ~{ttt} with cfg-7, 12s of it compile + warm-up."
+    )
+    stays = rendered(CURRENT | {"best": None})
+    assert "Its loss run was trained with compile=reduce-overhead (as cfg-11 runs)." in stays
+    assert "takes ~27m 49s with the baseline, 2.0s of it compile + warm-up." in stays
+
+
+def test_what_the_planned_run_costs():
+    costs = section(rendered(CURRENT), "What the planned run costs")
+    assert "The planned run is 50,000,000 tokens (train.tokens)." in costs
+    assert "as a run of best.yaml pays it (it reuses them)" in costs
+    lines = costs.splitlines()
+    head = lines.index("| Finalist | Tok/s | Warm-up cold | Warm-up warm | Time to train |")
+    assert lines[head + 2 : head + 5] == [
+        f"| **cfg-7** (winner) | 55,200 | 48s | 12s | {fmt_seconds(12.5 + PLANNED / 55200)} |",
+        f"| cfg-3 | 50,000 | 6.0s | 5.5s | {fmt_seconds(5.5 + PLANNED / 50000)} |",
+        f"| baseline | 30,000 | — | 2.0s | {fmt_seconds(2.0 + PLANNED / 30000)} |",
+    ]
+    assert "### Break-even" in costs and "fastest feasible eager config" in costs
+    cold, warm = CURRENT["break_even"][0]["tokens_cold"], CURRENT["break_even"][0]["tokens_warm"]
+    assert (
+        f"| default | cfg-7 | 56,000 | cfg-3: 54,000 tok/s | 48s / 12s | {cold:,.0f} tokens "
+        f"({cold / PLANNED:.3g}x the planned run) | {warm:,.0f} tokens ({warm / PLANNED:.3g}x the planned run) |"
+    ) in costs
+    assert (
+        "| reduce-overhead | cfg-11 | 40,000 | cfg-3: 54,000 tok/s | 1m 35s / — | never: not faster than eager |"
+        in costs
+    )
+
+
+def test_how_each_number_was_measured_says_what_shared_the_gpu():
+    text = rendered(CURRENT)
+    measured = section(text, "How each number was measured")
+    assert "exclusive" not in text and "alone on a whole GPU" not in text
+    assert (
+        "Speed screen: each config ran 20 steady-state steps, timed after a few untimed warm-up steps (compile "
+        "included); up to 4 runs share the GPUs while they compile and warm up; their timed windows take turns, "
+        "one per GPU at a time; a run waited 2.5s at most for its turn at the gate, 0.0s at the median"
+    ) in measured
+    assert "other runs compiled on the GPU during 2 of 8 timed windows (up to 2 at once)" in measured
+    assert "each timed window also waited until no other run on its GPU was compiling" in measured
+    assert "no other run compiled on its GPU during any timed window" in measured  # the re-measure's
+    assert (
+        "Baseline: the configured run. Its Tok/s is the median of its re-measure runs (as configured)"
+        in measured
+    )
+    assert "trained with compile=reduce-overhead (as cfg-11 runs) at 41,000 tok/s on a shared GPU" in measured
+    assert "That execution is its twin's: the fastest screened config with the same loss knobs" in measured
+    assert "screen compiles may overlap" in measured
+
+
+def test_run_it_reuses_the_compile_cache():
+    cached, uncached = (section(rendered(CURRENT | {"compile_cache": c}), "Run it") for c in (CACHE, None))
+    assert "python -m trainables.train --config OUT/best.yaml" in cached and "compile_cache" not in uncached
+    assert (
+        f"best.yaml names the search's compile cache (`compile_cache: {CACHE}`), so this run reuses the "
+        "Inductor/Triton kernels the search compiled and pays the warm compile + warm-up (~12s with them warm)"
+    ) in cached
+
+
+def test_a_shorter_planned_run_than_the_break_even_picks_the_config_that_finishes_first():
+    summary = copy.deepcopy(CURRENT)
+    first, fastest = summary["finalists"][2], summary["finalists"][1]
+    why = (
+        "the planned run (50,000,000 tokens) is shorter than cfg-7's break-even against cfg-3: cfg-3 finishes it "
+        "in 1,006 s, cfg-7 in 1,018 s (compile + warm-up included)"
+    )
+    summary["best"] = {
+        "id": "cfg-3", "config": first["config"], "tokens_per_s": 50000.0, "tokens_per_s_spread": [49000.0, 51000.0],
+        "val_loss": 1.52, "speedup": 1.67, "warmup_s": first["warmup_s"], "time_to_train_s": first["time_to_train_s"],
+    }  # fmt: skip
+    summary["selection"] = {
+        "reasons": [f"chose cfg-3: {why}"],
+        "rejected": {"cfg-7": f"faster once running, but {why}"},
+    }
+    text = rendered(summary)
+    answer = text.split("\n\n")[1]
+    assert answer.startswith(
+        "**cfg-3** finishes the planned run (50,000,000 tokens) first among the configs within tolerance (cfg-7 "
+        "runs faster once warmed up, but does not earn back its longer compile + warm-up within the run): 50,000"
+    )
+    assert "fastest" not in answer and fastest["id"] != summary["best"]["id"]
+    assert f"- chose cfg-3: {why}" in section(text, "How the winner was chosen")
+    assert f"- cfg-7: faster once running, but {why}" in section(text, "Why others were rejected")
+    assert table_rows(text)[1][0] == "**cfg-3** (winner)"
+    assert "| **cfg-3** (winner) | 50,000 |" in section(text, "What the planned run costs")
+
+
+def test_summaries_from_before_the_gate_and_the_costs_still_render():
+    legacy = legacy_summary(CURRENT)
+    text = rendered(legacy)
+    assert "## What the planned run costs" not in text and "compile_cache" not in text
+    assert "trained with" not in text  # no execution recorded: no claim about it
+    measured = section(text, "How each number was measured")
+    assert "exclusive GPU (or the whole CPU share)" in measured  # its own wording, true when it ran
+    assert "Baseline: the seed config trained to the full token budget." in measured
+    assert "timing gate" not in text and "waited" not in text
+    assert render_html(legacy).startswith("<!DOCTYPE html>")

@@ -1,5 +1,6 @@
-"""report.html: sections and plots on realistic synthetic summaries, self-containment, escaping, the
-`python -m tuner.report OUT` rebuild, and a real headless Chromium rendering it (DOM and screenshot).
+"""report.html: sections and plots on the realistic synthetic summary of tests/factories.py (and variants of
+it), self-containment, escaping, the `python -m tuner.report OUT` rebuild, and a real headless Chromium
+rendering it (DOM and screenshot).
 
 `python tests/test_report_html.py docs/report-screenshot.png` regenerates the screenshot in docs/.
 """
@@ -9,9 +10,7 @@ from __future__ import annotations
 import copy
 import html.parser
 import json
-import math
 import os
-import random
 import re
 import shutil
 import struct
@@ -21,253 +20,20 @@ import zlib
 from pathlib import Path
 
 import pytest
+from factories import (  # as `factories`, not `tests.factories`: this file also runs as a script (below)
+    BASE_CFG,
+    PLANNED,
+    SCREEN,
+    legacy_summary,
+    search_row,
+    synthetic_summary,
+    without_best,
+    without_telemetry,
+)
 
-from tuner.report import render_html, render_markdown, write_reports
-from tuner.select import SPEED_ONLY_KNOBS
+from tuner.report import fmt_seconds, render_html, render_markdown, write_reports
 
 REPO = Path(__file__).resolve().parents[1]
-BASE_CFG = {
-    "batch_size": 8,
-    "num_workers": 0,
-    "precision": "fp32",
-    "compile": "none",
-    "kernels": "torch",
-    "lr": 3e-4,
-    "timing_warmup_steps": 5,
-}
-T0 = 1_760_000_000.0  # sample times are time.time()
-
-# --- a realistic synthetic summary: an H100 search over batch, precision, compile, kernels, workers, lr ------
-
-
-def _speed(cfg: dict) -> float:
-    """Tok/s shaped like the measured facts: launch-bound at small batch, bf16 and compile and fused help."""
-    batch = cfg.get("batch_size", 8)
-    per_step_ms = 70.0 / (1.0 if cfg.get("kernels", "torch") == "torch" else 1.6)
-    per_step_ms /= {"none": 1.0, "default": 1.5, "max-autotune": 1.6}[cfg.get("compile", "none")]
-    per_token_us = 0.9 if cfg.get("precision", "fp32") == "bf16" else 3.2
-    return batch * 256 / (per_step_ms / 1e3 + batch * 256 * per_token_us / 1e6)
-
-
-def _loss(cfg: dict) -> float:
-    """Loss at a fixed token budget: bigger batches take fewer steps; a high lr diverges a little."""
-    batch = cfg.get("batch_size", 8)
-    return round(1.50 + 0.008 * math.log2(batch / 8) + (0.09 if cfg.get("lr", 3e-4) > 1e-3 else 0.0), 4)
-
-
-def _gpu_fields(rng: random.Random, cfg: dict, tps: float, shared: bool = False) -> dict:
-    util = min(98.0, 20 + 10 * math.log2(cfg.get("batch_size", 8)))
-    power = 120 + 4.3 * util
-    return {
-        "gpu_util_mean": util,
-        "gpu_power_mean_w": power,
-        "energy_j": power * 12.0,
-        "joules_per_token": power / tps * rng.uniform(0.98, 1.02),
-        "gpu_temp_max_c": 40 + util / 3,
-        "throttled_share": 0.0,
-        "slowdown_share": 0.0,
-        "shared": shared,
-        "telemetry_trusted": not shared,
-        "telemetry_note": "GPU shared with pids [4242]" if shared else None,
-    }
-
-
-def _row(tid: str, phase: str, cfg: dict, status: str = "ok", **values) -> dict:
-    row = {
-        "id": tid,
-        "phase": phase,
-        "config": cfg,
-        "status": status,
-        "feasible": None,
-        "tokens_per_s": None,
-        "val_loss": None,
-        "peak_mem_mb": None,
-        "compile_s": 40.0 if cfg.get("compile", "none") != "none" else None,
-        "node": "10.0.0.7",
-        "gpu": 0,
-        "wall_s": 30.0,
-        "error": None,
-        "finalist": None,
-        "repeat": None,
-    }
-    return row | values
-
-
-WINNER_CFG = {"batch_size": 256, "precision": "bf16", "compile": "default", "kernels": "fused"}
-SCREEN = [  # (id, config changes, status)
-    ("screen-0", WINNER_CFG, "ok"),
-    ("screen-1", {"batch_size": 256, "precision": "bf16", "kernels": "fused"}, "ok"),
-    ("screen-2", {"batch_size": 1024, "precision": "bf16", "compile": "default", "kernels": "fused"}, "ok"),
-    ("screen-3", {"batch_size": 64, "precision": "bf16", "compile": "max-autotune"}, "ok"),
-    ("screen-4", {"num_workers": 4, "compile": "default"}, "ok"),
-    ("screen-5", {"batch_size": 128, "lr": 3e-3, "precision": "bf16"}, "ok"),
-    ("screen-6", {"batch_size": 16, "compile": "default"}, "stopped"),
-    ("screen-7", {"batch_size": 128, "precision": "bf16", "compile": "default"}, "ok"),
-    ("screen-8", {"batch_size": 4096, "precision": "fp32"}, "oom"),
-    ("screen-9", {"batch_size": 512, "precision": "bf16", "compile": "max-autotune"}, "error"),
-    ("screen-10", {"batch_size": 64, "lr": 1e-2, "precision": "bf16"}, "ok"),
-]
-
-
-def _timeline(rng: random.Random, util: float, power: float, mem_mb: float, temp: tuple, throttle_from=None):
-    points = []
-    for i in range(120):
-        warm = min(1.0, i / 8)
-        points.append(
-            {
-                "t": T0 + 500 + i * 0.25,
-                "util_gpu": util * warm + rng.uniform(-3, 3),
-                "util_mem": util * 0.6 * warm,
-                "mem_used_mb": mem_mb * (0.4 + 0.6 * warm),
-                "power_w": 70 + (power - 70) * warm + rng.uniform(-8, 8),
-                "temp_c": temp[0] + (temp[1] - temp[0]) * i / 119,
-                "sm_clock_mhz": 1980.0,
-                "mem_clock_mhz": 2619.0,
-                "throttled": 0.5 if throttle_from is not None and i >= throttle_from else 0.0,
-                "processes": 1,
-            }
-        )
-    return points  # summary.json keeps a timeline's points only
-
-
-def synthetic_summary() -> dict:
-    """A whole H100 search: baseline, 11 screened configs (one OOM, one error, one stopped), loss checks
-    (one NaN, one over the limit), re-measures of the winner, a runner-up and the baseline, telemetry."""
-    rng = random.Random(0)
-    base_tps = _speed({})
-    trials = [
-        _row(
-            "baseline-0", "baseline", BASE_CFG, tokens_per_s=base_tps * 0.98, val_loss=1.5, peak_mem_mb=480.0
-        )
-        | _gpu_fields(rng, {}, base_tps)
-    ]
-    limit = 1.55
-    for tid, cfg, status in SCREEN:
-        tps = _speed(cfg) * rng.uniform(0.97, 1.03)
-        mem = 480.0 * cfg.get("batch_size", 8) / 8 * (0.55 if cfg.get("precision") == "bf16" else 1.0)
-        if status == "oom":
-            trials.append(_row(tid, "screen", cfg, status, peak_mem_mb=79.2 * 1024, feasible=False))
-            continue
-        if status == "error":
-            error = "Traceback (most recent call last):\n...\nBackendCompilerFailed: triton autotune <failed>"
-            trials.append(_row(tid, "screen", cfg, status, error=error, feasible=False))
-            continue
-        row = _row(tid, "screen", cfg, status, tokens_per_s=tps, peak_mem_mb=mem) | _gpu_fields(rng, cfg, tps)
-        if status == "stopped":
-            row["tokens_per_s"] = tps * 0.4
-        trials.append(row)
-    screen = {t["id"]: t for t in trials if t["phase"] == "screen"}
-    # Loss checks in two rounds; screen-1 (no compile) shares screen-0's loss-relevant knobs.
-    checks = [("screen-2", 0), ("screen-0", 0), ("screen-5", 1), ("screen-10", 1), ("screen-7", 1)]
-    for n, (sid, round_no) in enumerate(checks):
-        cfg = screen[sid]["config"]
-        nan = sid == "screen-10"
-        loss = None if nan else _loss(cfg)
-        check = _row(
-            f"loss_check_{round_no}-{n}",
-            f"loss_check_{round_no}",
-            cfg,
-            "nan" if nan else "ok",
-            tokens_per_s=_speed(cfg) * 0.45,
-            val_loss=loss,
-            peak_mem_mb=screen[sid]["peak_mem_mb"],
-            feasible=not nan and loss <= limit,
-            screen_id=sid,
-        ) | _gpu_fields(rng, cfg, _speed(cfg) * 0.45, shared=True)
-        trials.append(check)
-        for t in screen.values():  # the check's verdict stands for configs differing only in speed knobs
-            same = {k: v for k, v in t["config"].items() if k not in SPEED_ONLY_KNOBS}
-            mine = {k: v for k, v in cfg.items() if k not in SPEED_ONLY_KNOBS}
-            if same == mine and t["status"] not in ("oom", "error"):
-                t.update(val_loss=loss, feasible=check["feasible"], loss_checked_by=check["id"])
-    for t in screen.values():  # configs changing only speed knobs inherit the baseline's loss
-        if set(t["config"]) <= SPEED_ONLY_KNOBS:
-            t.update(val_loss=1.5, feasible=True, loss_checked_by="baseline")
-    remeasure = []
-    for fid, cfg in (("baseline", {}), ("screen-0", WINNER_CFG), ("screen-1", screen["screen-1"]["config"])):
-        for r in range(3):
-            tps = _speed(cfg) * rng.uniform(0.985, 1.015)
-            remeasure.append(
-                _row(
-                    f"remeasure-{len(remeasure)}", "remeasure", cfg, tokens_per_s=tps, finalist=fid, repeat=r
-                )
-                | {"peak_mem_mb": 480.0 if fid == "baseline" else 9200.0}
-                | _gpu_fields(rng, cfg, tps)
-            )
-    trials += remeasure
-    win_runs = sorted(r["tokens_per_s"] for r in remeasure if r["finalist"] == "screen-0")
-    base_runs = sorted(r["tokens_per_s"] for r in remeasure if r["finalist"] == "baseline")
-    return {
-        "baseline": {
-            "config": BASE_CFG,
-            "tokens_per_s": base_runs[1],
-            "tokens_per_s_full_run": trials[0]["tokens_per_s"],
-            "val_loss": 1.5,
-        },
-        "best": {
-            "id": "screen-0",
-            "config": WINNER_CFG,
-            "tokens_per_s": win_runs[1],
-            "tokens_per_s_spread": [win_runs[0], win_runs[2]],
-            "val_loss": _loss(WINNER_CFG),
-            "speedup": round(win_runs[1] / base_runs[1], 3),
-        },
-        "trials": trials,
-        "tolerance": {"value": 0.05, "mode": "absolute", "limit": limit},
-        "hardware": {"gpus": 1, "cuda": True, "gpu": "NVIDIA H100 80GB HBM3", "gpu_mem_mb": 81559},
-        "versions": {"python": "3.12.3", "torch": "2.11.0+cu130", "ray": "2.60.0", "optuna": "5.0.0"},
-        "timings": {
-            "hardware": 4.1,
-            "baseline": 412.0,
-            "probe": 35.0,
-            "screen": 611.0,
-            "loss_check": 1290.0,
-            "remeasure": 240.0,
-            "total": 2592.1,
-        },  # fmt: skip
-        "selection": {
-            "reasons": [
-                "screen-0 and screen-1 overlap within their spread: chose screen-0, the fastest",
-                "screen-0 uses 3% less energy per token than screen-1",
-            ],
-            "telemetry_changed_decision": False,
-            "rejected": {"screen-1": "slower: screen-1's range does not overlap screen-0's"},
-        },
-        "measurement": {
-            "screen_steps": 20,
-            "timing_warmup_steps": 5,
-            "repeats": 3,
-            "loss_check_gpu_fraction": 0.25,
-            "screen": "exclusive GPU (or the whole CPU share)",
-        },
-        "notices": ["compile mode reduce-overhead dropped: CUDA graphs do not support the fused scan"],
-        "telemetry": {
-            "available": True,
-            "notice": None,
-            "timelines": {
-                "remeasure-3": _timeline(rng, 96, 560, 9200, (47, 69), throttle_from=100),
-                "remeasure-0": _timeline(rng, 22, 150, 480, (38, 42)),
-            },
-        },
-        "command": "python -m tuner.search --config configs/default.yaml --out out/h100",
-        "best_yaml": "out/h100/best.yaml",
-    }
-
-
-def without_telemetry(summary: dict) -> dict:
-    """The same search as a CPU run records it: no GPU, no telemetry fields, no timelines."""
-    out = copy.deepcopy(summary)
-    out["hardware"] = {"gpus": 0, "cuda": False, "cpus": 2}
-    out["telemetry"] = {"available": False, "notice": None, "timelines": {}}
-    gpu_keys = set(_gpu_fields(random.Random(0), {}, 1.0))
-    out["trials"] = [{k: v for k, v in t.items() if k not in gpu_keys} for t in out["trials"]]
-    return out
-
-
-def without_best(summary: dict) -> dict:
-    out = copy.deepcopy(summary) | {"best": None}
-    out["selection"] = {"reasons": ["no finalist beat the baseline beyond noise"], "rejected": {}}
-    return out
 
 
 # --- checks on the page -------------------------------------------------------------------------------------
@@ -409,38 +175,143 @@ def test_table_rows_values_and_order(page, full):
     assert labels[-3:] == ["screen-8", "screen-9", "screen-10"]  # failed last, in the order they ran
     assert len(labels) == 1 + len(SCREEN)  # one row per distinct config: runs of a config share it
     base, win = rows[0], rows[1]
-    assert base[1:6] == ["8", "0", "fp32", "none", "torch"] and base[9] == "1.00×" and base[-1] == "baseline"
+    assert base[1:6] == ["8", "0", "fp32", "none", "torch"] and base[10] == "1.00×" and base[-1] == "baseline"
     assert win[1:6] == ["256", "0", "bf16", "default", "fused"] and win[-1] == "winner"
-    assert win[6] == f"{full['best']['tokens_per_s']:,.0f}" and win[9] == f"{full['best']['speedup']:.2f}×"
-    assert win[10].endswith("mJ")
+    assert win[6] == f"{full['best']['tokens_per_s']:,.0f}" and win[10] == f"{full['best']['speedup']:.2f}×"
+    assert win[11].endswith("mJ")
     by_label = dict(zip(labels, rows))
-    assert by_label["screen-2"][8] == "1.5560 (over limit)" and by_label["screen-2"][-1] == "infeasible"
-    assert by_label["screen-8"][-1] == "oom" and by_label["screen-8"][7] == "79.2 GiB"
+    assert by_label["screen-2"][9] == "1.5560 (over limit)" and by_label["screen-2"][-1] == "infeasible"
+    assert by_label["screen-8"][-1] == "oom" and by_label["screen-8"][8] == "79.2 GiB"
     assert by_label["screen-9"][-1] == "error" and by_label["screen-10"][-1] == "nan"
     assert by_label["screen-6"][-1] == "stopped" and by_label["screen-3"][-1] == "loss not checked"
-    assert by_label["screen-4"][8] == "1.5000"  # changes speed knobs only: the baseline's loss stands
+    assert by_label["screen-4"][9] == "1.5000"  # changes speed knobs only: the baseline's loss stands
 
 
 def test_every_number_says_how_it_was_measured(page):
     tps_how = cell_attr(page, "screen-0", 6, "title")
-    assert "median of 3 exclusive re-measure runs (range" in tps_how and "20 timed steps" in tps_how
-    assert "exclusive GPU (telemetry saw no other process)" in tps_how
+    assert "median of 3 re-measure runs (range" in tps_how and "20 timed steps" in tps_how
+    assert "telemetry saw no process outside the search on the GPU" in tps_how
     screen_how = cell_attr(page, "screen-3", 6, "title")
     assert screen_how.startswith("one speed-screen run (screen-3), 20 timed steps after 5 untimed warm-up")
-    loss_how = cell_attr(page, "screen-1", 8, "title")
+    loss_how = cell_attr(page, "screen-1", 9, "title")
     assert "from loss-check run loss_check_0-1" in loss_how and "speed knobs" in loss_how
-    assert "GPU shared with other loss runs (0.25 of a GPU each)" in cell_attr(page, "screen-0", 8, "title")
-    assert "NVML energy" in cell_attr(page, "screen-0", 10, "title")
-    assert "out of memory" in cell_attr(page, "screen-8", 11, "title")
-    assert "BackendCompilerFailed: triton autotune &lt;failed&gt;" in cell_attr(page, "screen-9", 11, "title")
+    assert "GPU shared with other loss runs (0.25 of a GPU each)" in cell_attr(page, "screen-0", 9, "title")
+    assert "NVML energy" in cell_attr(page, "screen-0", 11, "title")
+    assert "out of memory" in cell_attr(page, "screen-8", 12, "title")
+    assert "BackendCompilerFailed: triton autotune &lt;failed&gt;" in cell_attr(page, "screen-9", 12, "title")
     measured = section(page, "measured")
-    assert "20 steady-state steps" in measured and "3 exclusive runs" in measured
+    assert "20 steady-state steps" in measured and "3 runs each" in measured
     assert "val loss &lt;= 1.5500" in measured
     assert 'class="how"' in section(page, "table")
 
 
+def cell_note(page: str, label: str, column: int) -> str:
+    """The small print under a table cell's value (the knobs no column shows, the loss's execution)."""
+    body = page.split('<table id="configs"', 1)[1].split("</table>", 1)[0]
+    for tr in re.findall(r"<tr[^>]*>(.*?)</tr>", body, re.S):
+        cells = re.findall(r"<td[^>]*>(.*?)</td>", tr, re.S)
+        if cells and re.search(rf"^{re.escape(label)}(<|$)", cells[0]):
+            note = re.search(r'<span class="changes">(.*?)</span>', cells[column])
+            return note.group(1) if note else ""
+    raise AssertionError(f"no row {label}")
+
+
+def plain_table(html_text: str, table_id: str) -> list[list[str]]:
+    body = html_text.split(f'id="{table_id}"', 1)[1].split("</table>", 1)[0].split("<tbody>", 1)[1]
+    return [
+        [re.sub(r"<[^>]+>", "", c).strip() for c in re.findall(r"<td[^>]*>(.*?)</td>", tr, re.S)]
+        for tr in re.findall(r"<tr[^>]*>(.*?)</tr>", body, re.S)
+    ]
+
+
+def test_table_shows_warm_up_and_which_execution_trained_each_loss(page):
+    by_label = {r[0]: r for r in table_rows(page)}
+    assert [by_label[k][7] for k in ("baseline", "screen-0", "screen-1", "screen-3", "screen-8")] == [
+        "2.0s", "14s", "2.0s", "3m 32s", "—"
+    ]  # fmt: skip
+    assert "median of 3 re-measure runs, the search&#39;s compile caches warm" in cell_attr(
+        page, "screen-0", 7, "title"
+    )
+    assert "its speed-screen run (screen-3), the search&#39;s first compile" in cell_attr(
+        page, "screen-3", 7, "title"
+    )
+    base_exec = "trained with compile=default, num_workers=4 (as screen-4 runs)"
+    assert cell_note(page, "baseline", 9) == base_exec
+    assert cell_note(page, "screen-0", 9) == "trained with compile=default, kernels=fused"  # its own
+    assert cell_note(page, "screen-1", 9) == "trained with compile=default, kernels=fused (as screen-0 runs)"
+    assert cell_note(page, "screen-5", 9) == "trained with the baseline config&#39;s execution"
+    assert cell_note(page, "screen-3", 9) == ""  # never loss-checked
+    base_how = cell_attr(page, "baseline", 9, "title")
+    assert "the baseline&#39;s loss run: full token budget, GPU shared with other loss runs" in base_how
+    assert base_exec in base_how
+    screen_how = cell_attr(page, "screen-3", 6, "title")
+    assert "no other run timed on its GPU at the same time (timing gate" in screen_how
+    assert "no other run compiled on its GPU during any timed window" in cell_attr(
+        page, "screen-0", 6, "title"
+    )
+    assert "trained with the execution named under it" in section(page, "table")
+
+
+def test_what_the_planned_run_costs(page, full):
+    costs = section(page, "costs")
+    assert "<h2>What the planned run costs</h2>" in costs and "The planned run is 200,000,000 tokens" in costs
+    finalists = {f["id"]: f for f in full["finalists"]}
+    assert plain_table(costs, "finalist-costs") == [
+        ["screen-0 (winner)", "744,554", "50s", "14s", fmt_seconds(finalists["screen-0"]["time_to_train_s"])],
+        ["screen-1", "644,146", "2.0s", "2.0s", fmt_seconds(finalists["screen-1"]["time_to_train_s"])],
+        ["baseline", "26,734", "—", "2.0s", fmt_seconds(finalists["baseline"]["time_to_train_s"])],
+    ]
+    assert '<tr class="winner"><td class="text">screen-0 (winner)' in costs
+    even = full["break_even"][0]
+    cold, warm = even["tokens_cold"], even["tokens_warm"]
+    assert plain_table(costs, "break-even") == [
+        [
+            "default", "screen-0", "754,975", "screen-1: 628,702 tok/s", "50s / 14s",
+            f"{cold:,.0f} tokens ({cold / PLANNED:.3g}× the planned run)",
+            f"{warm:,.0f} tokens ({warm / PLANNED:.3g}× the planned run)",
+        ]
+    ]  # fmt: skip
+    answer = section(page, "answer")
+    ttt = fmt_seconds(full["best"]["time_to_train_s"])
+    assert f"<b>{ttt}</b><span>to train 200,000,000 tokens, compile + warm-up included</span>" in answer
+    assert (
+        f"The planned run (200,000,000 tokens) takes ~{ttt} with screen-0, 14s of it compile + warm-up."
+        in answer
+    )
+    assert (
+        "the winner&#39;s was trained with compile=default, kernels=fused, the baseline&#39;s was trained with "
+        "compile=default, num_workers=4 (as screen-4 runs)"
+    ) in answer
+
+
+def test_run_it_and_the_measurement_say_what_is_true_now(page):
+    run_it = section(page, "run")
+    assert '<p id="compile-cache">best.yaml names the search&#39;s compile cache' in run_it
+    assert "<code>compile_cache: out/h100/compile-cache</code>" in run_it and "reuses" in run_it
+    assert "exclusive" not in page and "alone on a whole GPU" not in page
+    measured = section(page, "measured")
+    assert "their timed windows take turns, one per GPU at a time" in measured
+    assert "other runs compiled on the GPU during" in measured  # the screen's compiles overlap
+    assert "each timed window also waited until no other run on its GPU was compiling" in measured
+    assert "no other run compiled on its GPU during any timed window" in measured
+
+
+def test_summaries_from_before_the_gate_and_the_costs_render(full):
+    legacy = legacy_summary(full)
+    page = render_html(legacy)
+    parse(page)
+    assert 'id="costs"' not in page and 'id="compile-cache"' not in page and "trained with" not in page
+    assert "exclusive GPU (or the whole CPU share)" in section(page, "measured")  # its own, then true
+    assert "timing gate" not in page
+    assert table_rows(page)[1][:2] == ["screen-0", "256"]
+    assert "## What the planned run costs" not in render_markdown(legacy)
+    example = json.loads((REPO / "docs/examples/gpu-search-h200/summary.json").read_text())
+    for render in (render_html, render_markdown):  # a real summary.json from before these fields
+        assert "screen-0" in render(example)
+
+
 def test_sortable_table_has_numeric_sort_keys(page, full):
-    assert page.count('title="click to sort"') == 12 and "aria-sort" in page
+    assert page.count('title="click to sort"') == 13 and "aria-sort" in page
     assert cell_attr(page, "screen-0", 6, "data-v") == str(full["best"]["tokens_per_s"])
     assert cell_attr(page, "screen-8", 6, "data-v") == ""  # no speed: sorts last
 
@@ -482,9 +353,11 @@ def test_failed_trials_only_and_minimal_summaries_render():
         "baseline": {"config": BASE_CFG, "tokens_per_s": 30000.0, "val_loss": 1.5},
         "best": None,
         "trials": [
-            _row("baseline-0", "baseline", BASE_CFG, tokens_per_s=30000.0, val_loss=1.5),
-            _row("screen-0", "screen", {"batch_size": 4096}, "oom", feasible=False, peak_mem_mb=80000.0),
-            _row("screen-1", "screen", {"precision": "fp16"}, "nan", feasible=False),
+            search_row("baseline-0", "baseline", BASE_CFG, tokens_per_s=30000.0, val_loss=1.5),
+            search_row(
+                "screen-0", "screen", {"batch_size": 4096}, "oom", feasible=False, peak_mem_mb=80000.0
+            ),
+            search_row("screen-1", "screen", {"precision": "fp16"}, "nan", feasible=False),
         ],
         "tolerance": {"value": 0.05, "mode": "absolute", "limit": 1.55},
     }

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -52,6 +54,9 @@ def test_smoke_search_writes_everything_and_picks_the_fastest_feasible(tmp_path,
     assert list((out / "ray").rglob("events.out.tfevents*")), "TensorBoard event files per trial"
     screen = [t for t in s["trials"] if t["phase"] == "screen"]
     assert len(screen) >= 8
+    configs = [json.dumps(t["config"], sort_keys=True) for t in screen]
+    assert len(configs) == len(set(configs)), "a config was trained twice in the screen"
+    assert f"reports: {out / 'report.md'}" in proc.stderr
     assert {t["status"] for t in s["trials"]} <= {"ok", "oom", "nan", "stopped", "error"}
     for t in s["trials"]:
         assert t["feasible"] in (True, False, None)
@@ -158,11 +163,11 @@ def test_killed_search_resumes_without_lost_or_duplicated_trials(tmp_path):
     os.killpg(proc.pid, signal.SIGKILL)  # the driver and the Ray processes it started
     proc.wait()
     state = json.loads((out / "state.json").read_text())
-    assert "baseline" in state["phases"] and "screen" not in state["phases"]
+    assert "probe" in state["phases"] and "screen" not in state["phases"]
 
     resumed = search(out, "--config", "configs/smoke.yaml", "--resume")
     assert resumed.returncode in (0, 3), resumed.stderr[-3000:]
-    assert "[baseline] already done" in resumed.stderr
+    assert "[probe] already done" in resumed.stderr
     s = load_summary(out)
     screen = [t for t in s["trials"] if t["phase"] == "screen"]
     assert len(screen) == trials, [t["ray_trial_id"] for t in screen]
@@ -229,6 +234,78 @@ def test_ctrl_c_stops_cleanly_and_leaves_a_resumable_out(tmp_path):
     text = (tmp_path / "run.log").read_text()
     assert "--resume" in text and "Traceback" not in text
     state = json.loads((out / "state.json").read_text())
-    assert "baseline" in state["phases"] and "screen" not in state["phases"]
+    assert "probe" in state["phases"] and "screen" not in state["phases"]
     finished = (out / "trials" / "screen.jsonl").read_text().splitlines()
     assert 2 <= len(finished) < 8  # what finished is kept for --resume
+
+
+@pytest.fixture
+def fake_gpu_cluster(tmp_path):
+    """A real local Ray cluster (`ray start --head`) that advertises one GPU it does not have: the search
+    takes every GPU code path (probe, GPU shares, the timing gate, packed loss runs) while trials train on
+    the CPU."""
+    port = 20000 + os.getpid() % 20000
+    temp = tempfile.mkdtemp(prefix="ray-", dir="/tmp")  # short: Ray's socket paths must fit 107 bytes
+    start = ["ray", "start", "--head", f"--port={port}", "--num-cpus=2", "--num-gpus=1"]
+    start += ["--include-dashboard=false", f"--temp-dir={temp}", "--disable-usage-stats"]
+    ray_bin = str(Path(sys.executable).with_name("ray"))
+    subprocess.run([ray_bin, *start[1:]], env=ENV, check=True, capture_output=True, timeout=120)
+    yield f"127.0.0.1:{port}"
+    subprocess.run([ray_bin, "stop", "--force"], env=ENV, capture_output=True, timeout=120)
+    shutil.rmtree(temp, ignore_errors=True)
+
+
+def test_the_gpu_path_runs_end_to_end_on_a_cluster_with_fake_gpus(tmp_path, fake_gpu_cluster):
+    out = tmp_path / "fake-gpu"
+    proc = search(
+        out,
+        "--config",
+        "configs/smoke.yaml",
+        "--address",
+        fake_gpu_cluster,
+        "--trials",
+        "6",
+        "--set",
+        "search.start_points=[{loader: device}]",  # the baseline's loss knobs: a twin for its loss run
+        timeout=900,
+    )
+    assert proc.returncode in (0, 3), proc.stderr[-3000:]
+    s = load_summary(out)
+    state = json.loads((out / "state.json").read_text())
+    assert s["hardware"]["gpus"] == 1 and not s["hardware"]["cuda"]
+    assert state["phases"]["probe"], "the batch probe ran on the GPU path"
+    assert "[probe] largest batch per precision" in proc.stderr
+    timed = [t for t in s["trials"] if t["phase"] in ("screen", "remeasure") and t["status"] == "ok"]
+    assert timed and all(t["gate_wait_s"] is not None for t in timed), "every speed run went through the gate"
+    windows = sorted((t["window_t0"], t["window_t1"]) for t in timed)
+    for (_, end), (begin, _) in zip(windows, windows[1:]):
+        assert begin >= end - 1e-3, f"two timed windows on one GPU overlapped: {windows}"
+    runs = sorted((t["window_t1"] - t["wall_s"], t["window_t1"]) for t in timed if t["phase"] == "screen")
+    assert any(b < a_end for (_, a_end), (b, _) in zip(runs, runs[1:])), "screen runs shared the GPU"
+    base = next(t for t in s["trials"] if t["phase"] == "baseline")
+    twin = next(t for t in s["trials"] if t["id"] == base["twin_of"])
+    assert twin["config"]["loader"] == "device" or twin["config"] == {}
+    assert base["execution"]["loader"] == twin["train"]["loader"]
+    assert s["baseline"]["loss_execution"] == base["execution"]
+    assert {t["gpu"] for t in timed} == {0}
+    assert any("telemetry unavailable" in n for n in s["notices"])  # no NVML behind the fake GPU
+
+
+def test_resume_refuses_other_settings_and_an_unreadable_state_with_one_line(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    state = {"phases": {}, "config": json.loads(json.dumps({"train": {"seq_len": 64}}))}
+    (out / "state.json").write_text(json.dumps(state))
+    proc = search(out, "--config", "configs/smoke.yaml", "--resume", timeout=60)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and "was started with other settings" in lines[-1], proc.stderr
+    (out / "state.json").write_text('{"phases": {"hardw')  # cut short by a crash
+    proc = search(out, "--config", "configs/smoke.yaml", "--resume", timeout=60)
+    assert proc.returncode == 2 and "is unreadable" in proc.stderr.strip().splitlines()[-1], proc.stderr
+    assert (out / "state.json").read_text() == '{"phases": {"hardw'  # nothing overwritten
+
+
+def test_a_refused_run_leaves_no_empty_out_behind(tmp_path):
+    out = tmp_path / "never"
+    proc = search(out, "--config", "configs/smoke.yaml", "--address", "127.0.0.1:1", timeout=60)
+    assert proc.returncode == 2 and not out.exists()

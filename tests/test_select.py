@@ -9,13 +9,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.factories import make_row
-from tuner.records import Finalist
+from tuner.knobs import knob_diff, loss_key
+from tuner.records import BASELINE_ID, Finalist
 from tuner.select import (
-    BASELINE_ID,
     Selection,
-    knob_diff,
+    finish_first,
     loss_check_candidates,
-    loss_key,
     pick_winner,
     propagate_feasibility,
     spread,
@@ -339,3 +338,33 @@ def test_winner_is_feasible_in_range_of_the_fastest_and_trusted_when_possible(fi
     if any(f.telemetry_trusted is not False for f in in_range):
         assert sel.winner.telemetry_trusted is not False
     assert set(sel.rejected) | {sel.winner.id} == {f.id for f in fins}
+
+
+def timed(fid, runs, warmup_s, tokens, config=None) -> Finalist:
+    fin = finalist(fid, runs, config or {"compile": fid})
+    fin.warmup_s = warmup_s
+    fin.time_to_train_s = warmup_s + tokens / spread(runs)[0]
+    return fin
+
+
+def test_a_short_planned_run_goes_to_the_config_that_finishes_it_first():
+    # compiled: 10x faster once running but 120 s of compile; eager: no compile
+    fins = [
+        timed("compiled", [1000.0, 990.0, 1010.0], 120.0, 50_000),
+        timed("eager", [100.0, 99.0], 1.0, 50_000),
+    ]
+    sel = finish_first(pick_winner(fins, BASELINE), fins, 50_000)  # 50K tokens: eager done in ~500 s
+    assert sel.winner.id == "compiled"  # 120 + 50 s against 501 s: the compile pays off
+    sel = finish_first(pick_winner(fins, BASELINE), fins, 5_000)  # 5K tokens: eager 51 s, compiled 125 s
+    assert sel.winner.id == "eager"
+    assert "shorter than compiled's break-even against eager" in sel.reasons[-1]
+    assert "faster once running" in sel.rejected["compiled"] and "eager" not in sel.rejected
+
+
+def test_finishing_first_within_the_noise_does_not_overturn_the_winner():
+    fins = [
+        timed("a", [1000.0, 900.0, 1100.0], 10.0, 10_000),
+        timed("b", [1000.0, 800.0, 1200.0], 9.0, 10_000),
+    ]
+    sel = pick_winner(fins, BASELINE)
+    assert finish_first(sel, fins, 10_000).winner.id == sel.winner.id

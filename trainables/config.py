@@ -93,8 +93,14 @@ class TrainConfig(BaseModel):
     device: str = Field("auto", description="auto | cpu | cuda | cuda:N")
     timing_warmup_steps: int = Field(5, ge=1, description="steps excluded from steady-state timing")
     log_interval: int = Field(50, gt=0, description="optimizer steps between progress lines / NaN checks")
+    progress_s: float = Field(20.0, gt=0, description="at most this many seconds between progress lines")
     gpu_memory_fraction: float | None = Field(None, gt=0, le=1, description="cap for a shared GPU")
     memory_cap_mb: int | None = Field(None, gt=0, description="hard memory cap (CUDA fraction or CPU rlimit)")
+    compile_cache: str | None = Field(
+        None,
+        description="folder for Inductor and Triton caches (a search's best.yaml names the search's, so "
+        "its run reuses the kernels the search compiled); None = the environment's / torch's default",
+    )
     out_dir: str | None = Field(None, description="write tokenizer, config and metrics here")
     save_model: bool = False
 

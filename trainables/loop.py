@@ -19,7 +19,7 @@ import resource
 import sys
 import time
 from collections.abc import Callable
-from contextlib import nullcontext
+from contextlib import AbstractContextManager, ExitStack, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -256,6 +256,9 @@ def _prepare(cfg: TrainConfig, workload: Workload, device: torch.device) -> None
         workload.save(cfg.out_dir)
     if device.type == "cuda":
         torch.cuda.set_device(device)
+    if cfg.compile_cache:  # before the first compile: Inductor and Triton read these when they compile
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(Path(cfg.compile_cache) / "inductor")
+        os.environ["TRITON_CACHE_DIR"] = str(Path(cfg.compile_cache) / "triton")
     _reset_peak_mem(device)
     # fp32 means fp32: TF32 tensor cores only when asked for.
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = cfg.precision == "tf32"
@@ -286,8 +289,14 @@ def train(
     workload: Workload | None = None,
     report: Report | None = None,
     log: Callable[[str], None] | None = _log,
+    timing_gate: AbstractContextManager | None = None,
+    step_hook: Callable[[], None] | None = None,
 ) -> dict[str, Any]:
-    """Train `cfg` to its token budget (or max_steps); return the metrics dict (never raises for oom/nan)."""
+    """Train `cfg` to its token budget (or max_steps); return the metrics dict (never raises for oom/nan).
+
+    `report` gets interim metrics at each log point; `timing_gate` is held around the steady (timed) steps,
+    so runs sharing a GPU can warm up together but are timed one at a time; `step_hook` is called after
+    every optimizer step (a profiler's step)."""
     log = log or (lambda msg: None)
     device = resolve_device(cfg)
     started = time.time()
@@ -299,7 +308,7 @@ def train(
     try:
         with _MemoryCap(cfg, device):
             state["training"] = _Training(cfg, workload, device, log, result)
-            state["training"].run(report)
+            state["training"].run(report, timing_gate, step_hook)
     except NonFiniteLoss as err:
         result["status"], result["error"] = "nan", str(err)
     except Exception as err:  # noqa: BLE001 - every failure becomes a status the tuner can learn from
@@ -361,6 +370,8 @@ class _Training:
         self.batches = workload.train_batches(device)
         self.timer = StepTimer.for_device(device, cfg.timing_warmup_steps, cfg.tokens_per_step)
         self.loss_sum, self.loss_count = torch.zeros((), device=device), 0
+        self.window = ExitStack()  # holds the timing gate, if any, from the first steady step to the last
+        self.last_log = time.monotonic()
         log(
             f"training {cfg.total_steps} steps x {cfg.tokens_per_step} tokens on {device} "
             f"({cfg.precision}, compile={cfg.compile}, kernels={cfg.kernels}, loader={cfg.loader})"
@@ -370,24 +381,39 @@ class _Training:
         if note:
             log(note)
 
-    def run(self, report: Report | None) -> None:
+    def run(self, report: Report | None, gate: AbstractContextManager | None, step_hook) -> None:
         cfg = self.cfg
         self.timer.start()
         self.model.train()
-        for step in range(cfg.total_steps):
-            lr = lr_at(cfg, step)
-            for group in self.optimizer.param_groups:
-                group["lr"] = lr * group["lr_mult"]
-            with self.timer.step():
-                self._optimizer_step()
-            done = step + 1
-            self.result.update(steps=done, tokens=done * cfg.tokens_per_step, **self.timer.window())
-            is_eval = done == cfg.total_steps or (cfg.eval_interval and done % cfg.eval_interval == 0)
-            if done % cfg.log_interval == 0 or is_eval:
-                self._log_point(done, lr, bool(is_eval), report)
+        with self.window:
+            for step in range(cfg.total_steps):
+                if step == 1 and gate is not None:  # after the step that compiles
+                    self._take_gate(gate)
+                lr = lr_at(cfg, step)
+                for group in self.optimizer.param_groups:
+                    group["lr"] = lr * group["lr_mult"]
+                with self.timer.step():
+                    self._optimizer_step()
+                if step_hook is not None:
+                    step_hook()
+                done = step + 1
+                self.result.update(steps=done, tokens=done * cfg.tokens_per_step, **self.timer.window())
+                is_eval = done == cfg.total_steps or (cfg.eval_interval and done % cfg.eval_interval == 0)
+                overdue = time.monotonic() - self.last_log >= cfg.progress_s  # a line every progress_s
+                if done % cfg.log_interval == 0 or is_eval or overdue:
+                    self._log_point(done, lr, bool(is_eval), report)
         self.result.update(self.timer.summary())
         if cfg.out_dir and cfg.save_model:
             torch.save(self.model.state_dict(), Path(cfg.out_dir) / "model.pt")
+
+    def _take_gate(self, gate: AbstractContextManager) -> None:
+        """Waits while another run on this GPU holds it; the wait counts neither as warm-up nor as steady."""
+        started = time.perf_counter()
+        self.window.enter_context(gate)
+        if self.cfg.timing_warmup_steps == 1:
+            self.timer.begin_window()  # the warm-up is over: the steady window starts now
+        else:
+            self.timer.exclude_from_warmup(time.perf_counter() - started)
 
     def _optimizer_step(self) -> None:
         cfg = self.cfg
@@ -417,6 +443,9 @@ class _Training:
     def _log_point(self, done: int, lr: float, is_eval: bool, report: Report | None) -> None:
         """The loss and speed so far, an eval when due, a progress line and an interim report."""
         now = self.timer.close_segment()
+        self.last_log = time.monotonic()
+        if done == self.cfg.total_steps:
+            self.window.close()  # the GPU's queue is drained (close_segment syncs): the next run may time
         train_loss = self._train_loss(done, lr)
         self.result["train_loss"] = round(train_loss, 5)
         self.result.update(self.timer.window())

@@ -49,6 +49,7 @@ class StepTimer:
         self._events: list[tuple[Any, Any]] = []  # CUDA events of steady steps not yet read
         self.run_start = self.segment_start = 0.0
         self.warmup_s: float | None = None
+        self.waited_s = 0.0  # excluded from the warm-up
         self.tokens_per_s: float | None = None
         self.window_t0: float | None = None
         self.window_t1: float | None = None
@@ -94,7 +95,7 @@ class StepTimer:
             self.steady_tokens += self.tokens_per_step
         self.steps += 1
         if self.steps == self.warmup_steps:
-            self.warmup_s = round(self.close_segment() - self.run_start, 3)
+            self.warmup_s = round(self.close_segment() - self.run_start - self.waited_s, 3)
             self.window_t0, self._cpu["t0"] = self.wall(), self.cpu_snapshot()
 
     def close_segment(self) -> float:
@@ -110,6 +111,16 @@ class StepTimer:
             self.window_t1, self.window_tokens = self.wall(), self.steady_tokens
             self._cpu["t1"] = self.cpu_snapshot()
         return now
+
+    def exclude_from_warmup(self, seconds: float) -> None:
+        """Time spent waiting during the warm-up (for a shared GPU) is not warm-up."""
+        self.waited_s += seconds
+
+    def begin_window(self) -> None:
+        """The steady window starts now, not when the warm-up ended: time spent waiting between the two
+        (for a GPU another run is being timed on) is neither warm-up nor steady time."""
+        self.segment_start = self._now()
+        self.window_t0, self._cpu["t0"] = self.wall(), self.cpu_snapshot()
 
     def resume(self) -> None:
         """Starts the next segment now: the time since the last close (an eval) is not training time."""

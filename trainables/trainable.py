@@ -13,6 +13,7 @@ import ray
 from ray import tune
 
 from trainables.config import ConfigError, make_config
+from trainables.gate import GateClient
 from trainables.loop import WINDOW_KEYS, train
 
 # The key under `config["train"]` where the tuner labels a trial (its case and repeat); not a knob.
@@ -26,7 +27,10 @@ def _placement() -> dict[str, Any]:
     return {"node_id": ctx.get_node_id(), "gpu": int(gpu_ids[0]) if gpu_ids else None}
 
 
-def train_trial(config: dict[str, Any]) -> None:
+def train_trial(config: dict[str, Any], timing_gate: str | None = None) -> None:
+    """One trial. With `timing_gate` (speed runs that share a GPU: "turns", or "quiet" to also wait until
+    no other run on the GPU is compiling), its GPU work after the first step waits for the GPU's gate, so no
+    two trials on one GPU are ever timed at once (trainables/gate.py)."""
     placement = _placement()
     try:
         knobs = {k: v for k, v in config.items() if k != "train"}
@@ -43,12 +47,23 @@ def train_trial(config: dict[str, Any]) -> None:
                 {
                     "status": "running",
                     "tokens_per_s": metrics.get("tokens_per_s") or 0.0,
+                    "tokens": metrics.get("tokens"),
                     **window,
                     **placement,
                 }
             )
 
-    result = train(cfg, report=interim)
+    gate = None
+    if timing_gate and placement["gpu"] is not None:
+        who = tune.get_context().get_trial_id()
+        gate = GateClient(placement["node_id"], placement["gpu"], who, quiet=timing_gate == "quiet")
+    try:
+        result = train(cfg, report=interim, timing_gate=gate)
+    finally:
+        if gate:
+            gate.close()
+    result["gate_wait_s"] = round(gate.waited_s, 3) if gate else None
+    result["compiling_beside"] = gate.compiling_beside if gate else None
     result.pop("history", None)
     # A failed run reports 0 tok/s so the search learns to avoid its region.
     result["tokens_per_s"] = result["tokens_per_s"] if result["status"] == "ok" else 0.0

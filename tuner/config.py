@@ -40,6 +40,11 @@ class SearchSection(BaseModel):
     start_points: list[dict[str, Any]] = Field(
         default_factory=list, description="configs the screen tries first (e.g. ones tuned by hand)"
     )
+    left_out: dict[str, str] = Field(
+        default_factory=dict,
+        description="choices left out of the space on purpose (e.g. 'kernels=fused') -> the one-line reason, "
+        "which the report shows",
+    )
     trials: int = Field(16, gt=0, description="speed-screen trials")
     screen_steps: int = Field(20, gt=0, description="steady-state steps per screen trial")
     loss_check_top: int = Field(4, ge=0, description="fastest distinct-loss configs to loss-check")
@@ -107,7 +112,12 @@ class QualitySection(BaseModel):
 class ResourcesSection(BaseModel):
     model_config = ConfigDict(extra="forbid")
     cpus_per_trial: float = Field(1, gt=0)
-    gpus_per_trial: float = Field(1, gt=0, le=1, description="screen and re-measure: a whole GPU")
+    speed_runs_per_gpu: int = Field(
+        4,
+        ge=1,
+        description="screen and re-measure runs sharing a GPU: their compile and warm-up overlap, their "
+        "timed windows take turns (one at a time per GPU); memory-hungry batches get a larger share",
+    )
     loss_check_gpu_fraction: float = Field(0.5, gt=0, le=1, description="GPU share for loss-check runs")
     max_concurrent: int | None = Field(None, gt=0, description="cap on concurrent loss-check trials")
 

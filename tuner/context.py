@@ -8,6 +8,7 @@ records its result in OUT/state.json, so `--resume` skips finished phases.
 from __future__ import annotations
 
 import json
+import math
 import sys
 import time
 from collections.abc import Callable
@@ -19,6 +20,7 @@ from pydantic import TypeAdapter
 
 from tuner.config import SearchConfig
 from tuner.records import Hardware
+from tuner.runner import Placement
 
 T = TypeVar("T")
 
@@ -78,6 +80,8 @@ class SearchContext:
     resume: bool = False
     telemetry: Telemetry = field(default_factory=Telemetry)
     notices: list[str] = field(default_factory=list)
+    batch_bounds: dict[str, int] = field(default_factory=dict)  # precision -> largest batch (the probe's)
+    compile_cache: str | None = None  # the Inductor/Triton caches the trials share, when the search's own
 
     def notice(self, msg: str) -> None:
         self.notices.append(msg)
@@ -96,22 +100,52 @@ class SearchContext:
         self.state.finish(name, adapter.dump_python(value, mode="json"), time.time() - started)
         return value
 
-    # --- resources of one trial ---
+    # --- how a phase's trials take the cluster ---
     @property
     def on_gpu(self) -> bool:
         return self.hw.gpus > 0
 
-    def exclusive(self) -> dict[str, float]:
-        """A whole GPU, or the whole CPU share: speed is never measured shared."""
-        if self.on_gpu:
-            r = self.cfg.resources
-            return {"cpu": r.cpus_per_trial, "gpu": r.gpus_per_trial}
-        return {"cpu": max(1, self.cluster_cpus)}
-
     def reuse_actors(self) -> bool:
-        """Warm workers across trials, except under a CPU memory cap: an allocation failing inside a native
-        library (oneDNN) can leave that process unable to run the next trial."""
-        return self.on_gpu or not self.base.get("memory_cap_mb")
+        """Warm workers across trials on CPUs, except under a memory cap (an allocation failing inside
+        oneDNN can leave the process unable to train again); on GPUs a fresh process per trial: CUDA-graph
+        trees left by one compiled run fail an assertion in the next run's in the same process."""
+        return not self.on_gpu and not self.base.get("memory_cap_mb")
+
+    def speed_placement(self, quiet: bool = False) -> Placement:
+        """Speed runs (screen, re-measure). On GPUs, `speed_runs_per_gpu` share each GPU so their compile and
+        warm-up overlap, while the timing gate lets only one at a time be timed; a batch near the probe's
+        bound gets the GPU's memory to itself; `quiet` windows also wait until no run on their GPU is
+        compiling (the re-measure: launch-bound runs lose speed to compiles on the CPUs they launch from).
+        On CPUs, one run at a time with every core."""
+        if not self.on_gpu:
+            return Placement({"cpu": max(1, self.cluster_cpus)}, 1, self.reuse_actors())
+        per_gpu = self._speed_runs_per_gpu()
+        cpus = self.cfg.resources.cpus_per_trial
+        return Placement(
+            lambda config: {"cpu": cpus, "gpu": self._speed_share(config, per_gpu)},
+            per_gpu * self.hw.gpus,
+            self.reuse_actors(),
+            gate="quiet" if quiet else "turns",
+        )
+
+    def _speed_runs_per_gpu(self) -> int:
+        cpus_per_gpu = self.cluster_cpus / max(1, self.hw.gpus)
+        return max(
+            1,
+            min(
+                self.cfg.resources.speed_runs_per_gpu, int(cpus_per_gpu // self.cfg.resources.cpus_per_trial)
+            ),
+        )
+
+    def _speed_share(self, config: dict[str, Any], per_gpu: int) -> float:
+        """1/per_gpu of a GPU, or more for a batch whose memory (batch / the probe's bound at its precision,
+        memory growing with the batch) needs it, rounded up to a multiple of 1/per_gpu so runs pack evenly."""
+        train = config.get("train", {})
+        batch = config.get("batch_size", train.get("batch_size", 1))
+        bound = self.batch_bounds.get(config.get("precision", train.get("precision")))
+        need = batch / bound if bound else 0.0
+        slots = min(per_gpu, max(1, math.ceil(need * per_gpu)))
+        return slots / per_gpu
 
     def short_run(self, knobs: dict[str, Any]) -> dict[str, Any]:
         """A short exclusive speed run of baseline + knobs: a fixed number of steady steps, a token eval."""

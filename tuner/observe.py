@@ -34,7 +34,8 @@ def start(ctx: SearchContext) -> Telemetry:
 
 def annotate(ctx: SearchContext, rows: list[TrialRow]) -> list[TrialRow]:
     """Each row joined to its GPU window (util, power, J/token, throttling) and its CPU contention flag."""
-    out = [_flag_cpu(_join_gpu(ctx, row)) for row in rows]
+    siblings = sorted({r.pid for r in rows if r.pid is not None and r.gate_wait_s is not None})
+    out = [_flag_cpu(_join_gpu(ctx, row, siblings)) for row in rows]
     # loss-check runs share the machine by design and their speed is never used
     flagged = [r for r in out if r.cpu_shared and r.phase_name != "loss_check"]
     if flagged:
@@ -46,12 +47,15 @@ def annotate(ctx: SearchContext, rows: list[TrialRow]) -> list[TrialRow]:
     return out
 
 
-def _join_gpu(ctx: SearchContext, row: TrialRow) -> TrialRow:
+def _join_gpu(ctx: SearchContext, row: TrialRow, siblings: list[int]) -> TrialRow:
+    """The GPU's view of the row's timed window; the phase's other gated runs (`siblings`) shared its GPU
+    by design, taking turns at the timing gate, so their processes do not make the figure untrusted."""
     has_window = row.window_t0 and row.window_t1 and row.gpu is not None
     if not (ctx.telemetry.actors and has_window):
         return row
     metrics = row.model_dump()
-    window = fetch_window(ctx.telemetry.actors, {**metrics, "node": row.node_id})
+    gated = siblings if row.gate_wait_s is not None else []
+    window = fetch_window(ctx.telemetry.actors, {**metrics, "node": row.node_id, "sibling_pids": gated})
     if not window.get("available"):
         return row.model_copy(update={"telemetry_note": window.get("reason")})
     row = TrialRow.model_validate(annotate_trial(metrics, window))

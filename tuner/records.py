@@ -64,6 +64,12 @@ class TrialRow(Record):
     cpu_others_cores: float | None = None
     cpu_count: int | None = None
     cpu_shared: bool | None = Field(None, description="other processes contended for the CPUs")
+    gate_wait_s: float | None = Field(
+        None, description="seconds it waited for its GPU while another run was timed there"
+    )
+    compiling_beside: int | None = Field(
+        None, description="other runs on its GPU that were compiling while it was timed"
+    )
 
     # the GPU's view of the timed window (telemetry join)
     gpu_util_mean: float | None = None
@@ -85,6 +91,10 @@ class TrialRow(Record):
     loss_checked_by: str | None = Field(None, description="id of the run whose val loss stands for this one")
     screen_id: str | None = Field(None, description="loss checks: the screen trial checked")
     finalist: str | None = Field(None, description="re-measure: the finalist this run measured")
+    execution: dict[str, Any] | None = Field(
+        None, description="loss runs: the speed-only knobs it trained with (its loss key's fastest twin's)"
+    )
+    twin_of: str | None = Field(None, description="loss runs: the screen trial whose execution it borrowed")
 
     @property
     def phase_name(self) -> str:
@@ -121,13 +131,39 @@ class Finalist(Record):
     feasible: bool | None = None
     joules_per_token: float | None = None
     telemetry_trusted: bool | None = None
+    warmup_s: float | None = Field(
+        None,
+        description="compile + warm-up seconds, median of its re-measure runs (the search's caches warm)",
+    )
+    warmup_cold_s: float | None = Field(None, description="compile + warm-up of its first screen run")
+    time_to_train_s: float | None = Field(
+        None,
+        description="the planned run (train.tokens): warm-up as best.yaml's run pays it + tokens / tok/s",
+    )
+
+
+class BreakEven(Record):
+    """How long a run must be before a compile mode's one-off cost pays for itself against eager."""
+
+    compile: str
+    config_id: str = Field(description="the fastest feasible screened config of this compile mode")
+    versus_id: str = Field(description="the fastest feasible screened config without compile")
+    tokens_per_s: float
+    versus_tokens_per_s: float
+    warmup_cold_s: float | None = None
+    warmup_warm_s: float | None = None
+    tokens_cold: float | None = Field(None, description="run length (tokens) where cold compile pays off")
+    tokens_warm: float | None = Field(None, description="the same with the search's caches warm")
 
 
 class BaselineResult(Record):
     config: dict[str, Any] = Field(default_factory=dict, description="the full baseline training config")
     tokens_per_s: float | None = Field(None, description="median of its exclusive re-measurements")
-    tokens_per_s_full_run: float | None = None
+    tokens_per_s_full_run: float | None = Field(None, description="speed of its loss run (its twin's)")
     val_loss: float | None = None
+    loss_execution: dict[str, Any] | None = Field(
+        None, description="the speed-only knobs its loss run trained with (None: its own)"
+    )
 
 
 class Best(Record):
@@ -137,6 +173,8 @@ class Best(Record):
     tokens_per_s_spread: list[float] = Field(default_factory=list, description="[min, max] of its runs")
     val_loss: float | None = None
     speedup: float | None = None
+    warmup_s: float | None = Field(None, description="compile + warm-up with the search's caches")
+    time_to_train_s: float | None = Field(None, description="the planned run, compile + warm-up included")
 
 
 class Tolerance(Record):
@@ -175,6 +213,12 @@ class Summary(Record):
     command: str | None = None
     best_yaml: str | None = None
     measurement: dict[str, Any] = Field(default_factory=dict)
+    planned_tokens: int | None = Field(None, description="train.tokens: the run the answer is for")
+    compile_cache: str | None = Field(
+        None, description="the search's Inductor/Triton caches (best.yaml uses them)"
+    )
+    finalists: list[Finalist] = Field(default_factory=list)
+    break_even: list[BreakEven] = Field(default_factory=list)
 
 
 def summary_schema() -> dict[str, Any]:

@@ -12,21 +12,41 @@ import math
 import os
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ray import tune
 from ray.tune import Callback, Stopper
 
+from trainables.config import ConfigError, make_config
 from trainables.loop import first_line
 from trainables.trainable import LABELS, train_trial
+from tuner.distinct import DistinctConfigs
+from tuner.knobs import freeze
 from tuner.records import TrialRow
+
+HEARTBEAT_S = 30  # the longest a phase stays silent
 
 # What a row keeps of a trial's last report, besides status, speed and loss (which need care).
 RESULT_KEYS = (
     "train_loss peak_mem_mb compile_s warmup_s step_ms_median step_ms_p90 steps tokens node "
-    "node_id gpu pid window_t0 window_t1 window_tokens cpu_own_cores cpu_others_cores cpu_count wall_s error"
+    "node_id gpu pid window_t0 window_t1 window_tokens cpu_own_cores cpu_others_cores cpu_count wall_s error "
+    "gate_wait_s compiling_beside"
 ).split()
+
+
+@dataclass(frozen=True)
+class Placement:
+    """How a phase's trials take the cluster: resources per trial (a dict, or a function of the trial's
+    config), at most `concurrent` at once (0: as many as fit), warm workers reused or not, and whether their
+    timed windows queue at their GPU's gate (speed runs that share a GPU): None, "turns" or "quiet"."""
+
+    resources: dict[str, float] | Callable[[dict], dict[str, float]]
+    concurrent: int = 0
+    reuse_actors: bool = True
+    gate: str | None = None
 
 
 class Interrupted(KeyboardInterrupt):
@@ -46,10 +66,11 @@ def trial_row(
         status = "stopped"  # the stopper ended it before its final report
     train = dict(config.get("train") or {})
     labels = train.pop(LABELS, None) or {}
+    knobs = {k: v for k, v in config.items() if k != "train"}
     speed = m.get("tokens_per_s")
     return {
-        "config": {k: v for k, v in config.items() if k != "train"},
-        "train": train,
+        "config": knobs,
+        "train": {**train, **knobs},  # the whole config the trial trained
         "case": labels.get("case"),
         "repeat": labels.get("repeat"),
         "ray_trial_id": m.get("trial_id"),
@@ -94,10 +115,43 @@ class Ledger:
 class Record(Callback):
     """Writes each finished trial to the ledger and prints one progress line: done/running/left, best, ETA."""
 
-    def __init__(self, ledger: Ledger, total: int, already: int):
+    def __init__(self, ledger: Ledger, total: int, already: int, budget_s: float | None = None):
         self.ledger, self.total, self.done = ledger, total, already
+        self.budget_s = budget_s  # the phase ends by then however many trials are left
         self.best = max((r.tokens_per_s or 0 for r in ledger.rows() if r.status == "ok"), default=0)
         self.started, self.new = time.time(), 0
+        self.last_line = self.started
+        self.trial_started: dict[str, float] = {}
+
+    def on_trial_start(self, iteration, trials, trial, **info):
+        self.trial_started[trial.trial_id] = time.time()
+
+    def on_step_begin(self, iteration, trials, **info):
+        """A line at least every HEARTBEAT_S: each running trial's tokens, speed and ETA, or its warm-up."""
+        now = time.time()
+        if now - self.last_line < HEARTBEAT_S:
+            return
+        running = [t for t in trials if t.status == "RUNNING"]
+        parts = [self._progress(t, now) for t in running[:6]]
+        self._say(
+            f"[{self.ledger.phase}] {self.done}/{self.total} done, {len(running)} running"
+            + (": " + "; ".join(parts) if parts else "")
+            + f" | {_fmt_s(now - self.started)} in this phase"
+        )
+
+    def _progress(self, trial, now: float) -> str:
+        result = trial.last_result or {}
+        label = _label(trial.config)
+        tokens, speed = result.get("tokens"), result.get("tokens_per_s")
+        total = _planned_tokens(trial.config)
+        if not tokens or not speed or not total:
+            return f"{label} warming up {_fmt_s(now - self.trial_started.get(trial.trial_id, now))}"
+        eta = max(0.0, total - tokens) / speed
+        return f"{label} {tokens / 1e6:.2f}M/{total / 1e6:.2f}M tokens, {speed:,.0f} tok/s, ETA {_fmt_s(eta)}"
+
+    def _say(self, line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+        self.last_line = time.time()
 
     def on_trial_complete(self, iteration, trials, trial, **info):
         self._finish(trials, trial, None)
@@ -119,13 +173,35 @@ class Record(Callback):
         running = sum(1 for t in trials if t.status == "RUNNING" and t is not trial)
         left = max(0, self.total - self.done - running)
         eta = (time.time() - self.started) / self.new * (self.total - self.done)
-        print(
+        if self.budget_s is not None:
+            eta = min(eta, max(0.0, self.started + self.budget_s - time.time()))
+        self._say(
             f"[{self.ledger.phase}] {self.done}/{self.total} done, {running} running, {left} left | "
             f"last {row.status} {row.tokens_per_s or 0:,.0f} tok/s | best {self.best:,.0f} tok/s | "
-            f"ETA {eta:.0f}s",
-            file=sys.stderr,
-            flush=True,
+            f"ETA {_fmt_s(eta)}"
         )
+
+
+def _fmt_s(seconds: float) -> str:
+    seconds = int(max(0, seconds))
+    return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
+
+
+def _label(config: dict) -> str:
+    """A trial in a few words: its case number, or the knobs that say most about its speed."""
+    labels = (config.get("train") or {}).get(LABELS)
+    if labels:
+        return f"case {labels['case']}" + (f"#{labels['repeat']}" if labels.get("repeat") else "")
+    knobs = [str(config[k]) for k in ("batch_size", "precision", "compile", "kernels") if k in config]
+    return "/".join(knobs) or "trial"
+
+
+def _planned_tokens(config: dict) -> int | None:
+    try:
+        cfg = make_config({**config.get("train", {}), **{k: v for k, v in config.items() if k != "train"}})
+    except ConfigError:
+        return None
+    return cfg.total_steps * cfg.tokens_per_step
 
 
 class SlowTrialStopper(Stopper):
@@ -146,25 +222,29 @@ class SlowTrialStopper(Stopper):
         return False
 
 
-def _fit(ledger: Ledger, out: Path, param_space, resources, *, total, already, **tune_kwargs) -> None:
-    """One Tune experiment; tune_kwargs go to TuneConfig (reuse_actors keeps warm workers: torch imported,
-    caches loaded) except `stopper`, which goes to RunConfig."""
+def _fit(
+    ledger: Ledger, out: Path, param_space, placement: Placement, *, total, already, **tune_kwargs
+) -> None:
+    """One Tune experiment; tune_kwargs go to TuneConfig except `stopper`, which goes to RunConfig."""
     storage = (out / "ray").resolve()
     attempt = sum(1 for p in storage.glob(f"{ledger.phase}*") if p.is_dir()) if storage.exists() else 0
     name = ledger.phase if attempt == 0 else f"{ledger.phase}-r{attempt}"
     stopper = tune_kwargs.pop("stopper", None)
+    trainable = tune.with_parameters(train_trial, timing_gate=placement.gate)
     tuner = tune.Tuner(
-        tune.with_resources(train_trial, resources),
+        tune.with_resources(trainable, placement.resources),
         param_space=param_space,
         tune_config=tune.TuneConfig(
             trial_dirname_creator=lambda trial: f"{name}_{trial.trial_id}",
+            max_concurrent_trials=placement.concurrent or None,
+            reuse_actors=placement.reuse_actors,  # warm workers: torch imported, caches loaded
             **tune_kwargs,
         ),
         run_config=tune.RunConfig(
             name=name,
             storage_path=str(storage),
             stop=stopper,
-            callbacks=[Record(ledger, total, already)],
+            callbacks=[Record(ledger, total, already, tune_kwargs.get("time_budget_s"))],
             failure_config=tune.FailureConfig(max_failures=0),
             verbose=0,
         ),
@@ -176,11 +256,9 @@ def run_cases(
     phase: str,
     out: Path,
     cases: list[dict[str, Any]],
-    resources: dict[str, float],
+    placement: Placement,
     *,
     repeats: int = 1,
-    max_concurrent: int = 0,
-    reuse_actors: bool = True,
 ) -> list[TrialRow]:
     """Each training config in `cases`, `repeats` times; rows in case order, one per (case, repeat)."""
     ledger = Ledger(out, phase)
@@ -201,11 +279,9 @@ def run_cases(
             ledger,
             out,
             {"train": tune.grid_search(pending)},
-            resources,
+            placement,
             total=total,
             already=len(done),
-            max_concurrent_trials=max_concurrent or None,
-            reuse_actors=reuse_actors,
         )
     rows = ledger.rows()
     if len(rows) < total:  # Ray Tune returns from fit() on Ctrl-C with trials unfinished
@@ -217,20 +293,20 @@ def run_search(
     phase: str,
     out: Path,
     param_space: dict[str, Any],
-    resources: dict[str, float],
+    placement: Placement,
     *,
     trials: int,
     make_searcher,
     stopper_ratio: float,
-    max_concurrent: int,
     time_budget_s: float | None,
-    reuse_actors: bool = True,
 ) -> list[TrialRow]:
-    """`trials` searcher-proposed trials in total, across resumes; rows in completion order."""
+    """Up to `trials` searcher-proposed trials in total, across resumes, never one config twice (fewer
+    when the searcher keeps repeating measured configs: the space is exhausted); rows in completion order."""
     ledger = Ledger(out, phase)
     done = ledger.rows()
     remaining = trials - len(done)
     started = time.time()
+    searcher = DistinctConfigs(make_searcher(), {freeze(r.config): r.tokens_per_s or 0.0 for r in done})
     if remaining > 0:
         if done:
             print(
@@ -243,18 +319,22 @@ def run_search(
             ledger,
             out,
             param_space,
-            resources,
+            placement,
             total=trials,
             already=len(done),
-            search_alg=make_searcher(),
+            search_alg=searcher,
             num_samples=remaining,
-            max_concurrent_trials=max_concurrent or None,
             time_budget_s=time_budget_s,
             stopper=SlowTrialStopper(stopper_ratio, best),
-            reuse_actors=reuse_actors,
         )
     rows = ledger.rows()
     out_of_time = time_budget_s is not None and time.time() - started >= time_budget_s * 0.95
-    if len(rows) < trials and not out_of_time:  # fewer trials and no time budget spent: Ctrl-C
+    if searcher.answered:
+        print(
+            f"[{phase}] {searcher.answered} repeated proposals answered from earlier measurements, not rerun",
+            file=sys.stderr,
+            flush=True,
+        )
+    if len(rows) < trials and not (out_of_time or searcher.exhausted):  # Ctrl-C
         raise Interrupted(f"{phase}: {len(rows)} of {trials} trials finished")
     return rows

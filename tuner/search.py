@@ -24,8 +24,9 @@ import ray
 
 from trainables.config import ConfigError
 from trainables.data import DataError, resolve_corpus
+from trainables.gate import open_gates
 from trainables.loop import first_line
-from tuner import observe
+from tuner import eta, observe
 from tuner.config import SearchConfig, load_search_config
 from tuner.context import SearchContext, State, log
 from tuner.phases import baseline, finish, loss_check, probe, remeasure, screen
@@ -39,18 +40,21 @@ EXIT_BAD_INPUT, EXIT_INTERRUPTED = 2, 130
 def run_search(ctx: SearchContext) -> int:
     space = _space_for_hardware(ctx)
     ctx.telemetry = observe.start(ctx)
+    gates = open_gates()  # one timed window per GPU at a time; the driver owns them for the search
 
-    base_row = ctx.phase("baseline", lambda: baseline.run(ctx), TrialRow)
-    base_row, limit = baseline.checked(ctx, base_row)
     bounds = ctx.phase("probe", lambda: probe.run(ctx, space), dict[str, int])
-    space = probe.bounded(ctx, space, bounds)
-
+    space, ctx.batch_bounds = probe.bounded(ctx, space, bounds), bounds
     screened = ctx.phase("screen", lambda: screen.run(ctx, space), list[TrialRow])
-    checked = ctx.phase("loss_check", lambda: loss_check.run(ctx, screened, limit), list[TrialRow])
+    eta.after_screen(ctx, screened)
+
+    checked = ctx.phase("loss_check", lambda: loss_check.run(ctx, screened), list[TrialRow])
+    base_row, checked = checked[0], checked[1:]
+    limit = ctx.cfg.quality.limit(base_row.val_loss)
     propagate_feasibility(screened, checked, base_row.val_loss, limit, baseline=ctx.base)
     measured = ctx.phase("remeasure", lambda: remeasure.run(ctx, screened), list[TrialRow])
 
     summary = finish.summarize(ctx, base_row, screened, checked, measured, limit)
+    del gates
     return finish.write(ctx, summary)
 
 
@@ -64,10 +68,14 @@ def _space_for_hardware(ctx: SearchContext):
         ctx.notice(n)
     if fixed:
         ctx.notice(f"fixed (one choice left): {fixed}")
+    for choice, why in ctx.cfg.search.left_out.items():
+        ctx.notice(f"left out of the space: {choice}: {why}")
     return space
 
 
-def open_context(cfg: SearchConfig, out: Path, *, resume: bool, command: str) -> SearchContext:
+def open_context(
+    cfg: SearchConfig, out: Path, *, resume: bool, command: str, compile_cache: str | None = None
+) -> SearchContext:
     """The context every phase works with: the cluster's resources and the trials' hardware."""
     state = State(out)
     state.data.setdefault("config", cfg.model_dump())
@@ -85,6 +93,7 @@ def open_context(cfg: SearchConfig, out: Path, *, resume: bool, command: str) ->
         state=state,
         command=command,
         resume=resume,
+        compile_cache=compile_cache,
     )
     hw = ctx.phase("hardware", lambda: Hardware(**ray.get(task.remote())), Hardware)
     ctx.hw = hw.model_copy(update={"gpus": gpus})  # every GPU of the cluster, not just the probed node's
@@ -141,70 +150,110 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def read_config(args: argparse.Namespace, out: Path) -> SearchConfig:
+    """The validated config (a resumed search keeps the one it started with); ConfigError on bad input."""
+    overrides = list(args.overrides)
+    if args.trials is not None:
+        overrides.append(f"search.trials={args.trials}")
+    if args.time_budget is not None:
+        overrides.append(f"search.time_budget={args.time_budget}")
+    cfg = load_search_config(args.config, overrides, data=args.data)
+    check_out(out, args.resume)
+    check_address(args.address)
+    data = cfg.baseline().data
+    if data is not None:
+        if not Path(data).exists():
+            raise ConfigError(f"data path not found: {data}")
+        cfg.train["data"] = str(Path(data).resolve())  # trials run in other working directories
+    if args.resume:
+        cfg = _resumable(out, cfg)  # exactly the settings that started it
+    if cfg.train.get("workload", "hybrid") == "hybrid":  # say which corpus the trials will train on
+        try:
+            corpus = resolve_corpus(cfg.train.get("data"))
+        except DataError as err:
+            raise ConfigError(str(err)) from None
+        log(f"data: {corpus.source}")
+        cfg.train.setdefault("data_sha256", corpus.sha256)  # a resumed search keeps its own
+    return cfg
+
+
+def _resumable(out: Path, asked: SearchConfig) -> SearchConfig:
+    """The config OUT's search started with, when `asked` (this command's) is the same search."""
+    path = out / "state.json"
+    if not path.exists():  # a retried job passes --resume from its first submission on
+        log(f"--resume: {out} holds no earlier search; starting a new one")
+        return asked
+    try:
+        saved = SearchConfig(**json.loads(path.read_text())["config"])
+    except (ValueError, KeyError, TypeError) as err:
+        raise ConfigError(
+            f"--resume: {path} is unreadable ({first_line(err)}); nothing was changed"
+        ) from None
+    mine = {**saved.model_dump(), "train": {k: v for k, v in saved.train.items() if k != "data_sha256"}}
+    if asked.model_dump() != mine:
+        raise ConfigError(
+            f"--resume: {out} was started with other settings; pass the same --config, --set and --data "
+            "as the search that made it (its command is in OUT/state.json), or a new --out"
+        )
+    return saved
+
+
+def trial_env(cfg: SearchConfig, out: Path) -> tuple[dict[str, str], str | None]:
+    """The trials' environment, and the compile cache best.yaml should name (None: the user set their own).
+
+    One Inductor/Triton cache per search, shared by its trials, so a kernel is compiled once, not per trial;
+    it stays in OUT, and best.yaml names it, so the user's run reuses it too. Compile threads: the cores
+    left for each of the runs that compile at once on a GPU."""
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # our progress lines replace Ray's tables
+    threads = max(1, (os.cpu_count() or 1) // cfg.resources.speed_runs_per_gpu)
+    os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", str(threads))
+    cache = (out / "compile-cache").resolve()
+    own = not (os.environ.get("TRITON_CACHE_DIR") or os.environ.get("TORCHINDUCTOR_CACHE_DIR"))
+    env = {
+        "TRITON_CACHE_DIR": os.environ.get("TRITON_CACHE_DIR", str(cache / "triton")),
+        "TORCHINDUCTOR_CACHE_DIR": os.environ.get("TORCHINDUCTOR_CACHE_DIR", str(cache / "inductor")),
+        "TORCHINDUCTOR_COMPILE_THREADS": os.environ["TORCHINDUCTOR_COMPILE_THREADS"],
+        "RAY_USAGE_STATS_ENABLED": "0",
+    }
+    return env, str(cache) if own else None
+
+
+def start_ray(args: argparse.Namespace, env: dict[str, str]) -> None:
+    joining = args.address not in (None, "local")
+    try:
+        context = ray.init(
+            address=args.address if joining else None,
+            runtime_env={"env_vars": env},
+            log_to_driver=False,
+            logging_level="ERROR",
+            **({} if joining else {"include_dashboard": args.dashboard}),
+        )
+    except (ConnectionError, RuntimeError, ValueError) as err:
+        raise ConfigError(f"cannot start or join Ray: {first_line(err)}") from None
+    if args.dashboard and not joining:
+        log(f"Ray dashboard: http://{context.dashboard_url}")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     out = Path(args.out)
     command = "python -m tuner.search " + " ".join(
         shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:])
     )
-
+    existed = out.exists()
     try:
-        overrides = list(args.overrides)
-        if args.trials is not None:
-            overrides.append(f"search.trials={args.trials}")
-        if args.time_budget is not None:
-            overrides.append(f"search.time_budget={args.time_budget}")
-        if args.resume and (out / "state.json").exists():
-            saved = json.loads((out / "state.json").read_text())
-            cfg = SearchConfig(**saved["config"])  # resume with exactly the settings that started it
-        else:
-            cfg = load_search_config(args.config, overrides, data=args.data)
-        check_out(out, args.resume)
-        check_address(args.address)
-        base = cfg.baseline()
-        if base.data is not None:
-            if not Path(base.data).exists():
-                raise ConfigError(f"data path not found: {base.data}")
-            cfg.train["data"] = str(Path(base.data).resolve())  # trials run in other working directories
+        cfg = read_config(args, out)
+        env, compile_cache = trial_env(cfg, out)
+        start_ray(args, env)
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
+        if not existed and out.is_dir() and not any(out.iterdir()):
+            out.rmdir()  # refused before anything was written: leave no empty OUT behind
         return EXIT_BAD_INPUT
-
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # our progress lines replace Ray's tables
-    os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
-    # One compile cache per search, shared by its trials, so a kernel is compiled once, not per trial.
-    cache = (out / "compile-cache").resolve()
-    env_vars = {
-        "TRITON_CACHE_DIR": os.environ.get("TRITON_CACHE_DIR", str(cache / "triton")),
-        "TORCHINDUCTOR_CACHE_DIR": os.environ.get("TORCHINDUCTOR_CACHE_DIR", str(cache / "inductor")),
-        "TORCHINDUCTOR_COMPILE_THREADS": os.environ["TORCHINDUCTOR_COMPILE_THREADS"],
-        "RAY_USAGE_STATS_ENABLED": "0",
-    }
-    if cfg.train.get("workload", "hybrid") == "hybrid":  # say which corpus the trials will train on
-        try:
-            corpus = resolve_corpus(cfg.train.get("data"))
-            log(f"data: {corpus.source}")
-            cfg.train.setdefault("data_sha256", corpus.sha256)  # a resumed search keeps its own
-        except DataError as err:
-            print(f"error: {err}", file=sys.stderr)
-            return EXIT_BAD_INPUT
-    joining = args.address not in (None, "local")
     try:
-        context = ray.init(
-            address=args.address if joining else None,
-            runtime_env={"env_vars": env_vars},
-            log_to_driver=False,
-            logging_level="ERROR",
-            **({} if joining else {"include_dashboard": args.dashboard}),
-        )
-    except (ConnectionError, RuntimeError, ValueError) as err:
-        print(f"error: cannot start or join Ray: {first_line(err)}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    if args.dashboard and not joining:
-        log(f"Ray dashboard: http://{context.dashboard_url}")
-    try:
-        return run_search(open_context(cfg, out, resume=args.resume, command=command))
+        ctx = open_context(cfg, out, resume=args.resume, command=command, compile_cache=compile_cache)
+        return run_search(ctx)
     except KeyboardInterrupt as err:
         log(f"interrupted{': ' + str(err) if str(err) else ''}; OUT is resumable: --resume --out {out}")
         return EXIT_INTERRUPTED

@@ -12,48 +12,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from tuner.knobs import knob_diff, loss_key
 from tuner.records import BASELINE_ID, FAILED_STATUSES, Finalist, SelectionResult, TrialRow
 
-# Knobs that change speed but not the loss curve (up to float noise): one loss run stands for every
-# config that differs from it only in these.
-SPEED_ONLY_KNOBS = frozenset(
-    {"compile", "kernels", "loader", "num_workers", "pin_memory", "fused_adamw", "activation_checkpointing"}
-)
-# TrainConfig fields that neither change the loss at the full token budget nor are searched: bookkeeping,
-# memory caps, and `max_steps` (speed screens cut runs short; the loss is judged at the full budget).
-RUN_ONLY_FIELDS = frozenset(
-    {"device", "out_dir", "save_model", "log_interval", "timing_warmup_steps", "gpu_memory_fraction",
-     "memory_cap_mb", "max_steps"}
-)  # fmt: skip
 ENERGY_MARGIN = 0.02  # J/token must be this much lower than the fastest's to outweigh simplicity
-
-
-def is_loss_knob(name: str) -> bool:
-    return name not in SPEED_ONLY_KNOBS and name not in RUN_ONLY_FIELDS
-
-
-def freeze(value: Any) -> Any:
-    """A hashable, order-independent stand-in for nested config values (model overrides are dicts)."""
-    if isinstance(value, dict):
-        return tuple(sorted((k, freeze(v)) for k, v in value.items()))
-    if isinstance(value, list | tuple):
-        return tuple(freeze(v) for v in value)
-    return value
-
-
-def loss_key(config: dict, baseline: dict) -> tuple:
-    """The values of the loss-relevant knobs; equal keys mean one loss run stands for both configs."""
-    names = sorted(n for n in set(config) | set(baseline) if is_loss_knob(n))
-    return tuple((n, freeze(config[n] if n in config else baseline.get(n))) for n in names)
-
-
-def knob_diff(config: dict, baseline: dict) -> dict[str, tuple[Any, Any]]:
-    """{knob: (baseline value, config value)} for every knob of `config` that differs from the baseline."""
-    return {
-        name: (baseline.get(name), value)
-        for name, value in config.items()
-        if freeze(value) != freeze(baseline.get(name))
-    }
 
 
 def _finite(x: Any) -> bool:
@@ -292,3 +254,39 @@ def pick_winner(finalists: list[Finalist], baseline_knobs: dict) -> Selection:
             why = f"as simple, lower median ({r.median:,.0f} tok/s)"
         sel.rejected[r.id] = f"tied with {winner.id} (ranges overlap); {why}"
     return sel
+
+
+def _times(fin: Finalist, tokens: int) -> tuple[float, float, float]:
+    """(median, fastest, slowest) time to train `tokens` over the finalist's runs, warm-up included."""
+    median, lo, hi = spread(fin.runs)
+    warm = fin.warmup_s or 0.0
+    return warm + tokens / median, warm + tokens / hi, warm + tokens / lo
+
+
+def finish_first(sel: Selection, finalists: list[Finalist], tokens: int) -> Selection:
+    """When another feasible finalist finishes the planned run of `tokens` sooner than the winner, beyond
+    the spread of both (the run is shorter than the winner's break-even against it), that one wins."""
+    winner = sel.winner
+    timed = [f for f in finalists if f.feasible is True and spread_or_none(f.runs)]
+    if winner is None or not timed:
+        return sel
+    first = min(timed, key=lambda f: (_times(f, tokens)[0], f.id))
+    if first.id == winner.id or _times(first, tokens)[2] >= _times(winner, tokens)[1]:
+        return sel
+    why = (
+        f"the planned run ({tokens:,} tokens) is shorter than {winner.id}'s break-even against {first.id}: "
+        f"{first.id} finishes it in {_times(first, tokens)[0]:,.0f} s, {winner.id} in "
+        f"{_times(winner, tokens)[0]:,.0f} s (compile + warm-up included)"
+    )
+    sel.reasons.append(f"chose {first.id}: {why}")
+    sel.rejected.pop(first.id, None)
+    sel.rejected[winner.id] = f"faster once running, but {why}"
+    sel.winner = first
+    return sel
+
+
+def spread_or_none(values: Iterable[float]) -> tuple[float, float, float] | None:
+    try:
+        return spread(values)
+    except ValueError:
+        return None

@@ -11,10 +11,11 @@ from collections.abc import Callable
 
 import torch
 
-# op -> (backend name, module, function) of its fused kernel.
+# op -> (backend name, module, function) of its fused kernel. rwkv6 and ssd go through our custom-op
+# wrappers (torch.compile and CUDA graphs take them whole); causal_conv1d's kernels are custom ops already.
 FUSED = {
-    "rwkv6": ("fla", "fla.ops.rwkv6", "chunk_rwkv6"),
-    "ssd": ("mamba_ssm", "mamba_ssm.ops.triton.ssd_combined", "mamba_chunk_scan_combined"),
+    "rwkv6": ("fla", "model.ops.rwkv6_fused", "rwkv6_fla"),
+    "ssd": ("mamba_ssm", "model.ops.ssd_fused", "ssd_mamba"),
     "causal_conv1d": ("mamba_ssm", "causal_conv1d", "causal_conv1d_fn"),
 }
 FUSED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)

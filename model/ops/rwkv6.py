@@ -59,5 +59,4 @@ def rwkv6(r, k, v, w, u, backend="torch"):
         return run_upcast(rwkv6_naive, v.dtype, r, k, v, w, u)
     if impl == "torch":
         return run_upcast(rwkv6_torch, v.dtype, r, k, v, w, u)
-    o, _ = load_fused("rwkv6")[0](r, k, v, w, u, scale=1.0)
-    return o
+    return load_fused("rwkv6")[0](r, k, v, w, u)

@@ -1,27 +1,63 @@
-"""The baseline: the user's own training config, trained to its full token budget, alone on a GPU."""
+"""The baseline: the user's own training config. Its speed is measured like every other config's (screen,
+re-measure); its loss is trained to the full token budget with the fastest execution the screen saw for
+its loss key (its twin: the same batch, precision, lr rule, differing only in compile, kernels, loader ...),
+because those knobs change how fast a run goes, not where it ends. With no twin screened it trains as is."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from tuner.context import SearchContext, log
-from tuner.observe import annotate
-from tuner.records import TrialRow
-from tuner.runner import run_cases
+from tuner.knobs import execution, loss_key
+from tuner.records import BASELINE_ID, TrialRow
 
 
 class SearchFailed(RuntimeError):
     """The search cannot go on (e.g. the baseline itself fails); one line, exit 1."""
 
 
-def run(ctx: SearchContext) -> TrialRow:
-    rows = run_cases("baseline", ctx.out, [ctx.base], ctx.exclusive(), reuse_actors=ctx.reuse_actors())
-    return annotate(ctx, rows)[0]
+def twins(ctx: SearchContext, screen: list[TrialRow]) -> dict[tuple, TrialRow]:
+    """The fastest successful screen run of each loss key."""
+    fastest: dict[tuple, TrialRow] = {}
+    for row in screen:
+        if row.status != "ok" or not row.tokens_per_s:
+            continue
+        key = loss_key(row.config, ctx.base)
+        if key not in fastest or row.tokens_per_s > fastest[key].tokens_per_s:
+            fastest[key] = row
+    return fastest
+
+
+def loss_case(ctx: SearchContext, screen: list[TrialRow]) -> tuple[dict[str, Any], TrialRow | None]:
+    """The baseline's loss run (its config with its twin's execution) and the twin (None: none screened)."""
+    twin = twins(ctx, screen).get(loss_key({}, ctx.base))
+    if twin is None:
+        ctx.notice("no screened config shares the baseline's loss knobs: its loss run trains as configured")
+        return {**ctx.base, "out_dir": None}, None
+    return {**ctx.base, **execution({**ctx.base, **twin.config}), "out_dir": None}, twin
+
+
+def as_baseline(row: TrialRow, twin: TrialRow | None) -> TrialRow:
+    """The loss run's row, labelled as the baseline's, with the execution it borrowed."""
+    return row.model_copy(
+        update={
+            "id": BASELINE_ID,
+            "phase": BASELINE_ID,
+            "config": {},
+            "execution": execution(row.train),
+            "twin_of": twin.id if twin else None,
+        }
+    )
 
 
 def checked(ctx: SearchContext, baseline: TrialRow) -> tuple[TrialRow, float]:
     """The baseline row, marked feasible, and the loss limit it sets; SearchFailed if it did not train."""
-    if baseline.status != "ok":
+    if baseline.status != "ok" or baseline.val_loss is None:
         raise SearchFailed(f"the baseline run failed ({baseline.status}: {baseline.error})")
     baseline.feasible = True
     limit = ctx.cfg.quality.limit(baseline.val_loss)
-    log(f"baseline: {baseline.tokens_per_s:,.0f} tok/s, val loss {baseline.val_loss:.4f} (limit {limit:.4f})")
+    changed = {k: v for k, v in (baseline.execution or {}).items() if ctx.base.get(k) != v}
+    how = ", ".join(f"{k}={v}" for k, v in changed.items())
+    how = f"as its twin {baseline.twin_of} runs ({how})" if changed else "as configured"
+    log(f"baseline: val loss {baseline.val_loss:.4f} (limit {limit:.4f}), trained {how}")
     return baseline, limit

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from trainables.config import dump_config, make_config
+from tuner import costs
 from tuner.context import SearchContext, log
 from tuner.records import (
     BASELINE_ID,
@@ -20,7 +21,7 @@ from tuner.records import (
     TrialRow,
 )
 from tuner.report import write_reports
-from tuner.select import pick_winner, spread
+from tuner.select import finish_first, pick_winner, spread
 
 EXIT_OK, EXIT_NO_FEASIBLE = 0, 3
 VERSIONED = ("torch", "ray", "optuna", "hybrid-tuner", "fla-core", "mamba-ssm", "causal-conv1d")
@@ -34,11 +35,13 @@ def summarize(
     remeasure: list[TrialRow],
     limit: float,
 ) -> Summary:
-    finalists = _finalists(baseline, screen, remeasure)
+    tokens = ctx.base["tokens"]
+    finalists = _finalists(baseline, screen, remeasure, tokens)
     base_runs = next((f.runs for f in finalists if f.id == BASELINE_ID), [])
-    base_median = spread(base_runs)[0] if base_runs else baseline.tokens_per_s
-    # The baseline competes too: when nothing beats it beyond noise, the simplest (it) wins.
-    selection = pick_winner(finalists, ctx.base)
+    base_median = spread(base_runs)[0] if base_runs else None
+    # The baseline competes too: when nothing beats it beyond noise, the simplest (it) wins; and a planned
+    # run too short to pay for a winner's compile goes to the config that finishes it first.
+    selection = finish_first(pick_winner(finalists, ctx.base), finalists, tokens)
     winner = selection.winner
     if not any(f.feasible for f in finalists if f.id != BASELINE_ID):
         winner = None  # nothing but the baseline itself passed: exit 3, the baseline is the answer
@@ -49,6 +52,7 @@ def summarize(
             tokens_per_s=base_median,
             tokens_per_s_full_run=baseline.tokens_per_s,
             val_loss=baseline.val_loss,
+            loss_execution=baseline.execution,
         ),
         best=_best(winner, base_median) if winner else None,
         trials=_without_timelines(trials),
@@ -66,29 +70,43 @@ def summarize(
         command=ctx.command,
         best_yaml=str(ctx.out / "best.yaml"),
         measurement=_measurement(ctx),
+        planned_tokens=tokens,
+        compile_cache=ctx.compile_cache,
+        finalists=finalists,
+        break_even=costs.break_even(screen, finalists),
     )
 
 
 def write(ctx: SearchContext, summary: Summary) -> int:
     """OUT's files; the exit code: 0 a config was chosen, 3 the baseline stays the answer."""
     best = summary.best
-    config = {**ctx.base, **(best.config if best else {})}
+    config = {**ctx.base, **(best.config if best else {}), "compile_cache": ctx.compile_cache}
     # best.yaml is for training on whatever corpus its user has; the corpus check is the search's own
     dump_config(make_config({**config, "data_sha256": None}), ctx.out / "best.yaml")
     (ctx.out / "summary.json").write_text(summary.model_dump_json(indent=1))
-    write_reports(ctx.out, summary)
+    written = write_reports(ctx.out, summary)
+    log("reports: " + ", ".join(str(p) for p in written))
     if not best:
-        log("no config beat the baseline within tolerance; the answer is the baseline (best.yaml)")
+        log("no config passed the loss check: the baseline stays the answer (best.yaml is the baseline)")
         return EXIT_NO_FEASIBLE
+    if best.id == BASELINE_ID:
+        log(
+            f"the baseline stays the answer ({best.tokens_per_s:,.0f} tok/s): no config that passed the loss "
+            "check was faster beyond the noise of the re-measured runs (best.yaml is the baseline)"
+        )
+        return EXIT_OK
     log(
         f"best: {best.id} {best.config} -> {best.tokens_per_s:,.0f} tok/s "
-        f"({best.speedup}x baseline), val loss {best.val_loss}"
+        f"({best.speedup}x baseline), val loss {best.val_loss}; the planned run "
+        f"({summary.planned_tokens:,} tokens) takes ~{best.time_to_train_s:,.0f} s, compile included"
     )
     log(f"run it: python -m trainables.train --config {Path(summary.best_yaml)}")
     return EXIT_OK
 
 
-def _finalists(baseline: TrialRow, screen: list[TrialRow], remeasure: list[TrialRow]) -> list[Finalist]:
+def _finalists(
+    baseline: TrialRow, screen: list[TrialRow], remeasure: list[TrialRow], tokens: int
+) -> list[Finalist]:
     runs: dict[str, list[TrialRow]] = {}
     for row in remeasure:
         runs.setdefault(row.finalist, []).append(row)
@@ -98,16 +116,21 @@ def _finalists(baseline: TrialRow, screen: list[TrialRow], remeasure: list[Trial
         src = screened.get(fid, baseline)
         joules = [r.joules_per_token for r in rows if r.joules_per_token]
         trusted = [r.telemetry_trusted for r in rows if r.telemetry_trusted is not None]
+        runs = [r.tokens_per_s for r in rows if r.status == "ok" and r.tokens_per_s]
+        warm = costs.warm_warmup(rows)
         out.append(
             Finalist(
                 id=fid,
                 config=src.config if fid in screened else {},
-                runs=[r.tokens_per_s for r in rows if r.status == "ok" and r.tokens_per_s],
+                runs=runs,
                 val_loss=src.val_loss,
                 feasible=src.feasible,
                 # a J/token figure for every run, or none: a partial median would favour the lucky
                 joules_per_token=spread(joules)[0] if joules and len(joules) == len(rows) else None,
                 telemetry_trusted=all(trusted) if trusted else None,
+                warmup_s=warm,
+                warmup_cold_s=src.warmup_s if fid in screened else None,
+                time_to_train_s=costs.time_to_train(warm, tokens, spread(runs)[0] if runs else None),
             )
         )
     return out
@@ -122,6 +145,8 @@ def _best(winner: Finalist, base_median: float | None) -> Best:
         tokens_per_s_spread=[lo, hi],
         val_loss=winner.val_loss,
         speedup=round(median / base_median, 3) if base_median else None,
+        warmup_s=winner.warmup_s,
+        time_to_train_s=winner.time_to_train_s,
     )
 
 
@@ -146,13 +171,24 @@ def _timings(ctx: SearchContext) -> dict[str, float]:
 
 
 def _measurement(ctx: SearchContext) -> dict:
+    timed = (
+        f"up to {ctx.speed_placement().concurrent} runs share the GPUs while they compile and warm up; "
+        "their timed windows take turns, one per GPU at a time"
+        if ctx.on_gpu
+        else "one run at a time with the whole CPU share"
+    )
     return {
         "screen_steps": ctx.cfg.search.screen_steps,
         "timing_warmup_steps": ctx.base["timing_warmup_steps"],
         "repeats": ctx.cfg.search.repeats,
-        "screen": "exclusive GPU (or the whole CPU share)",
-        "loss_check": "shared GPU (fractions), full token budget, val loss only",
-        "remeasure": "exclusive, repeated; medians",
+        "screen": timed,
+        "loss_check": "shared GPU (fractions), full token budget, val loss only; each trained with the "
+        "fastest execution screened for its loss knobs (the baseline too)",
+        "remeasure": f"{timed}, each window also waiting until no run on its GPU is compiling; "
+        "repeated; medians"
+        if ctx.on_gpu
+        else f"{timed}; repeated; medians",
+        "loss_check_gpu_fraction": ctx.cfg.resources.loss_check_gpu_fraction,
     }
 
 

@@ -1,63 +1,78 @@
-"""The loss check: the fastest config of each set of loss-relevant knobs trains to the full token budget,
-several at once on a GPU (fractions, each with a memory cap), since only its val loss is used."""
+"""The loss check: the baseline and the fastest screened config of each set of loss-relevant knobs train to
+the full token budget, several at once on a GPU (fractions, each with a memory cap), since only their val
+loss is used. Each trains with the fastest execution the screen found for its loss key (for a candidate,
+itself; for the baseline, its twin). Round 0 holds the baseline, whose loss sets the limit every verdict
+uses; later rounds go on until `loss_check_top` configs pass or `max_loss_checks` runs are spent."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from tuner.context import SearchContext
+from tuner.knobs import execution
 from tuner.observe import annotate
+from tuner.phases import baseline
 from tuner.records import TrialRow
-from tuner.runner import run_cases
+from tuner.runner import Placement, run_cases
 from tuner.select import Candidate, loss_check_candidates
 
 
-def run(ctx: SearchContext, screen: list[TrialRow], limit: float) -> list[TrialRow]:
-    """Loss runs for the fastest distinct-loss configs, in rounds that fill the free slots, until
-    `loss_check_top` feasible configs are known (a config sharing the baseline's loss counts) or
-    `max_loss_checks` runs are spent: a fast config that fails its check makes room for the next."""
+def run(ctx: SearchContext, screen: list[TrialRow]) -> list[TrialRow]:
+    """The baseline's loss row first, then every candidate's."""
     s = ctx.cfg.search
     picks = loss_check_candidates(screen, ctx.base, len(screen))
     queue = [p for p in picks if not p.inherits]  # the baseline's own loss stands for the rest
     feasible = sum(1 for p in picks if p.inherits)
     budget = s.max_loss_checks if s.max_loss_checks is not None else 2 * s.loss_check_top
-    rows: list[TrialRow] = []
-    round_no = 0
-    while queue and feasible < s.loss_check_top and len(rows) < budget:
-        take = min(_slots(ctx), s.loss_check_top - feasible, budget - len(rows))
+    base_case, twin = baseline.loss_case(ctx, screen)
+    base_case["gpu_memory_fraction"] = _gpu_share(ctx, twin)
+    base_row, limit, rows, round_no = None, None, [], 0
+    while base_row is None or (queue and feasible < s.loss_check_top and len(rows) < budget):
+        extra = 1 if base_row is None else 0  # round 0 also trains the baseline
+        take = max(0, min(_slots(ctx) - extra, s.loss_check_top - feasible, budget - len(rows)))
         batch, queue = queue[:take], queue[take:]
-        name = f"loss_check_{round_no}"
-        new = ctx.phase(name, lambda name=name, batch=batch: _round(ctx, name, batch), list[TrialRow])
+        cases = ([base_case] if extra else []) + [_case(ctx, p) for p in batch]
+        new = ctx.phase(
+            f"loss_check_{round_no}", lambda r=round_no, c=cases: _round(ctx, r, c), list[TrialRow]
+        )
+        if extra:
+            base_row, limit = baseline.checked(ctx, baseline.as_baseline(new.pop(0), twin))
         for row in new:
-            pick = batch[row.case]
-            row.config, row.screen_id = pick.config, pick.id
+            pick = batch[row.case - extra]
+            row.config, row.screen_id, row.twin_of = pick.config, pick.id, pick.id
+            row.execution = execution(row.train)
             row.feasible = row.status == "ok" and row.val_loss is not None and row.val_loss <= limit
             feasible += bool(row.feasible)
         rows += new
         round_no += 1
-    return rows
+    return [base_row, *rows]
 
 
-def _round(ctx: SearchContext, name: str, batch: list[Candidate]) -> list[TrialRow]:
+def _case(ctx: SearchContext, pick: Candidate) -> dict[str, Any]:
+    return {**ctx.base, **pick.config, "gpu_memory_fraction": _gpu_share(ctx, pick.row), "out_dir": None}
+
+
+def _round(ctx: SearchContext, round_no: int, cases: list[dict[str, Any]]) -> list[TrialRow]:
     # Full token budget, the baseline's seed and data order; GPU fractions with a memory cap each.
-    cases = [
-        {**ctx.base, **p.config, "gpu_memory_fraction": _gpu_share(ctx, p.row), "out_dir": None}
-        for p in batch
-    ]
-    return annotate(ctx, run_cases(name, ctx.out, cases, _resources(ctx), reuse_actors=ctx.reuse_actors()))
+    name = f"loss_check_{round_no}"
+    placement = Placement(_resources(ctx), _slots(ctx), ctx.reuse_actors())
+    return annotate(ctx, run_cases(name, ctx.out, cases, placement))
 
 
 def _resources(ctx: SearchContext):
     cpus = ctx.cfg.resources.cpus_per_trial
     if ctx.on_gpu:  # per trial: its own GPU share (see _gpu_share)
-        return lambda config: {"cpu": cpus, "gpu": config["train"]["gpu_memory_fraction"]}
+        return lambda config: {"cpu": cpus, "gpu": config["train"].get("gpu_memory_fraction") or 1.0}
     return {"cpu": cpus}
 
 
-def _gpu_share(ctx: SearchContext, screened: TrialRow) -> float | None:
+def _gpu_share(ctx: SearchContext, screened: TrialRow | None) -> float | None:
     """GPU fraction for a loss run: the configured share, or more when the config's screen run peaked
     above it (with 25% headroom), rounded up to 1/k so runs pack evenly. Its memory cap is the same."""
     if not ctx.on_gpu:
         return None
-    need = (screened.peak_mem_mb or 0) * 1.25 / max(1, ctx.hw.gpu_mem_mb or 1)
+    peak = screened.peak_mem_mb if screened else None
+    need = (peak or 0) * 1.25 / max(1, ctx.hw.gpu_mem_mb or 1)
     share = max(ctx.cfg.resources.loss_check_gpu_fraction, need)
     return 1.0 if share > 0.5 else 1.0 / int(1.0 / share)
 
@@ -65,9 +80,8 @@ def _gpu_share(ctx: SearchContext, screened: TrialRow) -> float | None:
 def _slots(ctx: SearchContext) -> int:
     """How many loss-check runs fit at once on the cluster."""
     r = ctx.cfg.resources
-    slots = (
-        int(ctx.hw.gpus / r.loss_check_gpu_fraction)
-        if ctx.on_gpu
-        else int(ctx.cluster_cpus / r.cpus_per_trial)
-    )
+    if ctx.on_gpu:
+        slots = int(ctx.hw.gpus / r.loss_check_gpu_fraction)
+    else:
+        slots = int(ctx.cluster_cpus / r.cpus_per_trial)
     return max(1, min(slots, r.max_concurrent or slots))

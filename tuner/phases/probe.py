@@ -10,6 +10,9 @@ from tuner.context import SearchContext, log
 from tuner.probe import max_batch
 from tuner.space import bound_batch
 
+# Precisions whose runs hold the same tensors: tf32 is fp32 storage, fp16 is bf16's size; one probe each.
+SAME_MEMORY = {"tf32": "fp32", "fp16": "bf16"}
+
 
 def run(ctx: SearchContext, space: dict[str, Knob]) -> dict[str, int]:
     """{precision: largest batch}; empty when the probe does not apply."""
@@ -19,9 +22,11 @@ def run(ctx: SearchContext, space: dict[str, Knob]) -> dict[str, int]:
         ctx.notice("batch probe skipped on CPU without memory_cap_mb (the OS swaps rather than OOMs)")
         return {}
     precisions = space.get("precision", [ctx.base["precision"]])
+    probed = sorted({SAME_MEMORY.get(p, p) for p in precisions})
     limit = min(ctx.cfg.search.max_batch, max(space["batch_size"]))
     task = ray.remote(max_calls=1)(max_batch).options(num_gpus=1 if ctx.on_gpu else 0, num_cpus=1)
-    bounds = dict(zip(precisions, ray.get([task.remote(ctx.base, p, limit) for p in precisions])))
+    found = dict(zip(probed, ray.get([task.remote(ctx.base, p, limit) for p in probed])))
+    bounds = {p: found[SAME_MEMORY.get(p, p)] for p in precisions}
     log(f"[probe] largest batch per precision: {bounds}")
     return bounds
 

@@ -1,5 +1,7 @@
-"""The re-measure: the fastest feasible configs and the baseline, each run alone several times, so the
-answer rests on medians and spreads of exclusive runs, not on one brief screen."""
+"""The re-measure: the fastest feasible configs and the baseline, each timed alone on its GPU several times,
+so the answer rests on medians and spreads of exclusive timed windows, not on one brief screen. Their
+compiles overlap each other (the caches are warm by now), but a timed window waits until no run on its GPU
+is compiling: a launch-bound config loses speed to compiles on the CPUs it launches from."""
 
 from __future__ import annotations
 
@@ -14,20 +16,13 @@ def run(ctx: SearchContext, screen: list[TrialRow]) -> list[TrialRow]:
     feasible.sort(key=lambda t: -(t.tokens_per_s or 0))
     finalists: list[tuple[str, dict]] = [(BASELINE_ID, {})]
     cases = [ctx.short_run({})]
-    for t in feasible:  # distinct configs only: TPE may propose the same point twice
+    for t in feasible:  # distinct configs only
         case = ctx.short_run(t.config)
         if case not in cases and len(finalists) <= ctx.cfg.search.remeasure_top:
             finalists.append((t.id, t.config))
             cases.append(case)
-    rows = run_cases(
-        "remeasure",
-        ctx.out,
-        cases,
-        ctx.exclusive(),
-        repeats=ctx.cfg.search.repeats,
-        max_concurrent=max(1, ctx.hw.gpus),
-        reuse_actors=ctx.reuse_actors(),
-    )
+    placement = ctx.speed_placement(quiet=True)
+    rows = run_cases("remeasure", ctx.out, cases, placement, repeats=ctx.cfg.search.repeats)
     for row in rows:
         row.finalist, row.config = finalists[row.case]
         row.val_loss = None

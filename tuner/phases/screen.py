@@ -1,6 +1,7 @@
-"""The speed screen: Optuna (TPE, through Ray Tune's OptunaSearch) proposes configs; each runs briefly and
-alone on a whole GPU (or the whole CPU share); clearly slow ones are stopped early. The study lives in
-OUT/optuna.journal (or an RDB URL), so a resumed search goes on with what TPE already learned."""
+"""The speed screen: Optuna (TPE, through Ray Tune's OptunaSearch) proposes configs, never one twice; each
+runs briefly, several per GPU so their compile and warm-up overlap, and is timed alone on its GPU (the
+timing gate); clearly slow ones are stopped early. The study lives in OUT/optuna.journal (or an RDB URL), so
+a resumed search goes on with what TPE already learned."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from tuner.runner import run_search
 from tuner.space import to_tune
 
 STUDY = "screen"
+optuna.logging.set_verbosity(optuna.logging.WARNING)  # our progress lines say what the study does
 
 
 def run(ctx: SearchContext, space: dict[str, Knob]) -> list[TrialRow]:
@@ -43,13 +45,11 @@ def run(ctx: SearchContext, space: dict[str, Knob]) -> list[TrialRow]:
         "screen",
         ctx.out,
         {"train": ctx.short_run({}), **to_tune(space)},
-        ctx.exclusive(),
+        ctx.speed_placement(),
         trials=s.trials,
         make_searcher=make_searcher,
         stopper_ratio=s.early_stop_ratio,
-        max_concurrent=max(1, ctx.hw.gpus),
         time_budget_s=parse_duration(s.time_budget) if s.time_budget else None,
-        reuse_actors=ctx.reuse_actors(),
     )
     for row in rows:
         row.val_loss = None  # a short run's loss means nothing; the loss check fills it in

@@ -1,7 +1,8 @@
 """The search's reports, rebuilt from summary.json alone: report.md and a self-contained report.html.
 
-view.py reduces the summary to what both show; markdown.py and html.py render it (html.py with charts.py's
-matplotlib plots). `write_reports` is the one entry point the search calls.
+view.py reduces the summary to what both show (with rows.py's one row per config, measured.py's how each
+number was measured, costs.py's what the planned run costs, fmt.py's formatting); markdown.py and html.py
+render it (html.py with charts.py's matplotlib plots). `write_reports` is the one entry point the search calls.
 """
 
 from __future__ import annotations
@@ -11,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from tuner.records import Summary
+from tuner.report.fmt import as_summary, fmt_jpt, fmt_loss, fmt_mem, fmt_seconds, fmt_tps, phase_of
 from tuner.report.html import render_html
 from tuner.report.markdown import render_markdown
-from tuner.report.view import as_summary, fmt_jpt, fmt_loss, fmt_mem, fmt_seconds, fmt_tps, phase_of
 
 __all__ = [
     "fmt_jpt",

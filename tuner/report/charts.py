@@ -19,7 +19,9 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, MaxNLocat
 
 from tuner.records import TrialRow
 from tuner.report.canvas import Canvas, canvas, si
-from tuner.report.view import DASH, Entry, Facts, fmt_jpt, fmt_loss, fmt_tps, is_num
+from tuner.report.fmt import DASH, fmt_jpt, fmt_loss, fmt_tps, is_num
+from tuner.report.measured import Facts
+from tuner.report.view import Entry
 
 # Colours: precision picks the hue, the role (winner / baseline) a ring; failures are red.
 PRECISION_COLORS = {"fp32": "#1971c2", "tf32": "#7048e8", "bf16": "#e8590c", "fp16": "#2f9e44"}
@@ -44,24 +46,24 @@ ROLE_COLORS = {"winner": WINNER, "baseline": BASELINE}
 GREEN, GREY, INK = "#2b8a3e", "#868e96", "#212529"
 MAX_BATCH_TICKS = 10  # more batch sizes than this and their labels would collide
 BATCH_CAPTION = (
-    "Tok/s per config: the median of its exclusive re-measure runs where it has them, else its one "
-    "exclusive speed-screen run ({timed_steps}). Colour: precision; shape: compile mode; faint lines join "
+    "Tok/s per config: the median of its re-measure runs where it has them, else its one speed-screen run "
+    "({timed_steps}; {timed_windows}). Colour: precision; shape: compile mode; faint lines join "
     "the fastest config per batch size of each precision and compile mode{crosses}. Hover a point for its "
     "config."
 )
 PARETO_CAPTION = (
     "Val loss at the full token budget: the baseline's own run, else the loss-check run of the config (or "
-    "of one differing only in speed knobs), {shared_loss_runs}. Tok/s as in the table. Green band: baseline "
+    "of one differing only in speed knobs), {shared_loss_runs}{twins}. Tok/s as in the table. Green band: baseline "
     "loss up to the tolerance limit; dashed: the Pareto front (no config is both faster and lower-loss than "
     "a point on it)."
 )
 SPEEDUP_CAPTION = (
-    "Tok/s of each config ÷ the baseline's {base_tps} tok/s (the median of its exclusive re-measure runs). "
+    "Tok/s of each config ÷ the baseline's {base_tps} tok/s (the median of its re-measure runs). "
     "Re-measured configs use their median, the others their one speed-screen run; the line marks 1×."
 )
 ENERGY_CAPTION = (
     "GPU energy (NVML energy counter, else integrated power) over each run's timed window ÷ the tokens "
-    "processed in it; the median of the exclusive re-measure runs where there are some, else the screen "
+    "processed in it; the median of the re-measure runs where there are some, else the screen "
     "run. Lower is better; the line marks the baseline. Runs on a shared GPU are not trusted (see the "
     "table's tooltips)."
 )
@@ -138,7 +140,9 @@ def plot_batch(entries: list[Entry], styles: Styles, facts: Facts) -> Plot:
     if fast:
         plot.svg = _draw_batch(fast, failed, styles, plot.title)
         crosses = "; red crosses on the axis: configs that failed at that batch size" if failed else ""
-        plot.caption = BATCH_CAPTION.format(timed_steps=facts.timed_steps, crosses=crosses)
+        plot.caption = BATCH_CAPTION.format(
+            timed_steps=facts.timed_steps, timed_windows=facts.timed_windows, crosses=crosses
+        )
     return plot
 
 
@@ -209,7 +213,10 @@ def plot_pareto(entries: list[Entry], styles: Styles, facts: Facts) -> Plot:
     plot = Plot("plot-pareto", title, "No config has both a speed and a checked loss.")
     if shown:
         plot.svg = _draw_pareto(shown, styles, facts, title)
-        plot.caption = PARETO_CAPTION.format(shared_loss_runs=facts.shared_loss_runs)
+        twins = ", each trained with the fastest execution screened for its loss knobs (the table says which)"
+        plot.caption = PARETO_CAPTION.format(
+            shared_loss_runs=facts.shared_loss_runs, twins=twins if facts.twins else ""
+        )
     return plot
 
 

@@ -20,22 +20,10 @@ from markupsafe import Markup, escape
 
 import tuner.report.charts as charts
 from tuner.records import BASELINE_ID, Summary, TrialRow
-from tuner.report.view import (
-    COLUMN_KNOBS,
-    DASH,
-    TABLE_COLUMNS,
-    Entry,
-    Facts,
-    View,
-    answer,
-    fmt_jpt,
-    fmt_loss,
-    fmt_mem,
-    fmt_seconds,
-    fmt_tps,
-    is_num,
-    measurement_notes,
-)
+from tuner.report.costs import BREAK_EVEN_HEAD, FINALIST_HEAD, costs, planned_cost
+from tuner.report.fmt import DASH, fmt_jpt, fmt_loss, fmt_mem, fmt_seconds, fmt_tps, fmt_warmup, is_num
+from tuner.report.measured import Facts, measurement_notes
+from tuner.report.view import COLUMN_KNOBS, TABLE_COLUMNS, Entry, View, loss_cell
 
 HERE = Path(__file__).parent
 TABLE_HEAD = (*TABLE_COLUMNS, "J/token", "Status")
@@ -102,7 +90,7 @@ def _sort_key(value: Any) -> str:
 
 def _row(e: Entry, facts: Facts) -> Row:
     extra = ", ".join(f"{k}={new}" for k, (_, new) in e.changes.items() if k not in COLUMN_KNOBS)
-    loss = fmt_loss(e.loss) + (" (over limit)" if facts.over_limit(e.loss) else "")
+    loss, trained = loss_cell(e, facts)
     speedup = f"{e.speedup:.2f}×" if e.speedup is not None else DASH
     knobs = [
         Cell(DASH if e.config[k] is None else e.config[k], _sort_key(e.config[k]), cls=_knob_class(k))
@@ -112,8 +100,9 @@ def _row(e: Entry, facts: Facts) -> Row:
         Cell(e.label, e.label, e.tooltip, "text", extra),
         *knobs,
         Cell(fmt_tps(e.tps), _sort_key(e.tps), e.how["tps"]),
+        Cell(fmt_warmup(e.warmup), _sort_key(e.warmup), e.how["warmup"]),
         Cell(fmt_mem(e.mem), _sort_key(e.mem), e.how["mem"]),
-        Cell(loss, _sort_key(e.loss), e.how["loss"]),
+        Cell(loss, _sort_key(e.loss), e.how["loss"], "loss", trained),
         Cell(speedup, _sort_key(e.speedup), e.how["tps"]),
         Cell(fmt_jpt(e.jpt), _sort_key(e.jpt), e.how["jpt"] if e.jpt is not None else None),
         Cell(e.verdict, e.verdict, e.reason or None, "text"),
@@ -148,6 +137,11 @@ def _cards(view: View) -> list[tuple[str, str]]:
     ]
     if pick.jpt is not None:
         cards.append((f"{fmt_jpt(pick.jpt)}/token", f"baseline {fmt_jpt(base.jpt)}/token"))
+    _, seconds, _ = planned_cost(view.summary)
+    if seconds is not None:
+        tokens = view.summary.planned_tokens
+        run = f"{tokens:,} tokens" if tokens else "the planned run"
+        cards.append((fmt_seconds(seconds), f"to train {run}, compile + warm-up included"))
     return cards
 
 
@@ -272,6 +266,7 @@ def _sections(view: View) -> dict[str, Any]:
         "notices": summary.notices,
         "measured": [_inline(line) for line in measurement_notes(summary)],
         "run_command": view.run_command,
+        "cache_note": _inline(view.cache_note) if view.cache_note else "",
         "command": summary.command,
         "timings": [(phase, fmt_seconds(s)) for phase, s in summary.timings.items()],
         "hardware": list(summary.hardware.items()),
@@ -287,7 +282,7 @@ def _answer(view: View) -> dict[str, Any]:
         "device": hardware.get("gpu") or hardware.get("gpu_name") or ("GPU" if facts.on_gpu else "CPU"),
         "runs": len(summary.trials),
         "winner": view.winner,
-        "answer": answer(summary),
+        "answer": view.answer,
         "cards": _cards(view),
         "changes": view.changes,
         "reasons": summary.selection.reasons,
@@ -308,4 +303,7 @@ def render_html(summary: Summary | Mapping[str, Any]) -> str:
         **_plots(view),
         **_telemetry(view.summary, view.facts),
         **_sections(view),
+        costs=costs(view.summary, times="×"),
+        finalist_head=FINALIST_HEAD,
+        break_even_head=BREAK_EVEN_HEAD,
     )

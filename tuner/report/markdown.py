@@ -1,4 +1,5 @@
-"""report.md: the answer, the evidence table, why the rest lost, and how each number was measured."""
+"""report.md: the answer, the evidence table, what the planned run costs, why the rest lost, and how each
+number was measured."""
 
 from __future__ import annotations
 
@@ -7,10 +8,13 @@ from typing import Any
 
 import tuner.report.view as view
 from tuner.records import Summary
+from tuner.report.costs import BREAK_EVEN_HEAD, FINALIST_HEAD, costs
+from tuner.report.fmt import DASH, fmt_mem, fmt_seconds, fmt_tps, fmt_warmup
+from tuner.report.measured import measurement_notes
 
 
 def _cell(value: Any) -> str:
-    return view.DASH if value is None else str(value).replace("|", "\\|")
+    return DASH if value is None else str(value).replace("|", "\\|")
 
 
 def _label(e: view.Entry) -> str:
@@ -19,17 +23,23 @@ def _label(e: view.Entry) -> str:
     return e.label if e.role == "baseline" or e.status == "ok" else f"{e.label} ({e.status})"
 
 
-def _line(e: view.Entry, facts: view.Facts) -> str:
-    loss = view.fmt_loss(e.loss) + (" (over limit)" if facts.over_limit(e.loss) else "")
-    ratio = f"{e.speedup:.2f}x" if e.speedup is not None else view.DASH
-    cells = [_label(e), *(e.config[k] for k in view.COLUMN_KNOBS), view.fmt_tps(e.tps), view.fmt_mem(e.mem)]
-    return "| " + " | ".join(_cell(c) for c in [*cells, loss, ratio]) + " |"
+def _cells(e: view.Entry, facts: view.Facts) -> list[Any]:
+    loss, trained = view.loss_cell(e, facts)
+    ratio = f"{e.speedup:.2f}x" if e.speedup is not None else DASH
+    cells = [_label(e), *(e.config[k] for k in view.COLUMN_KNOBS), fmt_tps(e.tps), fmt_warmup(e.warmup)]
+    return [*cells, fmt_mem(e.mem), f"{loss}, {trained}" if trained else loss, ratio]
+
+
+def _row(cells: list[Any]) -> str:
+    return "| " + " | ".join(_cell(c) for c in cells) + " |"
+
+
+def _grid(head: tuple[str, ...], rows: list[list[Any]]) -> list[str]:
+    return [_row(list(head)), "|" + "---|" * len(head), *(_row(r) for r in rows)]
 
 
 def _table(report: view.View) -> list[str]:
-    columns = view.TABLE_COLUMNS
-    head = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    return head + [_line(e, report.facts) for e in report.entries]
+    return _grid(view.TABLE_COLUMNS, [_cells(e, report.facts) for e in report.entries])
 
 
 def _section(title: str, lines: list[str]) -> list[str]:
@@ -47,27 +57,43 @@ def _chosen(summary: Summary) -> list[str]:
     return _bullets("How the winner was chosen", reasons)
 
 
+def _costs(summary: Summary) -> list[str]:
+    found = costs(summary)
+    if found is None:
+        return []
+    finalists = [
+        [f"**{r.label}** (winner)" if r.role == "winner" else r.label, *r.cells] for r in found.finalists
+    ]
+    lines = [found.intro, ""] + (_grid(FINALIST_HEAD, finalists) if finalists else [])
+    if found.break_even:
+        lines += ["", "### Break-even", "", found.break_even_intro, ""]
+        lines += _grid(BREAK_EVEN_HEAD, found.break_even)
+    return _section("What the planned run costs", lines)
+
+
 def _run_it(report: view.View) -> list[str]:
     out = _section("Run it", ["```", report.run_command, "```"])
+    if report.cache_note:
+        out += [report.cache_note, ""]
     if report.summary.command:
         out += ["The search that produced this report:", "", "```", report.summary.command, "```", ""]
     return out
 
 
 def _timings(summary: Summary) -> list[str]:
-    rows = [f"| {phase} | {view.fmt_seconds(seconds)} |" for phase, seconds in summary.timings.items()]
+    rows = [f"| {phase} | {fmt_seconds(seconds)} |" for phase, seconds in summary.timings.items()]
     return _section("Time per phase", ["| Phase | Time |", "|---|---|", *rows]) if rows else []
 
 
 def render_markdown(summary: Summary | Mapping[str, Any]) -> str:
     report = view.View.of(summary)
     summary = report.summary
-    out = ["# Tuning report", "", view.answer(summary), "", *_section("Configs compared", _table(report))]
+    out = ["# Tuning report", "", report.answer, "", *_section("Configs compared", _table(report))]
     changes = [f"{k}: {old} -> {new}" for k, (old, new) in report.changes.items()]
-    out += _bullets("What the winner changes", changes) + _chosen(summary)
+    out += _bullets("What the winner changes", changes) + _chosen(summary) + _costs(summary)
     out += _bullets("Why others were rejected", [f"{e.label}: {e.reason}" for e in report.losers])
     out += _bullets("Notices", summary.notices)
-    out += _bullets("How each number was measured", view.measurement_notes(summary))
+    out += _bullets("How each number was measured", measurement_notes(summary))
     out += _run_it(report) + _timings(summary)
     out += _bullets("Hardware", [f"{key}: {value}" for key, value in summary.hardware.items()])
     out += _bullets("Versions", [f"{key}: {value}" for key, value in summary.versions.items()])

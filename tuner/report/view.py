@@ -1,19 +1,31 @@
-"""The summary as both reports show it: one entry per distinct config, the sentences, the formatting.
+"""The summary as both reports show it: one entry per distinct config, the answer and why the rest lost.
 
-report.md and report.html take every number, verdict and reason from here, so the two never disagree.
-Reads a typed Summary only, so a report can be rebuilt from a saved summary.json.
+report.md and report.html take every number, verdict and reason from here (and from measured.py and
+costs.py, which word how each number was measured and what the planned run costs), so the two never
+disagree. Reads a typed Summary only, so a report can be rebuilt from a saved summary.json.
 """
 
 from __future__ import annotations
 
-import math
-import statistics
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tuner.records import BASELINE_ID, FAILED_STATUSES, Summary, Tolerance, TrialRow
-from tuner.select import RUN_ONLY_FIELDS, SPEED_ONLY_KNOBS, freeze, knob_diff
+from tuner.records import BASELINE_ID, FAILED_STATUSES, Summary, TrialRow
+from tuner.report.costs import finish_first_loser, planned_run
+from tuner.report.fmt import (
+    as_summary,
+    changed,
+    fmt_loss,
+    fmt_mem,
+    fmt_tps,
+    fmt_warmup,
+    is_num,
+    over,
+    tolerance_text,
+)
+from tuner.report.measured import Facts, Trained, hows
+from tuner.report.rows import ConfigRow, group_rows, loss_run
 
 TABLE_COLUMNS = (
     "Config",
@@ -23,192 +35,17 @@ TABLE_COLUMNS = (
     "Compile",
     "Kernels",
     "Tok/s",
+    "Warm-up",
     "VRAM",
     "Loss",
     "vs baseline",
 )
 # Knob shown in each table column after "Config".
 COLUMN_KNOBS = ("batch_size", "num_workers", "precision", "compile", "kernels")
-PHASES = ("baseline", "screen", "loss_check", "remeasure")
-# Where a config's speed comes from, best first: loss-check runs share a GPU, so they never count.
-SPEED_PHASES = (("remeasure",), ("screen", "baseline"))
-DASH = "—"
 FAILED_IN = {"loss_check": " in its loss check", "remeasure": " while re-measured"}
 
 
-# --- formatting ---------------------------------------------------------------------------------------------
-
-
-def is_num(x: Any) -> bool:
-    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
-
-
-def fmt_tps(value: Any) -> str:
-    return f"{value:,.0f}" if is_num(value) else DASH
-
-
-def fmt_mem(mb: Any) -> str:
-    if not is_num(mb):
-        return DASH
-    return f"{mb:,.0f} MiB" if mb < 1024 else f"{mb / 1024:.1f} GiB"
-
-
-def fmt_loss(value: Any) -> str:
-    return f"{value:.4f}" if is_num(value) else DASH
-
-
-def fmt_jpt(value: Any) -> str:
-    """Energy per token, in millijoules (a token costs ~1e-4..1e-2 J)."""
-    return f"{value * 1e3:.3g} mJ" if is_num(value) else DASH
-
-
-def fmt_seconds(seconds: Any) -> str:
-    if not is_num(seconds):
-        return DASH
-    minutes, secs = divmod(round(seconds), 60)
-    hours, minutes = divmod(minutes, 60)
-    if hours:
-        return f"{hours}h {minutes:02d}m {secs:02d}s"
-    return f"{minutes}m {secs:02d}s" if minutes else f"{secs}s"
-
-
-def phase_of(trial: TrialRow | Mapping[str, Any]) -> str | None:
-    """A trial's phase without its round number; also takes the plain dict rows tuner.search still has."""
-    if isinstance(trial, TrialRow):
-        return trial.phase_name
-    phase = trial.get("phase")
-    return TrialRow.model_construct(phase=phase).phase_name if isinstance(phase, str) else phase
-
-
-def as_summary(summary: Summary | Mapping[str, Any]) -> Summary:
-    """A saved summary.json (a dict) validated into the typed record; a Summary passes through."""
-    return summary if isinstance(summary, Summary) else Summary.model_validate(summary)
-
-
-def _tolerance(tol: Tolerance) -> str:
-    return f"{tol.mode} tolerance {DASH if tol.value is None else tol.value}"
-
-
-def _over(loss: float | None, limit: float | None) -> bool:
-    return is_num(loss) and is_num(limit) and loss > limit
-
-
-def changed(config: dict[str, Any], baseline: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
-    """The knobs `config` changes from the baseline, leaving out the run's bookkeeping fields."""
-    return {k: v for k, v in knob_diff(config, baseline).items() if k not in RUN_ONLY_FIELDS}
-
-
-# --- one row per distinct config ----------------------------------------------------------------------------
-
-
-class ConfigRow:
-    """Every run of one config across the phases, reduced to the numbers the reports show."""
-
-    def __init__(self, config: dict[str, Any]):
-        self.config = config
-        self.trials: list[TrialRow] = []
-
-    @property
-    def ids(self) -> list[str]:
-        return [t.id for t in self.trials]
-
-    @property
-    def label(self) -> str:
-        return self.ids[0]
-
-    @property
-    def failure(self) -> TrialRow | None:
-        """The first run of this config that ran out of memory, went NaN or errored."""
-        return next((t for t in self.trials if t.failed), None)
-
-    @property
-    def status(self) -> str:
-        if self.failure:
-            return self.failure.status
-        statuses = [t.status for t in self.trials]
-        return "ok" if "ok" in statuses or not statuses else statuses[0]
-
-    @property
-    def feasible(self) -> bool | None:
-        verdicts = [t.feasible for t in self.trials]
-        return False if False in verdicts else (True if True in verdicts else None)
-
-    @property
-    def checked_by(self) -> str | None:
-        return next((t.loss_checked_by for t in self.trials if t.loss_checked_by), None)
-
-    def _measured(self, field: str, phases: tuple[str, ...]) -> list[TrialRow]:
-        return [t for t in self.trials if t.phase_name in phases and is_num(getattr(t, field))]
-
-    def runs(self, field: str) -> list[TrialRow]:
-        """The runs that give this config's speed or energy `field`: re-measurements, else the screen's."""
-        return next((runs for phases in SPEED_PHASES if (runs := self._measured(field, phases))), [])
-
-    def median(self, field: str) -> float | None:
-        values = [getattr(t, field) for t in self.runs(field)]
-        return statistics.median(values) if values else None
-
-    @property
-    def val_loss(self) -> float | None:
-        """Its own full-budget run's loss, else any run's (the search copies a loss check's verdict over)."""
-        for phases in (("loss_check", "baseline"), PHASES):
-            runs = self._measured("val_loss", phases)
-            if runs:
-                return runs[0].val_loss
-        return None
-
-    @property
-    def peak_mem_mb(self) -> float | None:
-        return max((t.peak_mem_mb for t in self._measured("peak_mem_mb", PHASES)), default=None)
-
-
-def _identity(config: dict[str, Any], baseline: dict[str, Any]) -> Any:
-    full = {**baseline, **config}
-    return freeze({k: v for k, v in full.items() if k not in RUN_ONLY_FIELDS})
-
-
-def _report_order(row: ConfigRow) -> tuple[bool, float]:
-    """Fastest first, configs without a speed next, failed configs last (stable: in the order they ran)."""
-    tps = row.median("tokens_per_s")
-    return row.failure is not None, 0.0 if row.failure else (-tps if tps is not None else math.inf)
-
-
-def group_rows(summary: Summary) -> tuple[ConfigRow, list[ConfigRow], ConfigRow | None]:
-    """(baseline row, the other rows: winner, the rest by speed, failed last in run order; winner row)."""
-    base_cfg, best = summary.baseline.config, summary.best
-    rows: dict[Any, ConfigRow] = {_identity(base_cfg, base_cfg): ConfigRow(base_cfg)}
-    for trial in summary.trials:
-        rows.setdefault(_identity(trial.config, base_cfg), ConfigRow(trial.config)).trials.append(trial)
-    baseline = rows.pop(_identity(base_cfg, base_cfg))
-    winner = None
-    if best:
-        winner = next((r for r in rows.values() if best.id in r.ids), None)
-        winner = winner or rows.get(_identity(best.config, base_cfg))
-    ordered = sorted((r for r in rows.values() if r is not winner), key=_report_order)
-    return baseline, ([winner] if winner else []) + ordered, winner
-
-
-# --- sentences ----------------------------------------------------------------------------------------------
-
-
-def answer(summary: Summary) -> str:
-    """The reports' first sentence, with markdown emphasis: the winner against the baseline, or no change."""
-    base, best, tol = summary.baseline, summary.best, summary.tolerance
-    limit = f"limit {fmt_loss(tol.limit)}: {_tolerance(tol)}"
-    base_tps, base_loss = fmt_tps(base.tokens_per_s), fmt_loss(base.val_loss)
-    if not best or not changed(best.config, base.config):
-        return (
-            "No config beat the baseline within tolerance; the baseline "
-            f"({base_tps} tok/s, val loss {base_loss}) stays the answer ({limit})."
-        )
-    lo_hi = best.tokens_per_s_spread
-    spread = f" (range {fmt_tps(lo_hi[0])}–{fmt_tps(lo_hi[1])})" if len(lo_hi) == 2 else ""
-    versus = f"{best.speedup:.2f}x the baseline's" if is_num(best.speedup) else "against the baseline's"
-    return (
-        f"**{best.id}** is the fastest config within tolerance: {fmt_tps(best.tokens_per_s)} tok/s{spread}, "
-        f"{versus} {base_tps} tok/s. Its validation loss is {fmt_loss(best.val_loss)} against the "
-        f"baseline's {base_loss} ({limit})."
-    )
+# --- why a config lost --------------------------------------------------------------------------------------
 
 
 def _failure_reason(row: ConfigRow, failure: TrialRow) -> str:
@@ -230,7 +67,7 @@ def rejection(row: ConfigRow, summary: Summary) -> str:
     via = f" (loss run of {row.checked_by})" if row.checked_by and row.checked_by not in row.ids else ""
     if row.feasible is False:
         loss = row.val_loss
-        if _over(loss, limit):
+        if over(loss, limit):
             return f"val loss {fmt_loss(loss)} over the limit {fmt_loss(limit)} by {loss - limit:.4f}{via}"
         return f"loss check failed{via}"
     rejected = summary.selection.rejected
@@ -244,138 +81,6 @@ def rejection(row: ConfigRow, summary: Summary) -> str:
     if any(t.phase_name == "remeasure" for t in row.trials):
         return f"re-measured at {tps} tok/s but not chosen"
     return f"slower ({tps} tok/s in the screen): not among the re-measured finalists"
-
-
-def measurement_notes(summary: Summary) -> list[str]:
-    """How each number was measured, one markdown line each; then the summary's own measurement notes."""
-    m, tol = dict(summary.measurement), summary.tolerance
-    steps, repeats = m.pop("screen_steps", None), m.pop("repeats", None)
-    speed_knobs = ", ".join(sorted(SPEED_ONLY_KNOBS))
-    return [
-        "Baseline: the seed config trained to the full token budget.",
-        f"Speed screen: each config ran {steps or 'a few'} steady-state steps alone on a whole GPU "
-        "(exclusive); warm-up and compile steps are not timed; the loss is not judged here.",
-        "Loss check: the fastest config per set of loss-relevant knobs trained to the full token budget "
-        "on a shared GPU (its speed is not used). Its val loss stands for every config that differs from it "
-        f"only in speed knobs ({speed_knobs}).",
-        f"Re-measure: the top feasible configs and the baseline, {repeats or 'several'} exclusive runs "
-        "each; Tok/s is their median, and configs whose ranges overlap count as tied.",
-        "Tok/s in the table: the re-measured median where there is one, else the screen's number.",
-        f"Feasible: val loss <= {fmt_loss(tol.limit)} (baseline + {_tolerance(tol)}).",
-        *(f"{key}: {value}" for key, value in m.items()),
-    ]
-
-
-# --- how each number was measured ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Facts:
-    """How the search measured: the numbers every caption and tooltip quotes."""
-
-    steps: Any
-    warmup: Any
-    repeats: Any
-    fraction: Any
-    on_gpu: bool
-    limit: float | None
-    base_loss: float | None
-    base_tps: float | None
-
-    @classmethod
-    def of(cls, summary: Summary) -> Facts:
-        m, hw = summary.measurement, summary.hardware  # free-form sections: not typed in records
-        return cls(
-            steps=m.get("screen_steps"),
-            warmup=m.get("timing_warmup_steps"),
-            repeats=m.get("repeats"),
-            fraction=m.get("loss_check_gpu_fraction"),
-            on_gpu=bool(hw.get("gpus") or hw.get("cuda")),
-            limit=summary.tolerance.limit,
-            base_loss=summary.baseline.val_loss,
-            base_tps=summary.baseline.tokens_per_s,
-        )
-
-    @property
-    def timed_steps(self) -> str:
-        steps = f"{self.steps} timed steps" if self.steps else "a few timed steps"
-        return steps + (f" after {self.warmup} untimed warm-up steps" if self.warmup else "")
-
-    @property
-    def shared_loss_runs(self) -> str:
-        if not self.on_gpu:
-            return "CPU, run beside other loss runs"
-        share = f" ({self.fraction:g} of a GPU each)" if is_num(self.fraction) else ""
-        return f"GPU shared with other loss runs{share}"
-
-    def over_limit(self, loss: float | None) -> bool:
-        return _over(loss, self.limit)
-
-    def speedup(self, tps: float | None) -> float | None:
-        ok = is_num(tps) and is_num(self.base_tps) and self.base_tps > 0
-        return tps / self.base_tps if ok else None
-
-
-def _exclusivity(runs: list[TrialRow], facts: Facts) -> str:
-    if not facts.on_gpu:
-        cpu_shared = sum(1 for r in runs if r.cpu_shared)
-        if cpu_shared:
-            return (
-                f"the whole CPU share, but other processes used the CPU in {cpu_shared} of {len(runs)} runs"
-            )
-        return "exclusive: the whole CPU share (no GPU)"
-    shared = sum(1 for r in runs if r.shared)
-    untrusted = sorted({r.telemetry_note for r in runs if r.telemetry_note})
-    if shared:
-        text = f"GPU shared with another process in {shared} of {len(runs)} runs (telemetry)"
-    elif any(r.shared is not None for r in runs):
-        text = "exclusive GPU (telemetry saw no other process)"
-    else:
-        text = "exclusive GPU by scheduling (no telemetry to confirm it)"
-    return text + (f"; telemetry untrusted: {'; '.join(untrusted)}" if untrusted else "")
-
-
-def _how(runs: list[TrialRow], field: str, facts: Facts, show: Callable[[Any], str]) -> str:
-    """How a config's `field` was measured: which runs, how many, their spread, whether exclusive."""
-    if not runs:
-        return "not measured"
-    values = [getattr(r, field) for r in runs]
-    if runs[0].phase_name == "remeasure":
-        spread = f" (range {show(min(values))}–{show(max(values))})" if len(values) > 1 else ""
-        text = f"median of {len(runs)} exclusive re-measure runs{spread}, {facts.timed_steps} each"
-    elif runs[0].phase_name == "screen":
-        text = f"one speed-screen run ({runs[0].id}), {facts.timed_steps}"
-    else:
-        text = "the baseline's full run at the token budget"
-    return f"{text}; {_exclusivity(runs, facts)}"
-
-
-def _loss_how(row: ConfigRow, role: str, facts: Facts) -> str:
-    if role == "baseline":
-        return "the baseline's own full run at the token budget"
-    own = next((t for t in row.trials if t.phase_name == "loss_check" and is_num(t.val_loss)), None)
-    if own:
-        return f"loss-check run {own.id}: full token budget, {facts.shared_loss_runs}"
-    knobs = ", ".join(sorted(SPEED_ONLY_KNOBS))
-    if row.checked_by == BASELINE_ID:
-        return f"the baseline's loss: this config differs from it only in speed knobs ({knobs})"
-    if row.checked_by:
-        return (
-            f"from loss-check run {row.checked_by}, whose config differs from this one only in speed knobs "
-            f"({knobs})"
-        )
-    return "not loss-checked: the loss check ran for faster configs only"
-
-
-def _hows(row: ConfigRow, role: str, facts: Facts) -> dict[str, str]:
-    memory = "torch.cuda.max_memory_allocated" if facts.on_gpu else "process peak RSS"
-    energy = _how(row.runs("joules_per_token"), "joules_per_token", facts, fmt_jpt)
-    return {
-        "tps": _how(row.runs("tokens_per_s"), "tokens_per_s", facts, fmt_tps),
-        "loss": _loss_how(row, role, facts),
-        "mem": f"peak over all runs of this config: {memory}",
-        "jpt": f"{energy}; NVML energy over the timed window ÷ tokens processed in it",
-    }
 
 
 # --- the entries both reports list --------------------------------------------------------------------------
@@ -392,11 +97,13 @@ class Entry:
     status: str
     feasible: bool | None
     tps: float | None
+    warmup: float | None  # compile + warm-up seconds: warm (re-measure) where it has them, else its screen's
     loss: float | None
+    trained: Trained | None  # the execution its loss figure was trained with (None: not recorded)
     mem: float | None
     jpt: float | None
     speedup: float | None
-    how: dict[str, str]  # "tps", "loss", "mem", "jpt" -> how that number was measured
+    how: dict[str, str]  # "tps", "warmup", "loss", "mem", "jpt" -> how that number was measured
     reason: str  # why it lost ("" for the winner and for a baseline that stays)
     same_as: list[str]  # other screen trials that proposed this same config
 
@@ -425,6 +132,22 @@ def _first_num(*values: float | None) -> float | None:
     return next((v for v in values if is_num(v)), None)
 
 
+def _trained(summary: Summary, row: ConfigRow, role: str) -> Trained | None:
+    run, base = loss_run(row, summary), summary.baseline
+    if role == "baseline":
+        return Trained.of(run, base.config, base.loss_execution, baseline=True)
+    trained = Trained.of(run, base.config)
+    if trained and trained.twin in row.ids:  # its own execution: no one else's to name
+        return Trained(trained.knobs, None, baseline=False)
+    return trained
+
+
+def _warmup(summary: Summary, row: ConfigRow, label: str) -> float | None:
+    """The finalist's warm figure (the costs section's) where it is one, else the table's runs'."""
+    finalist = next((f for f in summary.finalists if f.id == label), None)
+    return _first_num(finalist.warmup_s if finalist else None, row.median("warmup_s"))
+
+
 def _entry(summary: Summary, facts: Facts, row: ConfigRow, role: str, reason: str) -> Entry:
     tps, loss, speedup = row.median("tokens_per_s"), row.val_loss, None
     if role == "baseline":
@@ -432,20 +155,23 @@ def _entry(summary: Summary, facts: Facts, row: ConfigRow, role: str, reason: st
     elif role == "winner" and summary.best:
         best = summary.best
         tps, loss, speedup = _first_num(best.tokens_per_s, tps), _first_num(best.val_loss, loss), best.speedup
-    base_cfg = summary.baseline.config
+    base_cfg, trained = summary.baseline.config, _trained(summary, row, role)
+    label = BASELINE_ID if role == "baseline" else row.label
     return Entry(
-        label=BASELINE_ID if role == "baseline" else row.label,
+        label=label,
         role=role,
         config={k: row.config.get(k, base_cfg.get(k)) for k in COLUMN_KNOBS},
         changes=changed(row.config, base_cfg),
         status=row.status,
         feasible=True if role == "baseline" else row.feasible,
         tps=tps,
+        warmup=_warmup(summary, row, label),
         loss=_first_num(loss),
+        trained=trained,
         mem=row.peak_mem_mb,
         jpt=row.median("joules_per_token"),
         speedup=_first_num(speedup, facts.speedup(tps)),
-        how=_hows(row, role, facts),
+        how=hows(row, role, facts, trained),
         reason=reason,
         same_as=[t.id for t in row.trials[1:] if t.phase_name == "screen"],
     )
@@ -491,7 +217,68 @@ class View:
         return f"python -m trainables.train --config {self.summary.best_yaml or 'OUT/best.yaml'}"
 
     @property
+    def cache_note(self) -> str:
+        """What "Run it" says of the compile cache best.yaml names ("" when it names none)."""
+        cache = self.summary.compile_cache
+        if not cache:
+            return ""
+        pick = self.winner or self.baseline
+        warm = f" (~{fmt_warmup(pick.warmup)} with them warm)" if pick.warmup is not None else ""
+        return (
+            f"best.yaml names the search's compile cache (`compile_cache: {cache}`), so this run reuses the "
+            f"Inductor/Triton kernels the search compiled and pays the warm compile + warm-up{warm}, where "
+            "that folder is reachable and torch and the GPU are the same."
+        )
+
+    @property
     def changes(self) -> dict[str, tuple[Any, Any]]:
         """What the recommended config changes from the baseline (empty when the baseline stays)."""
         best = self.summary.best
         return changed(best.config, self.summary.baseline.config) if best else {}
+
+    @property
+    def answer(self) -> str:
+        """The reports' first sentences, with markdown emphasis: the winner against the baseline, or no
+        change; which execution trained each loss figure; what the planned run takes."""
+        summary, base, winner = self.summary, self.baseline, self.winner
+        best, tol = summary.best, summary.tolerance
+        limit = f"limit {fmt_loss(tol.limit)}: {tolerance_text(tol)}"
+        base_tps, base_loss = fmt_tps(base.tps), fmt_loss(summary.baseline.val_loss)
+        after = planned_run(summary)
+        if not best or not changed(best.config, summary.baseline.config):
+            trained = f" Its loss run was {base.trained.sentence}." if base.trained else ""
+            return (
+                "No config beat the baseline within tolerance; the baseline "
+                f"({base_tps} tok/s, val loss {base_loss}) stays the answer ({limit}).{trained} {after}"
+            ).rstrip()
+        lo_hi = best.tokens_per_s_spread
+        spread = f" (range {fmt_tps(lo_hi[0])}–{fmt_tps(lo_hi[1])})" if len(lo_hi) == 2 else ""
+        versus = f"{best.speedup:.2f}x the baseline's" if is_num(best.speedup) else "against the baseline's"
+        return (
+            f"**{best.id}** {_is_the(summary)}: {fmt_tps(best.tokens_per_s)} tok/s{spread}, {versus} "
+            f"{base_tps} tok/s. Its validation loss is {fmt_loss(best.val_loss)} against the baseline's "
+            f"{base_loss} ({limit}){_trained_clause(winner, base)}. {after}"
+        ).rstrip()
+
+
+def _is_the(summary: Summary) -> str:
+    loser = finish_first_loser(summary)
+    if loser is None:
+        return "is the fastest config within tolerance"
+    tokens = f" ({summary.planned_tokens:,} tokens)" if summary.planned_tokens else ""
+    return (
+        f"finishes the planned run{tokens} first among the configs within tolerance ({loser} runs faster "
+        "once warmed up, but does not earn back its longer compile + warm-up within the run)"
+    )
+
+
+def _trained_clause(winner: Entry | None, base: Entry) -> str:
+    """; the winner's was trained with ..., the baseline's with ...  ("" where neither is recorded)"""
+    parts = [f"the {e.role}'s was {e.trained.sentence}" for e in (winner, base) if e and e.trained]
+    return f"; {', '.join(parts)}" if parts else ""
+
+
+def loss_cell(e: Entry, facts: Facts) -> tuple[str, str]:
+    """(the loss, marked when over the limit; the execution that trained it, "" where not recorded)."""
+    value = fmt_loss(e.loss) + (" (over limit)" if facts.over_limit(e.loss) else "")
+    return value, e.trained.sentence if e.trained and e.loss is not None else ""

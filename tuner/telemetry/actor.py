@@ -132,7 +132,8 @@ def start_telemetry(
 
 
 def fetch_window(actors: Mapping[str, Any], trial_metrics: Mapping, timeout_s: float = 30.0) -> dict:
-    """The window a trial reported (`node`, `gpu`, `window_t0`, `window_t1`, optional `pid`); never raises."""
+    """The window a trial reported (`node`, `gpu`, `window_t0`, `window_t1`, optional `pid` and
+    `sibling_pids`); never raises."""
     node, gpu = trial_metrics.get("node"), trial_metrics.get("gpu")
     t0, t1 = trial_metrics.get("window_t0"), trial_metrics.get("window_t1")
     if None in (gpu, t0, t1):
@@ -143,8 +144,11 @@ def fetch_window(actors: Mapping[str, Any], trial_metrics: Mapping, timeout_s: f
     if actor is None:
         return empty_window(f"no telemetry actor on node {node}", node=node, gpu=gpu)
     pid = trial_metrics.get("pid")
+    # the trial's own process, and the search's other trials on its GPU (`sibling_pids`: runs that share a
+    # GPU through the timing gate are not other users of it)
+    pids = ([int(pid)] if pid is not None else []) + [int(p) for p in trial_metrics.get("sibling_pids") or []]
     try:
-        ref = actor.window.remote(gpu, float(t0), float(t1), [int(pid)] if pid is not None else [])
+        ref = actor.window.remote(gpu, float(t0), float(t1), pids)
         return ray.get(ref, timeout=timeout_s)
     except Exception as err:
         return empty_window(f"telemetry query failed ({describe_error(err)})", node=node, gpu=gpu)

@@ -1,0 +1,54 @@
+"""Which knobs change what is trained and which only how it runs: the split the loss gate rests on.
+
+A knob missing from a config has the baseline's value. Two configs with the same `loss_key` train the same
+model to the same loss (up to float noise), so one loss run stands for both.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# Knobs that change speed but not the loss curve (up to float noise): one loss run stands for every
+# config that differs from it only in these.
+SPEED_ONLY_KNOBS = frozenset(
+    {"compile", "kernels", "loader", "num_workers", "pin_memory", "fused_adamw", "activation_checkpointing"}
+)
+# TrainConfig fields that neither change the loss at the full token budget nor are searched: bookkeeping,
+# memory caps, and `max_steps` (speed screens cut runs short; the loss is judged at the full budget).
+RUN_ONLY_FIELDS = frozenset(
+    {"device", "out_dir", "save_model", "log_interval", "progress_s", "timing_warmup_steps",
+     "gpu_memory_fraction", "memory_cap_mb", "max_steps", "compile_cache"}
+)  # fmt: skip
+
+
+def is_loss_knob(name: str) -> bool:
+    return name not in SPEED_ONLY_KNOBS and name not in RUN_ONLY_FIELDS
+
+
+def freeze(value: Any) -> Any:
+    """A hashable, order-independent stand-in for nested config values (model overrides are dicts)."""
+    if isinstance(value, dict):
+        return tuple(sorted((k, freeze(v)) for k, v in value.items()))
+    if isinstance(value, list | tuple):
+        return tuple(freeze(v) for v in value)
+    return value
+
+
+def loss_key(config: dict, baseline: dict) -> tuple:
+    """The values of the loss-relevant knobs; equal keys mean one loss run stands for both configs."""
+    names = sorted(n for n in set(config) | set(baseline) if is_loss_knob(n))
+    return tuple((n, freeze(config[n] if n in config else baseline.get(n))) for n in names)
+
+
+def knob_diff(config: dict, baseline: dict) -> dict[str, tuple[Any, Any]]:
+    """{knob: (baseline value, config value)} for every knob of `config` that differs from the baseline."""
+    return {
+        name: (baseline.get(name), value)
+        for name, value in config.items()
+        if freeze(value) != freeze(baseline.get(name))
+    }
+
+
+def execution(train: dict[str, Any]) -> dict[str, Any]:
+    """The speed-only knobs of a full training config: how it ran, as opposed to what it trained."""
+    return {name: train[name] for name in sorted(SPEED_ONLY_KNOBS) if name in train}

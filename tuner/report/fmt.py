@@ -1,0 +1,85 @@
+"""How the reports write a number, and the small summary helpers every report module shares."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from tuner.knobs import RUN_ONLY_FIELDS, knob_diff
+from tuner.records import Summary, Tolerance, TrialRow
+
+DASH = "—"
+
+
+def is_num(x: Any) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def fmt_tps(value: Any) -> str:
+    return f"{value:,.0f}" if is_num(value) else DASH
+
+
+def fmt_mem(mb: Any) -> str:
+    if not is_num(mb):
+        return DASH
+    return f"{mb:,.0f} MiB" if mb < 1024 else f"{mb / 1024:.1f} GiB"
+
+
+def fmt_loss(value: Any) -> str:
+    return f"{value:.4f}" if is_num(value) else DASH
+
+
+def fmt_jpt(value: Any) -> str:
+    """Energy per token, in millijoules (a token costs ~1e-4..1e-2 J)."""
+    return f"{value * 1e3:.3g} mJ" if is_num(value) else DASH
+
+
+def fmt_seconds(seconds: Any) -> str:
+    if not is_num(seconds):
+        return DASH
+    minutes, secs = divmod(round(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    if hours:
+        return f"{hours}h {minutes:02d}m {secs:02d}s"
+    return f"{minutes}m {secs:02d}s" if minutes else f"{secs}s"
+
+
+def fmt_warmup(seconds: Any) -> str:
+    """A compile + warm-up time: tenths of a second below 10 s (eager warm-ups take a second or two)."""
+    return f"{seconds:.1f}s" if is_num(seconds) and seconds < 10 else fmt_seconds(seconds)
+
+
+def fmt_tokens(tokens: Any) -> str:
+    return f"{tokens:,.0f} tokens" if is_num(tokens) else DASH
+
+
+def phase_of(trial: TrialRow | Mapping[str, Any]) -> str | None:
+    """A trial's phase without its round number; also takes the plain dict rows tuner.search still has."""
+    if isinstance(trial, TrialRow):
+        return trial.phase_name
+    phase = trial.get("phase")
+    return TrialRow.model_construct(phase=phase).phase_name if isinstance(phase, str) else phase
+
+
+def as_summary(summary: Summary | Mapping[str, Any]) -> Summary:
+    """A saved summary.json (a dict) validated into the typed record; a Summary passes through."""
+    return summary if isinstance(summary, Summary) else Summary.model_validate(summary)
+
+
+def tolerance_text(tol: Tolerance) -> str:
+    return f"{tol.mode} tolerance {DASH if tol.value is None else tol.value}"
+
+
+def over(loss: float | None, limit: float | None) -> bool:
+    return is_num(loss) and is_num(limit) and loss > limit
+
+
+def changed(config: dict[str, Any], baseline: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """The knobs `config` changes from the baseline, leaving out the run's bookkeeping fields."""
+    return {k: v for k, v in knob_diff(config, baseline).items() if k not in RUN_ONLY_FIELDS}
+
+
+def knobs_text(knobs: Mapping[str, Any]) -> str:
+    """compile=default, kernels=fused"""
+    return ", ".join(f"{k}={v}" for k, v in knobs.items())
