@@ -69,7 +69,7 @@ def test_smoke_search_writes_everything_and_picks_the_fastest_feasible(tmp_path,
     assert {t["train"]["data_sha256"] for t in s["trials"]} == {corpus.sha256}
     report = (out / "report.md").read_text()
     assert (
-        "Config | Batch | Workers | Precision | Compile | Kernels | Tok/s | VRAM | Loss | vs baseline"
+        "Config | Batch | Workers | Precision | Compile | Kernels | Tok/s | Warm-up | VRAM | Loss | vs baseline"
         in report
     )
 
