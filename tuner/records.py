@@ -122,11 +122,11 @@ class Hardware(Record):
 
 
 class Finalist(Record):
-    """A config re-measured exclusively: its runs' speeds and the loss verdict it carries."""
+    """A re-measured config: the speed of each of its timed runs and the loss verdict it carries."""
 
     id: str
     config: dict[str, Any] = Field(default_factory=dict)
-    runs: list[float] = Field(default_factory=list, description="tok/s of each successful exclusive run")
+    runs: list[float] = Field(default_factory=list, description="tok/s of each successful re-measure run")
     val_loss: float | None = None
     feasible: bool | None = None
     joules_per_token: float | None = None
@@ -158,7 +158,7 @@ class BreakEven(Record):
 
 class BaselineResult(Record):
     config: dict[str, Any] = Field(default_factory=dict, description="the full baseline training config")
-    tokens_per_s: float | None = Field(None, description="median of its exclusive re-measurements")
+    tokens_per_s: float | None = Field(None, description="median of its re-measure runs (its own config)")
     tokens_per_s_full_run: float | None = Field(None, description="speed of its loss run (its twin's)")
     val_loss: float | None = None
     loss_execution: dict[str, Any] | None = Field(
