@@ -589,8 +589,8 @@ def test_fp32_through_fused_kernels_says_it_is_tf32_inside(precision, kernels, o
 
 @pytest.mark.parametrize("installed", [True, False])
 def test_fp32_note_with_auto_kernels_follows_what_is_installed(monkeypatch, installed):
-    import model.ops
+    import trainables.loop
 
     backends = {"naive": True, "torch": True, "fla": installed or "not importable", "mamba_ssm": "no"}
-    monkeypatch.setattr(model.ops, "available_backends", lambda: backends)
+    monkeypatch.setattr(trainables.loop, "available_backends", lambda: backends)
     assert (fp32_fused_note("fp32", "auto", True, None) is not None) == installed

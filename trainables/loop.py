@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from model.ops import available_backends
 from trainables.config import ConfigError, TrainConfig, dump_config
 from trainables.timing import StepTimer
 from trainables.workload import Workload, load_workload
@@ -54,8 +55,6 @@ def resolve_device(cfg: TrainConfig) -> torch.device:
                 f"config key 'device': {cfg.device!r} but only {torch.cuda.device_count()} GPU(s) are visible"
             )
     if cfg.kernels == "fused":
-        from model.ops import available_backends
-
         if device.type != "cuda":
             raise ConfigError("config key 'kernels': 'fused' needs a CUDA device (allowed here: torch, auto)")
         missing = {
@@ -209,11 +208,9 @@ def fp32_fused_note(precision: str, kernels: str, on_cuda: bool, triton_f32: str
     """The one-line caveat for fp32 runs through fused Triton kernels, whose fp32 dots default to TF32."""
     if precision != "fp32" or kernels == "torch" or not on_cuda or triton_f32 == "ieee":
         return None
-    if kernels == "auto":
-        from model.ops import available_backends
-
-        if not any(ok is True for name, ok in available_backends().items() if name not in ("naive", "torch")):
-            return None  # auto falls back to the torch ops: no Triton kernels run
+    fused = any(ok is True for name, ok in available_backends().items() if name not in ("naive", "torch"))
+    if kernels == "auto" and not fused:
+        return None  # auto falls back to the torch ops: no Triton kernels run
     return (
         "note: fused Triton kernels round fp32 matmul inputs to TF32 (SSD gradients ~1.5e-3 from exact "
         "fp32); set TRITON_F32_DEFAULT=ieee before the first compile for exact fp32 (docs/benchmarks.md)"

@@ -12,6 +12,8 @@ import sys
 
 from trainables.config import ConfigError, load_config
 from trainables.data import DataError
+from trainables.loop import resolve_device, train
+from trainables.workload import load_workload
 
 
 class _Parser(argparse.ArgumentParser):
@@ -28,9 +30,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", help="write tokenizer, config and result here (same as --set out_dir=...)")
     parser.add_argument("--json", action="store_true", help="print the metrics as one JSON line at the end")
     args = parser.parse_args(argv)
-
-    from trainables.loop import resolve_device, train
-    from trainables.workload import load_workload
 
     try:
         cfg = load_config(args.config, args.overrides, data=args.data)

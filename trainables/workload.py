@@ -16,6 +16,7 @@ from torch import nn
 
 from model import HybridLM
 from trainables.config import ConfigError, TrainConfig
+from trainables.data import load_char_data, train_batches, val_batches
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 
@@ -40,8 +41,6 @@ class HybridLMWorkload:
     """The hybrid RWKV6+Mamba2 character LM on a char corpus."""
 
     def __init__(self, cfg: TrainConfig):
-        from trainables.data import load_char_data
-
         if cfg.eval_tokens < cfg.seq_len:  # refused here, before any work, not when the first eval comes
             raise ConfigError(
                 f"config key 'eval_tokens': {cfg.eval_tokens} holds no validation window of seq_len "
@@ -57,8 +56,6 @@ class HybridLMWorkload:
         return HybridLM(self.cfg.hybrid_config(self.data.tokenizer.vocab_size))
 
     def train_batches(self, device: torch.device, start_step: int = 0) -> Iterator[Batch]:
-        from trainables.data import train_batches
-
         cfg = self.cfg
         return train_batches(
             self.data.train,
@@ -73,8 +70,6 @@ class HybridLMWorkload:
         )
 
     def val_batches(self, device: torch.device) -> list[Batch]:
-        from trainables.data import val_batches
-
         cfg = self.cfg
         return val_batches(
             self.data.val,

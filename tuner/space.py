@@ -9,13 +9,12 @@ from typing import Any
 import torch
 from ray import tune
 
+from model.ops import available_backends
 from tuner.config import Knob, Range
 
 
 def probe_hardware() -> dict[str, Any]:
     """What a trial's machine can do; run as a Ray task on a GPU node so it describes the trials' hardware."""
-    from model.ops import available_backends
-
     info: dict[str, Any] = {
         "node": platform.node(),
         "cpus": os.cpu_count(),
