@@ -1,158 +1,168 @@
-"""The KubeRay manifests in k8s/: each kustomization (base and overlays) built the way kustomize builds
-them, every object validated strictly (unknown fields fail, as `kubectl apply --validate=strict` does):
-the RayJob against the KubeRay v1.7.0 CRD schema, core kinds with kubernetes-validate. Then the job itself:
-its entrypoint is a search command this repository accepts, and the cluster it asks for fits the search.
+"""The KubeRay manifests in k8s/ and the RayJob `python -m tuner.emit` writes: each kustomization (base,
+cluster, storage and overlays) built the way kustomize builds it, every object validated strictly
+(tests/k8s/checks.py: unknown fields fail, as `kubectl apply --validate=strict` does; KubeRay kinds against
+the KubeRay v1.7.0 CRD schema and KubeRay's own admission rules, core kinds with kubernetes-validate). Then
+what they run: the RayJob's entrypoint is a search command this repository accepts, the clusters fit the
+search's trials, and every Ray pod mounts the shared (ReadWriteMany) results volume where OUT lies.
 
 No cluster runs here, so this proves the manifests, not a run on Kubernetes; the image (k8s/Dockerfile)
-is not built here either.
+is not built here either. The CRD schemas are vendored in tests/k8s/ (from ../shared/k8s/crds/ when it is
+there, which a test below compares), so a clone without ../shared runs every check.
 """
 
 from __future__ import annotations
 
 import copy
-import gzip
-import json
 import re
 import shlex
+import subprocess
+import sys
 from importlib import metadata
 from pathlib import Path
 
-import jsonpatch
-import jsonschema
-import kubernetes_validate
 import pytest
 import yaml
 from packaging.specifiers import SpecifierSet
 
+from tests.k8s import checks, vendor_schema
+from trainables.config import load_config
+from tuner import emit
 from tuner.config import load_search_config
 from tuner.search import build_parser
 
 REPO = Path(__file__).resolve().parent.parent
 K8S = REPO / "k8s"
+CRDS = REPO.parent / "shared" / "k8s" / "crds"
 KUSTOMIZATIONS = sorted(p.parent for p in K8S.rglob("kustomization.yaml"))
-SCHEMA = Path(__file__).parent / "k8s" / "kuberay-rayjob-v1.json.gz"
-KUBERNETES_VERSION = "1.33"
 IMAGE_HOME = "/home/ray/hybrid-tuner/"  # WORKDIR of k8s/Dockerfile: the repository inside the image
+# The search each interactive RayCluster is sized for (a RayJob names its own in its entrypoint).
+SIZED_FOR = {"cluster": "configs/default.yaml", "overlays/cluster-cpu": "configs/smoke.yaml"}
 
 
-# --- kustomize, the subset these manifests use -----------------------------------------------------------
+def _id(folder: Path) -> str:
+    return folder.relative_to(K8S).as_posix()
 
 
-def build(folder: Path) -> list[dict]:
-    """The objects `kustomize build folder` prints, for resources, JSON 6902 patches and image renames.
-    Any other kustomization field fails the test rather than being silently ignored."""
-    spec = yaml.safe_load((folder / "kustomization.yaml").read_text())
-    unknown = set(spec) - {"apiVersion", "kind", "resources", "patches", "images"}
-    assert not unknown, f"{folder}: kustomize fields this test does not apply: {unknown}"
-    objects: list[dict] = []
-    for resource in spec.get("resources", []):
-        path = folder / resource
-        objects += build(path) if path.is_dir() else [d for d in yaml.safe_load_all(path.read_text()) if d]
-    for patch in spec.get("patches", []):
-        target = patch["target"]
-        hits = [o for o in objects if all(_matches(o, k, v) for k, v in target.items())]
-        assert len(hits) == 1, f"{folder}: patch target {target} matches {len(hits)} objects"
-        patched = jsonpatch.apply_patch(hits[0], yaml.safe_load(patch["patch"]))
-        objects[objects.index(hits[0])] = patched
-    for image in spec.get("images", []):
-        new = f"{image.get('newName', image['name'])}:{image.get('newTag', 'latest')}"
-        for container in _containers(objects):
-            if container["image"].split(":")[0] == image["name"]:
-                container["image"] = new
-    return objects
+def _kinds(objects: list[dict]) -> list[str]:
+    return sorted(o["kind"] for o in objects)
 
 
-def _matches(obj: dict, key: str, value: str) -> bool:
-    group, _, version = obj["apiVersion"].rpartition("/")
-    actual = {"group": group, "version": version, "kind": obj["kind"], "name": obj["metadata"]["name"]}
-    return actual[key] == value
-
-
-def _pod_specs(objects: list[dict]):
-    for obj in objects:
-        if obj["kind"] == "RayJob":
-            cluster = obj["spec"]["rayClusterSpec"]
-            yield "head", cluster["headGroupSpec"]["template"]["spec"]
-            for group in cluster.get("workerGroupSpecs", []):
-                yield group["groupName"], group["template"]["spec"]
-
-
-def _containers(objects: list[dict]):
-    for _, pod in _pod_specs(objects):
-        yield from pod["containers"]
-
-
-# --- strict schema validation ----------------------------------------------------------------------------
-
-
-def strict(schema: dict) -> dict:
-    """An OpenAPI v3 CRD schema as JSON Schema that rejects unknown fields (the API server prunes them)."""
-    node = {k: (strict(v) if isinstance(v, dict) else v) for k, v in schema.items()}
-    for key in ("properties", "patternProperties"):
-        if key in node:
-            node[key] = {name: strict(sub) for name, sub in node[key].items()}
-    if isinstance(node.get("items"), dict):
-        node["items"] = strict(node["items"])
-    for key in ("allOf", "anyOf", "oneOf"):
-        if key in node:
-            node[key] = [strict(sub) for sub in node[key]]
-    if node.pop("x-kubernetes-int-or-string", False):
-        node.pop("type", None)
-        node["anyOf"] = [{"type": "integer"}, {"type": "string"}]
-    if node.pop("nullable", False) and "type" in node:
-        node["type"] = [node["type"], "null"]
-    preserve = node.get("x-kubernetes-preserve-unknown-fields")
-    if "properties" in node and "additionalProperties" not in node and not preserve:
-        node["additionalProperties"] = False
-    return node
-
-
-@pytest.fixture(scope="module")
-def rayjob_validator() -> jsonschema.Validator:
-    schema = strict(json.loads(gzip.decompress(SCHEMA.read_bytes())))
-    return jsonschema.Draft7Validator(schema)
-
-
-def problems(validator: jsonschema.Validator, obj: dict) -> list[str]:
-    return [f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(obj)]
+def _one(objects: list[dict], kind: str) -> dict:
+    (obj,) = [o for o in objects if o["kind"] == kind]
+    return obj
 
 
 def test_every_kustomization_is_found():
-    assert [p.relative_to(K8S).as_posix() for p in KUSTOMIZATIONS] == [
+    assert [_id(p) for p in KUSTOMIZATIONS] == [
         "base",
+        "cluster",
+        "overlays/cluster-cpu",
         "overlays/cpu-smoke",
         "overlays/two-gpu-workers",
+        "storage",
     ]
 
 
-@pytest.mark.parametrize("folder", KUSTOMIZATIONS, ids=lambda p: p.relative_to(K8S).as_posix())
-def test_manifests_validate_strictly(folder, rayjob_validator):
-    objects = build(folder)
-    assert sorted(o["kind"] for o in objects) == ["PersistentVolumeClaim", "RayJob"]
+@pytest.mark.parametrize("folder", KUSTOMIZATIONS, ids=_id)
+def test_manifests_validate_strictly(folder):
+    objects = checks.build(folder)
+    ray = {"storage": [], **{f: ["RayCluster"] for f in SIZED_FOR}}.get(_id(folder), ["RayJob"])
+    assert _kinds(objects) == ["PersistentVolumeClaim", *ray]
     for obj in objects:
-        if obj["kind"] == "RayJob":
-            assert obj["apiVersion"] == "ray.io/v1"
-            assert not problems(rayjob_validator, obj), problems(rayjob_validator, obj)
-        else:
-            kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
-    assert {c["image"] for c in _containers(objects)} == {"hybrid-tuner:latest"}
+        assert not checks.problems(obj), (obj["kind"], checks.problems(obj))
+    assert {c["image"] for c in checks.containers(objects)} <= {"hybrid-tuner:latest"}
 
 
-def test_the_validation_catches_mistakes(rayjob_validator):
-    (job,) = [o for o in build(K8S / "base") if o["kind"] == "RayJob"]
-    typo = copy.deepcopy(job)
-    typo["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["replica"] = 2  # not "replicas"
-    assert any("'replica' was unexpected" in p for p in problems(rayjob_validator, typo))
-    wrong_type = copy.deepcopy(job)
-    wrong_type["spec"]["backoffLimit"] = "one"
-    assert any(p.startswith("spec/backoffLimit") for p in problems(rayjob_validator, wrong_type))
-    pod = copy.deepcopy(job)
-    pod["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"][0]["volumeMount"] = []
-    assert any("'volumeMount' was unexpected" in p for p in problems(rayjob_validator, pod))
-    pvc = [o for o in build(K8S / "base") if o["kind"] == "PersistentVolumeClaim"][0]
-    pvc["spec"]["accessMode"] = ["ReadWriteOnce"]
-    with pytest.raises(kubernetes_validate.ValidationError):
-        kubernetes_validate.validate(pvc, KUBERNETES_VERSION, strict=True)
+def _worker(obj: dict) -> dict:
+    return checks.cluster_spec(obj)["workerGroupSpecs"][0]
+
+
+def _head(obj: dict) -> dict:
+    return checks.cluster_spec(obj)["headGroupSpec"]["template"]["spec"]["containers"][0]
+
+
+MISTAKES = {  # what is broken: (kustomization, kind, the change, what the check says)
+    # the CRD schema, strictly
+    "a misspelt field": (
+        "base",
+        "RayJob",
+        lambda o: _worker(o).update(replica=2),
+        "'replica' was unexpected",
+    ),
+    "a wrong type": ("base", "RayJob", lambda o: o["spec"].update(backoffLimit="one"), "backoffLimit"),
+    "a misspelt pod field": (
+        "cluster",
+        "RayCluster",
+        lambda o: _head(o).update(volumeMount=[]),
+        "'volumeMount'",
+    ),
+    "another API version": (
+        "cluster",
+        "RayCluster",
+        lambda o: o.update(apiVersion="ray.io/v1alpha1"),
+        "ray.io/v1",
+    ),
+    # KubeRay's own rules, which the schema cannot express
+    "min over max replicas": (
+        "cluster",
+        "RayCluster",
+        lambda o: _worker(o).update(minReplicas=9),
+        "maxReplicas",
+    ),
+    "a name that is no label": (
+        "base",
+        "RayJob",
+        lambda o: o["metadata"].update(name="Hybrid_Tuner"),
+        "DNS1035",
+    ),
+    "a name too long": ("base", "RayJob", lambda o: o["metadata"].update(name="h" * 48), "no more than 47"),
+    "token auth on old Ray": (
+        "cluster",
+        "RayCluster",
+        lambda o: o["spec"].update(rayVersion="2.50.0"),
+        "minimum Ray version is 2.52.0",
+    ),
+    "resources twice": (
+        "base",
+        "RayJob",
+        lambda o: _worker(o).update(rayStartParams={"num-cpus": "4"}, resources={"CPU": "4"}),
+        "both rayStartParams and Resources",
+    ),
+    "a TTL without shutdown": (
+        "base",
+        "RayJob",
+        lambda o: o["spec"].update(shutdownAfterJobFinishes=False),
+        "cannot have TTLSecondsAfterFinished",
+    ),
+    "a field whose rules are not ported": (
+        "cluster",
+        "RayCluster",
+        lambda o: o["spec"].update(autoscalerOptions={}),
+        "not ported",
+    ),
+    # core kinds, strictly
+    "a misspelt claim field": (
+        "storage",
+        "PersistentVolumeClaim",
+        lambda o: o["spec"].update(accessMode=["ReadWriteMany"]),
+        "'accessMode' was unexpected",
+    ),
+    "a claim field of the wrong type": (
+        "storage",
+        "PersistentVolumeClaim",
+        lambda o: o["spec"].update(accessModes="ReadWriteMany"),
+        "is not of type 'array'",
+    ),
+}
+
+
+@pytest.mark.parametrize("mistake", MISTAKES)
+def test_the_validation_catches_mistakes(mistake):
+    folder, kind, change, needle = MISTAKES[mistake]
+    obj = copy.deepcopy(_one(checks.build(K8S / folder), kind))
+    change(obj)
+    found = checks.problems(obj)
+    assert any(needle in p for p in found), found
 
 
 def _quantity(value: str | int) -> float:
@@ -161,31 +171,36 @@ def _quantity(value: str | int) -> float:
     return float(number) * units[unit]
 
 
-@pytest.mark.parametrize("folder", KUSTOMIZATIONS, ids=lambda p: p.relative_to(K8S).as_posix())
-def test_the_job_runs_a_search_this_repository_accepts_on_a_cluster_that_fits_it(folder, tmp_path):
-    objects = build(folder)
-    (job,) = [o for o in objects if o["kind"] == "RayJob"]
-    argv = shlex.split(job["spec"]["entrypoint"])
-    assert argv[:3] == ["python", "-m", "tuner.search"]
-    args = build_parser().parse_args(argv[3:])
-    assert args.address == "auto" and args.resume  # joins the RayJob's cluster; a retry resumes
-    assert args.config.startswith(IMAGE_HOME)
-    cfg = load_search_config(REPO / args.config.removeprefix(IMAGE_HOME), args.overrides, data=args.data)
+def _limits(pod: dict) -> tuple[float, int]:
+    limits = pod["containers"][0]["resources"]["limits"]
+    return _quantity(limits["cpu"]), int(limits.get("nvidia.com/gpu", 0))
 
-    # OUT lies on the results volume the head mounts
-    (pvc,) = [o for o in objects if o["kind"] == "PersistentVolumeClaim"]
-    pods = dict(_pod_specs(objects))
-    head = pods.pop("head")
-    (mount,) = [m for m in head["containers"][0]["volumeMounts"] if m["name"] == "results"]
-    (volume,) = [v for v in head["volumes"] if v["name"] == "results"]
-    assert volume["persistentVolumeClaim"]["claimName"] == pvc["metadata"]["name"]
-    assert Path(args.out).is_relative_to(mount["mountPath"])
 
-    # every worker can hold a trial (its CPUs, and its GPU when the search asks for one), and a GPU worker
-    # the loss check's runs that share its GPU, all at once
+def assert_results_on_every_pod(objects: list[dict], out: str | None = None) -> None:
+    """The claim is ReadWriteMany and every Ray pod mounts it at one path (where OUT lies, if given)."""
+    pvc = _one(objects, "PersistentVolumeClaim") if "PersistentVolumeClaim" in _kinds(objects) else None
+    claims, paths = set(), set()
+    for _, pod in checks.pod_specs(objects):
+        (volume,) = [v for v in pod["volumes"] if v["name"] == "results"]
+        (mount,) = [m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "results"]
+        claims.add(volume["persistentVolumeClaim"]["claimName"])
+        paths.add(mount["mountPath"])
+    assert len(claims) == 1 and len(paths) == 1, (claims, paths)
+    if pvc is not None:
+        assert claims == {pvc["metadata"]["name"]} and pvc["spec"]["accessModes"] == ["ReadWriteMany"]
+    if out is not None:
+        assert Path(out).is_relative_to(paths.pop())
+
+
+def assert_fits(objects: list[dict], config: str, overrides: list[str] = ()) -> None:
+    """Every worker can hold a trial (its CPUs, and its GPU when the search asks for one), a GPU worker the
+    runs that share its GPU all at once, and the head runs no trials."""
+    cfg = load_search_config(REPO / config, list(overrides))
+    pods = dict(checks.pod_specs(objects))
+    assert pods.pop("head") and all(c["rayStartParams"]["num-cpus"] == "0" for c in _clusters(objects))
+    assert pods, "no worker group"
     for name, pod in pods.items():
-        limits = pod["containers"][0]["resources"]["limits"]
-        cpus, gpus = _quantity(limits["cpu"]), int(limits.get("nvidia.com/gpu", 0))
+        cpus, gpus = _limits(pod)
         assert cpus >= cfg.resources.cpus_per_trial, name
         if "gpu" in name:
             assert gpus >= 1, name
@@ -195,12 +210,48 @@ def test_the_job_runs_a_search_this_repository_accepts_on_a_cluster_that_fits_it
             assert gpus == 0 and "tolerations" not in pod, name
 
 
+def _clusters(objects: list[dict]) -> list[dict]:
+    return [checks.cluster_spec(o)["headGroupSpec"] for o in objects if checks.cluster_spec(o)]
+
+
+@pytest.mark.parametrize(
+    "folder", [f for f in KUSTOMIZATIONS if _id(f) not in (*SIZED_FOR, "storage")], ids=_id
+)
+def test_the_job_runs_a_search_this_repository_accepts_on_a_cluster_that_fits_it(folder):
+    objects = checks.build(folder)
+    job = _one(objects, "RayJob")
+    argv = shlex.split(job["spec"]["entrypoint"])
+    assert argv[:3] == ["python", "-m", "tuner.search"]
+    args = build_parser().parse_args(argv[3:])
+    assert args.address == "auto" and args.resume  # joins the RayJob's cluster; a retry resumes
+    assert args.config.startswith(IMAGE_HOME)
+    assert_results_on_every_pod(objects, args.out)
+    assert_fits(objects, args.config.removeprefix(IMAGE_HOME), args.overrides)
+
+
+@pytest.mark.parametrize("folder", [K8S / f for f in SIZED_FOR], ids=_id)
+def test_the_interactive_cluster_fits_its_search_and_shares_the_results_volume(folder):
+    objects = checks.build(folder)
+    cluster = _one(objects, "RayCluster")
+    assert cluster["spec"]["authOptions"] == {"mode": "token"}
+    assert_results_on_every_pod(objects)
+    assert_fits(objects, SIZED_FOR[_id(folder)])
+    for group in cluster["spec"]["workerGroupSpecs"]:
+        assert group["minReplicas"] <= group["replicas"] <= group["maxReplicas"]
+
+
 def test_ray_versions_agree():
-    """rayVersion, the image's Ray and the pin in pyproject.toml are one version (and the one installed)."""
-    (job,) = [o for o in build(K8S / "base") if o["kind"] == "RayJob"]
+    """rayVersion of every manifest, the image's Ray and the pin in pyproject.toml are one version (and the
+    one installed)."""
     pinned = re.search(r'"ray\[[^\]]*\]==([0-9.]+)"', (REPO / "pyproject.toml").read_text()).group(1)
     image = re.search(r"^FROM rayproject/ray:([0-9.]+)-py312", (K8S / "Dockerfile").read_text(), re.M)
-    assert job["spec"]["rayClusterSpec"]["rayVersion"] == pinned == image.group(1)
+    versions = {
+        checks.cluster_spec(o)["rayVersion"]
+        for f in KUSTOMIZATIONS
+        for o in checks.build(f)
+        if checks.cluster_spec(o)
+    }
+    assert versions == {pinned} == {image.group(1)}
     assert metadata.version("ray") == pinned
 
 
@@ -212,3 +263,99 @@ def test_one_torch_range_across_pyproject_ci_and_the_image():
     ci = re.search(r"torch==([0-9.]+)", (REPO / ".ci" / "run").read_text()).group(1)
     assert image in SpecifierSet(spec) and ci in SpecifierSet(spec), (spec, image, ci)
     assert metadata.version("torch").split("+")[0] in SpecifierSet(spec)
+
+
+@pytest.mark.skipif(
+    not CRDS.is_dir(), reason="../shared/k8s/crds/ (the KubeRay CRDs) is not beside this clone"
+)
+@pytest.mark.parametrize("crd", ["ray.io_rayjobs.yaml", "ray.io_rayclusters.yaml"])
+def test_the_vendored_schemas_are_the_crds(crd, tmp_path, monkeypatch):
+    vendored = {p.name: p.read_bytes() for p in vendor_schema.HERE.glob("*.json.gz")}
+    monkeypatch.setattr(vendor_schema, "HERE", tmp_path)
+    vendor_schema.vendor(str(CRDS / crd))
+    (fresh,) = tmp_path.glob("*.json.gz")
+    assert vendored[fresh.name] == fresh.read_bytes(), f"regenerate with: python {vendor_schema.__file__} ..."
+
+
+# --- the RayJob that trains the search's answer (tuner/emit.py) -------------------------------------------
+
+
+@pytest.fixture
+def best_yaml(tmp_path) -> Path:
+    """A best.yaml as a search writes it: the smoke config, with the paths of the machine it ran on."""
+    cfg = load_config(REPO / "configs" / "smoke.yaml", ["precision=bf16", "batch_size=32"])
+    cfg.data, cfg.compile_cache = "/home/me/corpus.txt", str(tmp_path / "compile-cache")
+    path = tmp_path / "best.yaml"
+    path.write_text(yaml.safe_dump(cfg.model_dump(), sort_keys=False))
+    return path
+
+
+@pytest.mark.parametrize("gpus", [0, 1])
+def test_the_emitted_rayjob_validates_and_trains_the_winning_config(best_yaml, tmp_path, gpus):
+    dest = emit.write_rayjob(
+        best_yaml, tmp_path / "job.yaml", image="reg.example/ht:1", namespace="ml", gpus=gpus
+    )
+    objects = checks.load(dest.read_text())
+    assert _kinds(objects) == ["ConfigMap", "RayJob"]
+    for obj in objects:
+        assert not checks.problems(obj), (obj["kind"], checks.problems(obj))
+        assert obj["metadata"]["namespace"] == "ml"
+    job, configmap = _one(objects, "RayJob"), _one(objects, "ConfigMap")
+    assert {c["image"] for c in checks.containers(objects)} == {"reg.example/ht:1"}
+    assert checks.cluster_spec(job)["rayVersion"] == metadata.version("ray")
+
+    # the entrypoint trains the config the ConfigMap carries, mounted where the entrypoint reads it
+    argv = shlex.split(job["spec"]["entrypoint"])
+    assert argv[:3] == ["python", "-m", "trainables.train"] and "--json" in argv
+    config_path = Path(argv[argv.index("--config") + 1])
+    shipped = tmp_path / "shipped.yaml"
+    shipped.write_text(configmap["data"][config_path.name])
+    want = load_config(best_yaml).model_dump() | {"data": None, "compile_cache": None}
+    assert load_config(shipped).model_dump() == want  # local paths dropped, every knob kept
+    pods = dict(checks.pod_specs(objects))
+    for pod in pods.values():
+        (volume,) = [v for v in pod["volumes"] if v.get("configMap")]
+        (mount,) = [m for m in pod["containers"][0]["volumeMounts"] if m["name"] == volume["name"]]
+        assert volume["configMap"]["name"] == configmap["metadata"]["name"]
+        assert mount["mountPath"] == str(config_path.parent)
+    assert_results_on_every_pod(objects, argv[argv.index("--out") + 1])
+
+    # the driver (the training run) lands on the worker, which can hold it
+    (worker,) = [pod for name, pod in pods.items() if name != "head"]
+    cpus, worker_gpus = _limits(worker)
+    assert (
+        job["spec"]["entrypointNumCpus"] <= cpus
+        and job["spec"].get("entrypointNumGpus", 0) == gpus == worker_gpus
+    )
+    assert checks.cluster_spec(job)["headGroupSpec"]["rayStartParams"]["num-cpus"] == "0"
+
+
+def test_emit_keeps_paths_on_the_results_volume_and_takes_the_gpus_from_the_search(best_yaml, tmp_path):
+    cfg = load_config(best_yaml)
+    cfg.data, cfg.compile_cache = "/results/data/corpus.txt", "/results/search/compile-cache"
+    best_yaml.write_text(yaml.safe_dump(cfg.model_dump()))
+    (best_yaml.parent / "summary.json").write_text('{"hardware": {"cuda": true}}')
+    objects = checks.load(emit.render_rayjob(best_yaml))
+    shipped = yaml.safe_load(_one(objects, "ConfigMap")["data"]["best.yaml"])
+    assert (shipped["data"], shipped["compile_cache"]) == (cfg.data, cfg.compile_cache)
+    assert _one(objects, "RayJob")["spec"]["entrypointNumGpus"] == 1
+    bare = checks.load(emit.render_rayjob(best_yaml, emit.JobOptions(claim=None, data="/data/x.txt")))
+    assert yaml.safe_load(_one(bare, "ConfigMap")["data"]["best.yaml"])["data"] == "/data/x.txt"
+    assert "results" not in str(list(checks.pod_specs(bare))) and all(not checks.problems(o) for o in bare)
+
+
+def test_the_emit_cli_writes_the_file_or_says_what_is_wrong_in_one_line(best_yaml, tmp_path, capsys):
+    out = tmp_path / "k8s" / "train.yaml"
+    args = ["--best", str(best_yaml), "--out", str(out)]
+    ok = subprocess.run([sys.executable, "-m", "tuner.emit", *args], cwd=REPO, capture_output=True, text=True)
+    assert ok.returncode == 0 and f"kubectl apply -f {out}" in ok.stderr, ok.stderr
+    assert all(not checks.problems(o) for o in checks.load(out.read_text()))
+    for bad, needle in [
+        (["--name", "Bad_Name"], "--name"),
+        (["--gpus", "-1"], "--gpus"),
+        (["--best", str(tmp_path / "nope.yaml")], "config file not found"),
+        (["--out", str(best_yaml / "x.yaml")], "cannot write"),
+    ]:
+        assert emit.main(args + bad) == 2
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error:") and needle in lines[0], lines
