@@ -10,6 +10,7 @@ import statistics
 from typing import Any
 
 from tuner.costs import break_even_tokens, time_to_train
+from tuner.gpus import SEARCH, USAGE_PHASES, gpu_population
 from tuner.knobs import SPEED_ONLY_KNOBS
 from tuner.records import Summary, TrialRow
 
@@ -62,6 +63,7 @@ BASE_CFG = {
     "timing_warmup_steps": 5,
 }
 T0 = 1_760_000_000.0  # sample times are time.time()
+NODE_ID = "7088e154e66767fe6807b1254f2e09d538e0af71761592aeee82b61b"  # a Ray node id: 56 hex digits
 
 # --- a realistic synthetic summary: an H100 search over batch, precision, compile, kernels, workers, lr ------
 
@@ -111,6 +113,7 @@ def search_row(tid: str, phase: str, cfg: dict, status: str = "ok", **values) ->
         "peak_mem_mb": None,
         "compile_s": 40.0 if cfg.get("compile", "none") != "none" else None,
         "node": "10.0.0.7",
+        "node_id": NODE_ID,
         "gpu": 0,
         "wall_s": 30.0,
         "error": None,
@@ -248,15 +251,7 @@ def synthetic_summary() -> dict:
         "tolerance": {"value": 0.05, "mode": "absolute", "limit": limit},
         "hardware": {"gpus": 1, "cuda": True, "gpu": "NVIDIA H100 80GB HBM3", "gpu_mem_mb": 81559},
         "versions": {"python": "3.12.3", "torch": "2.11.0+cu130", "ray": "2.60.0", "optuna": "5.0.0"},
-        "timings": {
-            "hardware": 4.1,
-            "baseline": 412.0,
-            "probe": 35.0,
-            "screen": 611.0,
-            "loss_check": 1290.0,
-            "remeasure": 240.0,
-            "total": 2592.1,
-        },  # fmt: skip
+        "timings": dict(TIMINGS),
         "selection": {
             "reasons": [
                 "screen-0 and screen-1 overlap within their spread: chose screen-0, the fastest",
@@ -286,7 +281,58 @@ def synthetic_summary() -> dict:
         },
         "command": "python -m tuner.search --config configs/default.yaml --out out/h100",
         "best_yaml": "out/h100/best.yaml",
+        "gpu_usage": gpu_usage(TIMINGS, {0: 86.0}),
     }
+
+
+TIMINGS = {
+    "hardware": 4.1, "baseline": 412.0, "probe": 35.0, "screen": 611.0, "loss_check": 1290.0, "remeasure": 240.0,
+    "total": 2592.1,
+}  # fmt: skip
+# Each phase's share of a GPU's busiest utilisation (the probe trains one step per batch; loss runs pack).
+PHASE_LOAD = {"probe": 0.3, "screen": 1.0, "loss_check": 0.9, "remeasure": 0.7}
+
+
+def usage_stats(util: float, mem_mb: float, span_s: float, covered: float = 1.0) -> dict:
+    """One GPU over one span as summary.json's `gpu_usage` holds it: 5 readings a second."""
+    return {
+        "span_s": span_s, "samples": int(span_s * 5 * covered), "covered_s": span_s * covered,
+        "util_mean": util, "util_median": min(100.0, util + 4), "mem_util_mean": util * 0.6,
+        "mem_used_mean_mb": mem_mb, "mem_used_median_mb": mem_mb * 1.1, "mem_used_peak_mb": mem_mb * 1.5,
+    }  # fmt: skip
+
+
+def gpu_usage(timings: dict[str, float], busiest: dict[int, float], node_id: str = NODE_ID) -> list[dict]:
+    """Each GPU's use per phase and over the search, as a search on `node_id` records it; `busiest`: GPU
+    index -> its utilisation in the screen, other phases a share of it (PHASE_LOAD)."""
+    out = []
+    for gpu, util in busiest.items():
+        spans = {
+            p: usage_stats(util * PHASE_LOAD[p], 9000.0 * PHASE_LOAD[p], timings[p]) for p in USAGE_PHASES
+        }
+        total = sum(timings[p] for p in USAGE_PHASES)
+        mean = sum(spans[p]["util_mean"] * timings[p] for p in USAGE_PHASES) / total
+        spans[SEARCH] = usage_stats(mean, 7000.0, total)
+        out.append({"node_id": node_id, "gpu": gpu, "name": "NVIDIA H100 80GB HBM3", "spans": spans})
+    return out
+
+
+def on_two_gpus(summary: dict, gpu1_factor: float = 1.0) -> dict:
+    """The search on a host with two GPUs: the re-measure's repeats alternate between GPU 0 and GPU 1 (runs
+    on GPU 1 `gpu1_factor` times as fast), each GPU's use per phase (GPU 1 less busy), and the population
+    tuner.gpus finds in those repeats."""
+    out = copy.deepcopy(summary)
+    out["hardware"] = {**out["hardware"], "gpus": 2}
+    remeasured = [t for t in out["trials"] if t["phase"] == "remeasure"]
+    for n, t in enumerate(remeasured):
+        t["gpu"] = n % 2
+        t["tokens_per_s"] *= gpu1_factor if t["gpu"] else 1.0
+    for f in out.get("finalists", []):
+        f["runs"] = [t["tokens_per_s"] for t in remeasured if t["finalist"] == f["id"]]
+    population = gpu_population(TrialRow.model_validate(t) for t in remeasured)
+    out["gpu_population"] = [p.model_dump(mode="json") for p in population]
+    out["gpu_usage"] = gpu_usage(out["timings"], {0: 88.0, 1: 41.0})
+    return out
 
 
 SHARED_SPEED_RUNS = (
@@ -361,8 +407,9 @@ def without_telemetry(summary: dict) -> dict:
     out = copy.deepcopy(summary)
     out["hardware"] = {"gpus": 0, "cuda": False, "cpus": 2}
     out["telemetry"] = {"available": False, "notice": None, "timelines": {}}
+    out["gpu_usage"], out["gpu_population"] = [], []
     gpu_keys = set(_gpu_fields(random.Random(0), {}, 1.0))
-    out["trials"] = [{k: v for k, v in t.items() if k not in gpu_keys} for t in out["trials"]]
+    out["trials"] = [{k: v for k, v in t.items() if k not in gpu_keys} | {"gpu": None} for t in out["trials"]]
     return out
 
 

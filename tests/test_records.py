@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from tests.factories import make_row, make_summary
+from tests.factories import make_row, make_summary, on_two_gpus, synthetic_summary
 from tuner.records import Summary, TrialRow, summary_schema
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,3 +41,15 @@ def test_phase_name_drops_the_round_number():
     assert make_row("loss_check_3-0", "loss_check_3").phase_name == "loss_check"
     assert make_row("remeasure-2", "remeasure").phase_name == "remeasure"
     assert make_row("x", status="oom").failed and not make_row("y").failed
+
+
+def test_gpu_use_and_populations_round_trip_and_older_summaries_lack_them():
+    summary = Summary.model_validate(on_two_gpus(synthetic_summary(), gpu1_factor=1.05))
+    assert Summary.model_validate_json(summary.model_dump_json()) == summary
+    (host,) = summary.gpu_population
+    assert host.verdict == host.pooled.verdict == "differ" and host.gpus == [0, 1]
+    assert [(u.gpu, sorted(u.spans)) for u in summary.gpu_usage][1] == (
+        1, ["loss_check", "probe", "remeasure", "screen", "search"]
+    )  # fmt: skip
+    older = make_summary(baseline={"config": {}})
+    assert older.gpu_usage == [] and older.gpu_population == []

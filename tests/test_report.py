@@ -6,7 +6,7 @@ import copy
 import json
 import statistics
 
-from tests.factories import legacy_summary
+from tests.factories import legacy_summary, on_two_gpus, synthetic_summary
 from tuner import report
 from tuner.costs import break_even_tokens, time_to_train
 from tuner.report import fmt_mem, fmt_seconds, render_html, render_markdown, write_reports
@@ -470,3 +470,79 @@ def test_summaries_from_before_the_gate_and_the_costs_still_render():
     assert "Baseline: the seed config trained to the full token budget." in measured
     assert "timing gate" not in text and "waited" not in text
     assert render_html(legacy).startswith("<!DOCTYPE html>")
+
+
+# --- issue #10: the knobs each config changes, CPU searches, node ids; issue #12: the GPUs section ----------
+
+NODE_ID = "7088e154e66767fe6807b1254f2e09d538e0af71761592aeee82b61b"
+
+
+def on_cpu(summary: dict) -> dict:
+    """The search as a CPU run records it: no GPU in its hardware, no run placed on one."""
+    out = copy.deepcopy(summary) | {"hardware": {"gpus": 0, "cuda": False, "cpus": 2}}
+    out["trials"] = [t | {"gpu": None} for t in out["trials"]]
+    return out
+
+
+def test_the_knobs_each_config_changes_are_listed_under_the_table():
+    compared = section(rendered(SUMMARY), "Configs compared")
+    assert "- cfg-4: batch_size=512, lr=0.003" in compared  # lr has no column
+    assert "- cfg-10: lr=0.01, compile=default" in compared
+    assert "- **cfg-7** (winner): batch_size=128, precision=bf16, compile=default" in compared
+    assert "- cfg-9 (oom): batch_size=4096" in compared and "- baseline" not in compared
+
+
+def test_a_cpu_search_has_no_vram_column():
+    text = rendered(on_cpu(SUMMARY))
+    head = (
+        "| Config | Batch | Workers | Precision | Compile | Kernels | Tok/s | Warm-up | Loss | vs baseline |"
+    )
+    assert head in text and "VRAM" not in text
+    rows = {r[0]: r for r in _rows_under(text, head)}
+    assert rows["baseline"][6:] == ["30,000", "—", "1.5000", "1.00x"]
+    assert HEADER in rendered(SUMMARY)  # a GPU search keeps it
+
+
+def _rows_under(text: str, head: str) -> list[list[str]]:
+    lines = text.splitlines()
+    start = lines.index(head) + 2
+    rows = []
+    for line in lines[start:]:
+        if not line.startswith("|"):
+            break
+        rows.append([cell.strip() for cell in line.strip("|").split("|")])
+    return rows
+
+
+def test_a_node_id_is_cut_short_and_said_once():
+    notice = f"GPU telemetry unavailable on node {NODE_ID}: nvmlInit failed (NVMLError); carrying on"
+    summary = on_cpu(SUMMARY) | {"notices": [notice], "telemetry": {"available": False, "notice": notice}}
+    text = rendered(summary)
+    assert NODE_ID not in text and text.count(NODE_ID[:8]) == 1
+    assert f"- GPU telemetry unavailable on node {NODE_ID[:8]}: nvmlInit failed" in text
+
+
+def test_the_gpus_section_shows_each_gpus_use_per_phase_and_whether_they_agree():
+    one = rendered(synthetic_summary())
+    gpus = section(one, "GPUs").strip()
+    assert gpus.startswith(f"How busy each GPU on node {NODE_ID[:8]} was in each phase")
+    assert "| Phase | GPU | Util mean | Util median | Memory mean | Memory median | Readings |" in gpus
+    assert "| screen | GPU 0 | 86% | 90% | 8.8 GiB | 9.7 GiB | 3,055 |" in gpus
+    assert "| whole search | GPU 0 |" in gpus and "population" not in gpus  # one GPU: nothing to compare
+    alike = rendered(on_two_gpus(synthetic_summary()))
+    assert "| screen | GPU 1 | 41% |" in section(alike, "GPUs")
+    assert "GPUs 0 and 1: one population. The same configs ran 0.2% faster on GPU 0" in section(alike, "GPUs")
+    assert "one population" not in section(alike, "Notices")
+    apart = rendered(on_two_gpus(synthetic_summary(), gpu1_factor=1.05))
+    sentence = "GPUs 0 and 1 differ beyond the noise: the same configs ran 4.8% faster on GPU 1 than on GPU 0"
+    assert sentence in section(apart, "GPUs") and sentence not in section(apart, "Notices")
+    assert (
+        "- GPUs 0 and 1 differ beyond the noise (4.8% apart at the median, noise band 2.5%), but the search "
+        "pools their runs as one population: see GPUs." in section(apart, "Notices")
+    )
+    assert "| Config | GPU 0 | GPU 1 | Gap | Noise band | Verdict |" in section(apart, "GPUs")
+    assert (
+        "| all finalists (each vs its GPUs' mean) | -2.4% (5 runs) | +2.4% (4 runs) | 4.8% | 2.5% | differ |"
+        in apart
+    )
+    assert "## GPUs" not in rendered(SUMMARY) and "## GPUs" not in rendered(on_cpu(SUMMARY))

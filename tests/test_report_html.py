@@ -22,9 +22,11 @@ from pathlib import Path
 import pytest
 from factories import (  # as `factories`, not `tests.factories`: this file also runs as a script (below)
     BASE_CFG,
+    NODE_ID,
     PLANNED,
     SCREEN,
     legacy_summary,
+    on_two_gpus,
     search_row,
     synthetic_summary,
     without_best,
@@ -414,6 +416,65 @@ def test_write_reports_writes_the_html_next_to_the_markdown(tmp_path, full):
     assert (tmp_path / "report.html").read_text() == render_html(full)
 
 
+# --- issue #10: CPU searches, node ids; issue #12: the GPUs section ------------------------------------------
+
+
+def column_heads(page: str) -> list[str]:
+    return re.findall(r'<th scope="col"[^>]*>([^<]+)</th>', page)
+
+
+def test_a_cpu_search_has_no_vram_or_energy_columns(page, full):
+    cpu = render_html(without_telemetry(full))
+    parse(cpu)
+    heads = column_heads(cpu)
+    assert "VRAM" not in heads and "J/token" not in heads and len(heads) == 11
+    assert all(len(row) == 11 for row in table_rows(cpu)) and table_rows(cpu)[0][8:] == [
+        "1.5000", "1.00×", "baseline"
+    ]  # fmt: skip
+    assert "VRAM" not in section(cpu, "table")
+    assert column_heads(page)[8] == "VRAM" and column_heads(page)[11] == "J/token"  # a GPU search keeps them
+
+
+def test_a_node_id_is_cut_short_and_said_once(full):
+    notice = f"GPU telemetry unavailable on node {NODE_ID}: nvmlInit failed (NVMLError); carrying on"
+    failed = {"notices": [notice], "telemetry": {"available": False, "notice": notice, "timelines": {}}}
+    cpu = render_html(without_telemetry(full) | failed)
+    assert NODE_ID not in cpu and cpu.count(NODE_ID[:8]) == 1
+    assert "No GPU telemetry (the search ran on CPU: there is no GPU to sample)." in cpu
+    gpu = render_html(copy.deepcopy(full) | failed | {"gpu_usage": []})
+    assert NODE_ID not in gpu and gpu.count(NODE_ID[:8]) == 1
+    assert "No GPU telemetry (see Notices)." in gpu
+
+
+def test_the_gpus_section_says_how_busy_each_gpu_was_and_whether_they_agree(page, full):
+    one = section(page, "gpus")
+    assert f"How busy each GPU on node {NODE_ID[:8]} was in each phase" in one
+    assert plain_table(one, "gpu-usage")[1] == [
+        "screen",
+        "GPU 0",
+        "86%",
+        "90%",
+        "8.8 GiB",
+        "9.7 GiB",
+        "3,055",
+    ]
+    assert "gpu-population" not in one  # one GPU: nothing to compare
+    apart = render_html(on_two_gpus(full, gpu1_factor=1.05))
+    parse(apart)
+    gpus = section(apart, "gpus")
+    assert (
+        '<p class="note">GPUs 0 and 1 differ beyond the noise: the same configs ran 4.8% faster on GPU 1'
+        in gpus
+    )
+    assert plain_table(gpus, "gpu-population-1")[-1] == [
+        "all finalists (each vs its GPUs&#39; mean)", "-2.4% (5 runs)", "+2.4% (4 runs)", "4.8%", "2.5%", "differ"
+    ]  # fmt: skip
+    assert "but the search pools their runs as one population: see GPUs." in section(apart, "notices")
+    alike = section(render_html(on_two_gpus(full)), "gpus")
+    assert '<p class="how">GPUs 0 and 1: one population.' in alike
+    assert 'id="gpus"' not in render_html(without_telemetry(full))
+
+
 # --- a real browser ---------------------------------------------------------------------------------------
 
 
@@ -511,6 +572,23 @@ def test_chromium_renders_the_plots_and_a_non_blank_screenshot(tmp_path, page):
     colours = {row[x : x + 3] for row in rows[::8] for x in range(0, width * bpp, 8 * bpp)}
     orange = {c for c in colours if c[0] > 200 and 70 < c[1] < 130 and c[2] < 60}  # the winner's colour
     assert len(colours) > 50 and orange, f"screenshot looks blank: {len(colours)} distinct colours"
+
+
+def test_chromium_renders_the_gpus_section_and_a_cpu_table(tmp_path, full):
+    binary = chromium()
+    for name, summary in (("gpus", on_two_gpus(full, gpu1_factor=1.05)), ("cpu", without_telemetry(full))):
+        report = tmp_path / f"{name}.html"
+        report.write_text(render_html(summary))
+        dom = run_chromium(binary, report, tmp_path / "profile", "--dump-dom")
+        assert dom.returncode == 0, dom.stderr[-2000:]
+        if name == "gpus":
+            gpus = section(dom.stdout, "gpus")
+            assert (
+                len(plain_table(gpus, "gpu-usage")) == 10 and len(plain_table(gpus, "gpu-population-1")) == 4
+            )
+            assert '<p class="note">GPUs 0 and 1 differ beyond the noise' in gpus
+        else:
+            assert len(column_heads(dom.stdout)) == 11 and 'id="gpus"' not in dom.stdout
 
 
 if __name__ == "__main__":  # regenerate docs/report-screenshot.png (and the page beside it, for a look)

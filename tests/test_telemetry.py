@@ -10,13 +10,18 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import ray
 from tensorboardX import SummaryWriter
 from tensorboardX.proto.event_pb2 import Event
 
+from tests.factories import make_row
 from tests.fake_nvml import POWER_CAP, THERMAL, FakeNvml, NVMLError_LibraryNotFound
+from tuner import observe
+from tuner.context import Telemetry
+from tuner.gpus import gpu_usage
 from tuner.runner import trial_row
 from tuner.telemetry import (
     HW_POWER_BRAKE_SLOWDOWN,
@@ -26,8 +31,10 @@ from tuner.telemetry import (
     annotate_trial,
     describe_unavailable,
     downsample,
+    fetch_usage,
     fetch_window,
     start_telemetry,
+    summarize_usage,
     summarize_window,
     telemetry_nodes,
     write_tensorboard,
@@ -150,6 +157,18 @@ def test_downsample_averages_buckets():
     assert len(downsample(ramp(), 0.0, 10.0, max_points=500)) == 11
 
 
+def test_usage_over_a_span_counts_idle_readings_and_says_how_much_it_covers():
+    usage = summarize_usage(ramp(), 2.0, 12.0)  # readings at t = 2..10 of a span reaching to 12
+    assert usage["samples"] == 9 and usage["span_s"] == 10.0 and usage["covered_s"] == 8.0
+    assert usage["util_mean"] == 60.0 and usage["util_median"] == 60.0  # 20..100 %, idle ones included
+    assert usage["mem_used_mean_mb"] == 1006.0 and usage["mem_used_median_mb"] == 1006.0
+    assert usage["mem_used_peak_mb"] == 1010.0 and usage["mem_util_mean"] == 5.0
+    gaps = summarize_usage(ramp(util_gpu=[None] * 5 + [90.0] * 6), 0.0, 10.0)
+    assert gaps["util_median"] == 90.0 and gaps["util_mean"] == 90.0  # unread values are no zeros
+    empty = summarize_usage(ramp(), 20.0, 30.0)
+    assert empty["samples"] == 0 and empty["covered_s"] is None and empty["util_mean"] is None
+
+
 # ---------------------------------------------------------------------------------------------------------
 # the sampler against the fake NVML
 
@@ -201,6 +220,20 @@ def test_sampler_finds_gpu_by_uuid_and_answers_unknown_gpus_empty():
     missing = sampler.window(7, 0, 2_000)
     assert missing["samples"] == 0 and "no GPU 7" in missing["reason"]
     assert sampler.window("not-a-gpu", 0, 2_000)["samples"] == 0
+
+
+def test_sampler_usage_covers_every_gpu_over_each_span():
+    clock = FakeClock()
+    sampler = sampled(FakeNvml(gpus=2, clock=clock), clock, steps=17)  # 1000.0 .. 1002.0
+    usage = sampler.usage({"screen": (1_000.0, 1_001.0), "remeasure": (1_001.5, 1_003.0)})
+    assert usage["available"] is True and [g["gpu"] for g in usage["gpus"]] == [0, 1]
+    for gpu in usage["gpus"]:
+        screen, remeasure = gpu["spans"]["screen"], gpu["spans"]["remeasure"]
+        assert screen["util_mean"] == screen["util_median"] == FakeNvml.util(gpu["gpu"])
+        assert screen["mem_used_mean_mb"] == 1000 + 100 * gpu["gpu"]
+        assert (screen["samples"], remeasure["samples"]) == (9, 5) and remeasure["covered_s"] == 0.5
+    without = GpuSampler(FakeNvml(init_error=NVMLError_LibraryNotFound())).usage({"screen": (0, 1)})
+    assert without["available"] is False and without["gpus"] == [] and "nvmlInit failed" in without["reason"]
 
 
 def test_throttle_period_and_fallback_to_the_older_reasons_call():
@@ -441,6 +474,32 @@ def test_actor_samples_through_the_fake_and_answers_windows(local_ray):
     assert ray.get(actor.window.remote(0, r0, time.time()), timeout=30)["samples"] >= 3
     stopped = ray.get(actor.stop.remote(), timeout=30)
     assert stopped["exports"] >= 1 and stopped["export_error"] is None
+
+
+def test_each_trial_joins_its_own_gpu_and_usage_answers_for_every_gpu(local_ray):
+    """Two fake GPUs busy to different degrees (50 % and 60 %): a trial on GPU 1 gets GPU 1's window, not
+    GPU 0's, through the join the search runs (tuner/observe.py), and the usage query answers for both."""
+    actors = start_telemetry(hz=20.0, nvml_module="tests.fake_nvml", energy_hz=5.0)
+    ((node_id, actor),) = actors.items()
+    assert ray.get(actor.info.remote(), timeout=60)["available"]
+    t0 = time.time()
+    time.sleep(1.0)
+    t1 = time.time()
+    window = {"window_t0": t0, "window_t1": t1, "window_tokens": 1000, "pid": os.getpid()}
+    rows = [make_row(f"remeasure-{g}", "remeasure", gpu=g, node_id=node_id, **window) for g in (1, 0)]
+    ctx = SimpleNamespace(telemetry=Telemetry(actors=actors), notice=lambda msg: None)
+    joined = {row.gpu: row for row in observe.annotate(ctx, rows)}
+    assert joined[1].gpu_util_mean == FakeNvml.util(1) and joined[0].gpu_util_mean == FakeNvml.util(0)
+    assert joined[1].gpu_power_mean_w == FakeNvml.power_w(1) and joined[1].telemetry_samples >= 12
+    usage = gpu_usage(fetch_usage(actors, {"remeasure": (t0, t1)}))
+    assert [(u.node_id, u.gpu) for u in usage] == [(node_id, 0), (node_id, 1)]
+    assert [u.spans["remeasure"].util_mean for u in usage] == [FakeNvml.util(0), FakeNvml.util(1)]
+    assert fetch_usage({"gone": None}, {"remeasure": (t0, t1)})[0]["available"] is False
+
+
+def test_a_node_is_named_by_a_short_id():
+    line = describe_unavailable({"available": False, "node_id": "7088e154" + "e6" * 24, "reason": "no NVML"})
+    assert line.startswith("GPU telemetry unavailable on node 7088e154: no NVML;") and "e6e6" not in line
 
 
 def scrape_metric(port: int, name: str, label: str, timeout_s: float = 15.0) -> str:

@@ -13,9 +13,15 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-Status = Literal["ok", "oom", "nan", "error", "stopped"]
-FAILED_STATUSES = frozenset({"oom", "nan", "error"})
+Status = Literal["ok", "oom", "nan", "error", "timeout", "stopped"]
+FAILED_STATUSES = frozenset({"oom", "nan", "error", "timeout"})
 BASELINE_ID = "baseline"
+NODE_ID_SHOWN = 8  # a Ray node id is 56 hex digits; its first 8 tell a cluster's nodes apart
+
+
+def short_node_id(node_id: str | None) -> str | None:
+    """How logs and reports name a node: the first NODE_ID_SHOWN characters of its Ray node id."""
+    return node_id[:NODE_ID_SHOWN] if node_id else node_id
 
 
 class Record(BaseModel):
@@ -195,6 +201,70 @@ class TelemetrySummary(Record):
     timelines: dict[str, list[dict[str, Any]]] = Field(default_factory=dict)
 
 
+class UsageStats(Record):
+    """One GPU over one span of the search (a phase, or all of it), from the telemetry sampler's readings."""
+
+    span_s: float = Field(description="the span's length, seconds")
+    samples: int = Field(0, description="readings in the span")
+    covered_s: float | None = Field(None, description="seconds from the span's first reading to its last")
+    util_mean: float | None = Field(None, description="NVML GPU utilisation (share of time a kernel ran), %")
+    util_median: float | None = None
+    mem_util_mean: float | None = Field(None, description="memory-controller utilisation, %")
+    mem_used_mean_mb: float | None = None
+    mem_used_median_mb: float | None = None
+    mem_used_peak_mb: float | None = None
+
+
+class GpuUsage(Record):
+    """One GPU of a node, over the search and over each phase."""
+
+    node_id: str | None = None
+    gpu: int = Field(description="NVML index (the trials' `gpu`)")
+    name: str | None = None
+    spans: dict[str, UsageStats] = Field(
+        default_factory=dict, description='"search" (every phase) and each phase, in the order they ran'
+    )
+
+
+GpuVerdict = Literal["one population", "differ", "too few runs"]
+
+
+class GpuSpeed(Record):
+    """One config's re-measure runs on one GPU."""
+
+    gpu: int
+    runs: list[float] = Field(default_factory=list, description="tok/s of each run (pooled: relative)")
+    median: float
+
+
+class GpuComparison(Record):
+    """A config's speed on each GPU of a host, its fastest GPU's against its slowest's, in the selection's
+    noise band: select.pick_winner ties two configs whose re-measure ranges [min, max] overlap."""
+
+    config_id: str = Field(
+        description="a finalist, or 'all finalists': each one's runs / the mean of its GPUs' medians"
+    )
+    gpus: list[GpuSpeed] = Field(default_factory=list)
+    gap: float = Field(description="(fastest GPU's median - slowest GPU's) / slowest GPU's")
+    noise: float | None = Field(
+        None,
+        description="how far those two GPUs' run ranges reach toward each other, / the slowest's median: "
+        "the ranges overlap (tied, as the selection ties configs) while gap <= noise; None: too few runs",
+    )
+    verdict: GpuVerdict
+
+
+class GpuPopulation(Record):
+    """Whether the GPUs of one host time a config alike, as the search assumes (it pools a finalist's runs
+    from every GPU into one median): each finalist compared across GPUs, and all of them pooled."""
+
+    node_id: str | None = None
+    gpus: list[int] = Field(default_factory=list)
+    verdict: GpuVerdict = Field(description="the pooled comparison's")
+    pooled: GpuComparison
+    configs: list[GpuComparison] = Field(default_factory=list)
+
+
 class Summary(Record):
     """summary.json: the answer (`best`, None when the baseline stays), the evidence, how it was measured."""
 
@@ -219,6 +289,10 @@ class Summary(Record):
     )
     finalists: list[Finalist] = Field(default_factory=list)
     break_even: list[BreakEven] = Field(default_factory=list)
+    gpu_usage: list[GpuUsage] = Field(default_factory=list, description="each GPU's use, per phase")
+    gpu_population: list[GpuPopulation] = Field(
+        default_factory=list, description="hosts whose GPUs re-measured the same configs: do they agree"
+    )
 
 
 def summary_schema() -> dict[str, Any]:

@@ -10,11 +10,13 @@ from pathlib import Path
 from trainables.config import dump_config, make_config
 from tuner import costs
 from tuner.context import SearchContext, log
+from tuner.gpus import gpu_population, gpu_usage, phase_spans
 from tuner.records import (
     BASELINE_ID,
     BaselineResult,
     Best,
     Finalist,
+    GpuUsage,
     Summary,
     TelemetrySummary,
     Tolerance,
@@ -22,6 +24,7 @@ from tuner.records import (
 )
 from tuner.report import write_reports
 from tuner.select import finish_first, pick_winner, spread
+from tuner.telemetry import fetch_usage
 
 EXIT_OK, EXIT_NO_FEASIBLE = 0, 3
 VERSIONED = ("torch", "ray", "optuna", "hybrid-tuner", "fla-core", "mamba-ssm", "causal-conv1d")
@@ -46,6 +49,7 @@ def summarize(
     if not any(f.feasible for f in finalists if f.id != BASELINE_ID):
         winner = None  # nothing but the baseline itself passed: exit 3, the baseline is the answer
     trials = [baseline, *screen, *checked, *remeasure]
+    timings = _timings(ctx)
     return Summary(
         baseline=BaselineResult(
             config=ctx.base,
@@ -59,7 +63,7 @@ def summarize(
         tolerance=Tolerance(value=ctx.cfg.quality.tolerance, mode=ctx.cfg.quality.mode, limit=limit),
         hardware=ctx.hw.model_dump(),
         versions=_versions(),
-        timings=_timings(ctx),
+        timings=timings,
         selection=selection.to_record(),
         notices=ctx.notices,
         telemetry=TelemetrySummary(
@@ -74,6 +78,8 @@ def summarize(
         compile_cache=ctx.compile_cache,
         finalists=finalists,
         break_even=costs.break_even(screen, finalists),
+        gpu_usage=_gpu_usage(ctx, timings, trials),
+        gpu_population=gpu_population(remeasure),
     )
 
 
@@ -168,6 +174,14 @@ def _timings(ctx: SearchContext) -> dict[str, float]:
     timings = ctx.state.timings
     # loss_check_N rounds are inside loss_check
     return {**timings, "total": round(sum(v for k, v in timings.items() if not k[-1].isdigit()), 1)}
+
+
+def _gpu_usage(ctx: SearchContext, timings: dict[str, float], trials: list[TrialRow]) -> list[GpuUsage]:
+    """How busy each GPU was in each phase, from the samplers' history (none on CPUs or without telemetry)."""
+    spans = phase_spans(timings, trials)
+    if not (ctx.on_gpu and ctx.telemetry.actors and spans):
+        return []
+    return gpu_usage(fetch_usage(ctx.telemetry.actors, spans))
 
 
 def _measurement(ctx: SearchContext) -> dict:

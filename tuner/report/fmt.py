@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from typing import Any
 
 from tuner.knobs import RUN_ONLY_FIELDS, knob_diff
-from tuner.records import Summary, Tolerance, TrialRow
+from tuner.records import Summary, Tolerance, TrialRow, short_node_id
 
 DASH = "—"
+NODE_ID = re.compile(r"\b[0-9a-f]{56}\b")  # a Ray node id, as notices from before short ids spell it
 
 
 def is_num(x: Any) -> bool:
@@ -83,3 +85,8 @@ def changed(config: dict[str, Any], baseline: dict[str, Any]) -> dict[str, tuple
 def knobs_text(knobs: Mapping[str, Any]) -> str:
     """compile=default, kernels=fused"""
     return ", ".join(f"{k}={v}" for k, v in knobs.items())
+
+
+def short_ids(text: str) -> str:
+    """`text` with every full Ray node id cut to its short form (summaries from before short ids)."""
+    return NODE_ID.sub(lambda m: short_node_id(m.group()), text)

@@ -21,7 +21,18 @@ from markupsafe import Markup, escape
 import tuner.report.charts as charts
 from tuner.records import BASELINE_ID, Summary, TrialRow
 from tuner.report.costs import BREAK_EVEN_HEAD, FINALIST_HEAD, costs, planned_cost
-from tuner.report.fmt import DASH, fmt_jpt, fmt_loss, fmt_mem, fmt_seconds, fmt_tps, fmt_warmup, is_num
+from tuner.report.fmt import (
+    DASH,
+    fmt_jpt,
+    fmt_loss,
+    fmt_mem,
+    fmt_seconds,
+    fmt_tps,
+    fmt_warmup,
+    is_num,
+    short_ids,
+)
+from tuner.report.gpus import USAGE_HEAD
 from tuner.report.measured import Facts, measurement_notes
 from tuner.report.view import COLUMN_KNOBS, TABLE_COLUMNS, Entry, View, loss_cell
 
@@ -88,8 +99,9 @@ def _sort_key(value: Any) -> str:
     return "" if value is None else str(value)
 
 
-def _row(e: Entry, facts: Facts) -> Row:
-    extra = ", ".join(f"{k}={new}" for k, (_, new) in e.changes.items() if k not in COLUMN_KNOBS)
+def _row(e: Entry, facts: Facts, columns: tuple[str, ...]) -> Row:
+    """The entry's cells under `columns` (of TABLE_HEAD)."""
+    extra = e.changed_knobs(leave_out=COLUMN_KNOBS)
     loss, trained = loss_cell(e, facts)
     speedup = f"{e.speedup:.2f}×" if e.speedup is not None else DASH
     knobs = [
@@ -107,7 +119,10 @@ def _row(e: Entry, facts: Facts) -> Row:
         Cell(fmt_jpt(e.jpt), _sort_key(e.jpt), e.how["jpt"] if e.jpt is not None else None),
         Cell(e.verdict, e.verdict, e.reason or None, "text"),
     ]
-    return Row(e.role if e.role != "other" else ("failed" if e.failed else ""), cells)
+    by_column = dict(zip(TABLE_HEAD, cells))
+    return Row(
+        e.role if e.role != "other" else ("failed" if e.failed else ""), [by_column[c] for c in columns]
+    )
 
 
 def _knob_class(knob: str) -> str:
@@ -146,10 +161,12 @@ def _cards(view: View) -> list[tuple[str, str]]:
 
 
 def _no_telemetry_reason(summary: Summary, facts: Facts) -> str:
-    if summary.telemetry.notice:
-        return summary.telemetry.notice
+    """Why there is no telemetry, said once: a telemetry notice also listed under Notices is pointed to."""
+    notice = summary.telemetry.notice
     if not facts.on_gpu:
         return "the search ran on CPU: there is no GPU to sample"
+    if notice:
+        return "see Notices" if notice in summary.notices else short_ids(notice)
     if "telemetry" not in summary.model_fields_set:
         return "this summary.json has no telemetry section"
     if not summary.telemetry.available:
@@ -263,7 +280,9 @@ def _sections(view: View) -> dict[str, Any]:
     ]
     return {
         "rejected": rejected,
-        "notices": summary.notices,
+        "notices": view.notices,
+        "gpus": view.gpus,
+        "usage_head": USAGE_HEAD,
         "measured": [_inline(line) for line in measurement_notes(summary)],
         "run_command": view.run_command,
         "cache_note": _inline(view.cache_note) if view.cache_note else "",
@@ -293,11 +312,12 @@ def _answer(view: View) -> dict[str, Any]:
 def render_html(summary: Summary | Mapping[str, Any]) -> str:
     """The whole report as one self-contained HTML page."""
     view = View.of(summary)
+    columns = view.columns(TABLE_HEAD)
     return _ENV.get_template("report.html.j2").render(
         css=Markup((HERE / "static" / "report.css").read_text()),
         js=Markup((HERE / "static" / "report.js").read_text()),
-        head=[(h, "text" if h in TEXT_COLUMNS else "") for h in TABLE_HEAD],
-        rows=[_row(e, view.facts) for e in view.entries],
+        head=[(h, "text" if h in TEXT_COLUMNS else "") for h in columns],
+        rows=[_row(e, view.facts, columns) for e in view.entries],
         facts=view.facts,
         **_answer(view),
         **_plots(view),

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import tuner.report.gpus as gpus
 import tuner.report.view as view
 from tuner.records import Summary
 from tuner.report.costs import BREAK_EVEN_HEAD, FINALIST_HEAD, costs
@@ -23,11 +24,13 @@ def _label(e: view.Entry) -> str:
     return e.label if e.role == "baseline" or e.status == "ok" else f"{e.label} ({e.status})"
 
 
-def _cells(e: view.Entry, facts: view.Facts) -> list[Any]:
+def _cells(e: view.Entry, facts: view.Facts) -> dict[str, Any]:
+    """The entry's cell under each of view.TABLE_COLUMNS."""
     loss, trained = view.loss_cell(e, facts)
     ratio = f"{e.speedup:.2f}x" if e.speedup is not None else DASH
-    cells = [_label(e), *(e.config[k] for k in view.COLUMN_KNOBS), fmt_tps(e.tps), fmt_warmup(e.warmup)]
-    return [*cells, fmt_mem(e.mem), f"{loss}, {trained}" if trained else loss, ratio]
+    knobs = [e.config[k] for k in view.COLUMN_KNOBS]
+    cells = [_label(e), *knobs, fmt_tps(e.tps), fmt_warmup(e.warmup), fmt_mem(e.mem)]
+    return dict(zip(view.TABLE_COLUMNS, [*cells, f"{loss}, {trained}" if trained else loss, ratio]))
 
 
 def _row(cells: list[Any]) -> str:
@@ -39,7 +42,25 @@ def _grid(head: tuple[str, ...], rows: list[list[Any]]) -> list[str]:
 
 
 def _table(report: view.View) -> list[str]:
-    return _grid(view.TABLE_COLUMNS, [_cells(e, report.facts) for e in report.entries])
+    columns = report.columns(view.TABLE_COLUMNS)
+    rows = [_cells(e, report.facts) for e in report.entries]
+    return _grid(columns, [[cells[c] for c in columns] for cells in rows])
+
+
+def _changes(report: view.View) -> list[str]:
+    """Under the table: every knob each config sets otherwise than the baseline (columns show only some)."""
+    lines = [f"- {_label(e)}: {e.changed_knobs() or 'the baseline config'}" for e in report.entries[1:]]
+    return ["", "Knobs each config changes from the baseline:", "", *lines] if lines else []
+
+
+def _gpus(report: view.View) -> list[str]:
+    found = report.gpus
+    if found is None:
+        return []
+    lines = [found.intro, ""] + (_grid(gpus.USAGE_HEAD, found.usage) + [""] if found.usage else [])
+    for population in found.populations:
+        lines += [population.sentence, "", *_grid(tuple(population.head), population.rows), ""]
+    return _section("GPUs", lines[:-1])
 
 
 def _section(title: str, lines: list[str]) -> list[str]:
@@ -88,11 +109,12 @@ def _timings(summary: Summary) -> list[str]:
 def render_markdown(summary: Summary | Mapping[str, Any]) -> str:
     report = view.View.of(summary)
     summary = report.summary
-    out = ["# Tuning report", "", report.answer, "", *_section("Configs compared", _table(report))]
+    out = ["# Tuning report", "", report.answer, ""]
+    out += _section("Configs compared", _table(report) + _changes(report))
     changes = [f"{k}: {old} -> {new}" for k, (old, new) in report.changes.items()]
     out += _bullets("What the winner changes", changes) + _chosen(summary) + _costs(summary)
     out += _bullets("Why others were rejected", [f"{e.label}: {e.reason}" for e in report.losers])
-    out += _bullets("Notices", summary.notices)
+    out += _bullets("Notices", report.notices) + _gpus(report)
     out += _bullets("How each number was measured", measurement_notes(summary))
     out += _run_it(report) + _timings(summary)
     out += _bullets("Hardware", [f"{key}: {value}" for key, value in summary.hardware.items()])

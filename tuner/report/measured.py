@@ -44,10 +44,13 @@ class Facts:
     base_loss: float | None
     base_tps: float | None
     twins: bool  # loss runs record the execution they trained with (borrowed from a screened twin)
+    hardware_known: bool  # the summary records the trials' hardware
+    gpu_runs: bool | None  # some run was placed on a GPU (None: no runs recorded)
 
     @classmethod
     def of(cls, summary: Summary) -> Facts:
         m, hw = summary.measurement, summary.hardware  # free-form sections: not typed in records
+        trials = summary.trials
         return cls(
             steps=m.get("screen_steps"),
             warmup=m.get("timing_warmup_steps"),
@@ -59,7 +62,15 @@ class Facts:
             base_tps=summary.baseline.tokens_per_s,
             twins=summary.baseline.loss_execution is not None
             or any(t.execution is not None for t in summary.trials),
+            hardware_known=bool(hw),
+            gpu_runs=any(t.gpu is not None for t in trials) if trials else None,
         )
+
+    @property
+    def gpu_columns(self) -> bool:
+        """Whether VRAM and J/token mean anything: unless the search is known to have run on CPUs only (its
+        hardware has no GPU or, where the hardware is not recorded, no run had one)."""
+        return self.on_gpu if self.hardware_known else self.gpu_runs is not False
 
     @property
     def timed_steps(self) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from tuner.records import BASELINE_ID, FAILED_STATUSES, Summary, TrialRow
@@ -21,9 +22,12 @@ from tuner.report.fmt import (
     fmt_tps,
     fmt_warmup,
     is_num,
+    knobs_text,
     over,
+    short_ids,
     tolerance_text,
 )
+from tuner.report.gpus import Gpus, gpus
 from tuner.report.measured import Facts, Trained, hows
 from tuner.report.rows import ConfigRow, group_rows, loss_run
 
@@ -42,6 +46,7 @@ TABLE_COLUMNS = (
 )
 # Knob shown in each table column after "Config".
 COLUMN_KNOBS = ("batch_size", "num_workers", "precision", "compile", "kernels")
+GPU_COLUMNS = ("VRAM", "J/token")  # left out of a search on CPUs: no GPU memory, no GPU energy
 FAILED_IN = {"loss_check": " in its loss check", "remeasure": " while re-measured"}
 
 
@@ -55,6 +60,8 @@ def _failure_reason(row: ConfigRow, failure: TrialRow) -> str:
         return f"out of memory{where}{peak}"
     if failure.status == "nan":
         return f"the loss became NaN{where}"
+    if failure.status == "timeout":
+        return f"gave up compiling{where}: {failure.error or 'over the compile deadline'} (search.compile_deadline)"
     lines = (failure.error or "").strip().splitlines()
     return f"error{where}: {lines[-1] if lines else 'no message'}"
 
@@ -118,6 +125,10 @@ class Entry:
         if self.failed or self.status == "stopped":
             return self.status
         return {True: "feasible", False: "infeasible", None: "loss not checked"}[self.feasible]
+
+    def changed_knobs(self, leave_out: tuple[str, ...] = ()) -> str:
+        """The knobs it sets to other values than the baseline's: batch_size=512, lr=0.003."""
+        return knobs_text({k: new for k, (_, new) in self.changes.items() if k not in leave_out})
 
     @property
     def tooltip(self) -> str:
@@ -199,6 +210,20 @@ class View:
                 _entry(summary, facts, row, role, "" if row is winner else rejection(row, summary))
             )
         return cls(summary, facts, entries)
+
+    def columns(self, head: tuple[str, ...]) -> tuple[str, ...]:
+        """The table's columns: `head` without VRAM and J/token where the search ran on CPUs."""
+        return head if self.facts.gpu_columns else tuple(c for c in head if c not in GPU_COLUMNS)
+
+    @cached_property
+    def gpus(self) -> Gpus | None:
+        return gpus(self.summary)
+
+    @property
+    def notices(self) -> list[str]:
+        """The search's notices (node ids cut short), then GPUs of a host that differ beyond the noise."""
+        gpu_notices = self.gpus.notices if self.gpus else []
+        return [short_ids(n) for n in self.summary.notices] + gpu_notices
 
     @property
     def baseline(self) -> Entry:

@@ -5,12 +5,14 @@
 node, and `join` the functions that turn a trial's reported window (`window_t0`/`window_t1` in
 time.time(), `gpu`, `node`, `tokens`, `pid`) into energy, J/token and a `telemetry_trusted` flag. Nothing
 here raises into the search: a node without NVML answers `available: False` with a reason, and
-`describe_unavailable` words it once.
+`describe_unavailable` words it once. `fetch_usage` asks every node how busy each of its GPUs was over
+the phases of the search.
 """
 
 from tuner.telemetry.actor import (
     RayMetricsExporter,
     TelemetryActor,
+    fetch_usage,
     fetch_window,
     start_telemetry,
     telemetry_actor_name,
@@ -36,6 +38,7 @@ from tuner.telemetry.window import (
     GpuSample,
     downsample,
     empty_window,
+    summarize_usage,
     summarize_window,
 )
 
@@ -59,9 +62,11 @@ __all__ = [
     "describe_unavailable",
     "downsample",
     "empty_window",
+    "fetch_usage",
     "fetch_window",
     "flag_cpu_contention",
     "start_telemetry",
+    "summarize_usage",
     "summarize_window",
     "telemetry_actor_name",
     "telemetry_nodes",

@@ -78,6 +78,9 @@ class TelemetryActor:
     def timeline(self, gpu: int | str, t0: float, t1: float, max_points: int = 200) -> dict:
         return self.sampler.timeline(gpu, t0, t1, max_points)
 
+    def usage(self, spans: Mapping[str, Sequence[float]]) -> dict:
+        return self.sampler.usage(spans)
+
     def pause(self) -> None:
         self.sampler.pause()
 
@@ -152,3 +155,18 @@ def fetch_window(actors: Mapping[str, Any], trial_metrics: Mapping, timeout_s: f
         return ray.get(ref, timeout=timeout_s)
     except Exception as err:
         return empty_window(f"telemetry query failed ({describe_error(err)})", node=node, gpu=gpu)
+
+
+def fetch_usage(
+    actors: Mapping[str, Any], spans: Mapping[str, Sequence[float]], timeout_s: float = 60.0
+) -> list[dict]:
+    """Every node's answer to `TelemetryActor.usage(spans)`, in node order; a node that cannot answer says
+    why (`available: False`, `reason`); never raises."""
+    answers = []
+    for node_id, actor in actors.items():
+        try:
+            answer = ray.get(actor.usage.remote(dict(spans)), timeout=timeout_s)
+        except Exception as err:
+            answer = {"available": False, "reason": f"telemetry query failed ({describe_error(err)})"}
+        answers.append({"gpus": [], **answer, "node_id": node_id})
+    return answers

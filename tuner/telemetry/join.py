@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from tuner.records import short_node_id
+
 
 def annotate_trial(
     trial_metrics: Mapping, window: Mapping, max_throttled_share: float = 0.05, min_samples: int = 3
@@ -77,7 +79,7 @@ def flag_cpu_contention(row: dict) -> dict:
 
 def describe_unavailable(info: Mapping) -> str | None:
     """One line for the search log when a node's telemetry is missing or partial; None when complete."""
-    node = info.get("node_id") or "this node"
+    node = short_node_id(info.get("node_id")) or "this node"
     if not info.get("available"):
         return (
             f"GPU telemetry unavailable on node {node}: {info.get('reason') or 'unknown reason'}; "

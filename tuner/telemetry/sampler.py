@@ -9,11 +9,17 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from tuner.telemetry.devices import GpuReader, PidCache, describe_error, open_nvml, shutdown_nvml
-from tuner.telemetry.window import GpuSample, downsample, empty_window, summarize_window
+from tuner.telemetry.window import (
+    GpuSample,
+    downsample,
+    empty_window,
+    summarize_usage,
+    summarize_window,
+)
 
 
 class _Ticker:
@@ -190,6 +196,17 @@ class GpuSampler:
         result = self._query(gpu, answer)
         result.setdefault("points", [])
         return result
+
+    def usage(self, spans: Mapping[str, Sequence[float]]) -> dict:
+        """Every GPU's use over each named [t0, t1] span (phases of the search); never raises."""
+        if not self.available and not self.sweeps:
+            return {"available": False, "reason": self.reason or "telemetry unavailable", "gpus": []}
+        gpus = []
+        for gpu in self.gpus:
+            samples = self.samples(gpu.index)
+            stats = {name: summarize_usage(samples, t0, t1) for name, (t0, t1) in spans.items()}
+            gpus.append({"gpu": gpu.index, "name": gpu.name, "uuid": gpu.uuid, "spans": stats})
+        return {"available": True, "reason": None, "node_id": self.node_id, "gpus": gpus}
 
     def info(self) -> dict:
         sweeps = max(self.sweeps, 1)

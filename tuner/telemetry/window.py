@@ -220,6 +220,31 @@ def summarize_window(
     }
 
 
+def _median(values: np.ndarray) -> float | None:
+    present = values[~np.isnan(values)]
+    return float(np.median(present)) if present.size else None
+
+
+# statistic -> (the GpuSample field it is of, how a span's readings are reduced): tuner.records.UsageStats
+_USAGE = {
+    "util_mean": ("util_gpu", _mean),
+    "util_median": ("util_gpu", _median),
+    "mem_util_mean": ("util_mem", _mean),
+    "mem_used_mean_mb": ("mem_used_mb", _mean),
+    "mem_used_median_mb": ("mem_used_mb", _median),
+    "mem_used_peak_mb": ("mem_used_mb", _peak),
+}
+
+
+def summarize_usage(samples: Sequence[GpuSample], t0: float, t1: float) -> dict:
+    """How busy a GPU was over [t0, t1] (a phase of the search, idle stretches included): utilisation and
+    memory used, mean and median of its readings, and how much of the span the readings cover."""
+    inside = _inside(samples, t0, t1)
+    stats = {name: reduce(_column(inside, field)) for name, (field, reduce) in _USAGE.items()}
+    covered = inside[-1].t - inside[0].t if inside else None
+    return {"span_s": t1 - t0, "samples": len(inside), "covered_s": covered, **stats}
+
+
 def downsample(samples: Sequence[GpuSample], t0: float, t1: float, max_points: int = 200) -> list[dict]:
     """The window's samples as plot points, averaged in equal-count buckets down to max_points."""
     inside = _inside(samples, t0, t1)
