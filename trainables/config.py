@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import difflib
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -93,6 +95,11 @@ class TrainConfig(BaseModel):
     device: str = Field("auto", description="auto | cpu | cuda | cuda:N")
     timing_warmup_steps: int = Field(5, ge=1, description="steps excluded from steady-state timing")
     log_interval: int = Field(50, gt=0, description="optimizer steps between progress lines / NaN checks")
+    compile_deadline_s: float | None = Field(
+        None,
+        gt=0,
+        description="give up (status timeout) when the first step, which compiles, takes longer (speed screens)",
+    )
     progress_s: float = Field(20.0, gt=0, description="at most this many seconds between progress lines")
     gpu_memory_fraction: float | None = Field(None, gt=0, le=1, description="cap for a shared GPU")
     memory_cap_mb: int | None = Field(None, gt=0, description="hard memory cap (CUDA fraction or CPU rlimit)")
@@ -156,23 +163,37 @@ class TrainConfig(BaseModel):
         )
 
 
-def _one_line(err: ValidationError) -> str:
+def unknown_key(key: str, allowed: Iterable[str], section: str = "") -> str:
+    """The one line for an unknown key: the closest allowed one and all of them, named as the user writes
+    them (`section` is where they live: '' for the top level, 'train', 'search', ...)."""
+    allowed = list(allowed)
+    close = difflib.get_close_matches(key.rpartition(".")[2], allowed, n=1)
+    hint = f"; did you mean {'.'.join(filter(None, (section, close[0])))!r}?" if close else ""
+    where = f" in {section}" if section else ""
+    listed = f" (allowed{where}: {', '.join(allowed)})" if allowed else ""
+    return f"unknown config key {key!r}{hint}{listed}"
+
+
+def _one_line(err: ValidationError, section: str = "") -> str:
     first = err.errors()[0]
-    key = ".".join(str(p) for p in first["loc"]) or "config"
+    loc = [str(p) for p in first["loc"]]
+    key = ".".join([section, *loc] if section else loc) or "config"
     if first["type"] == "extra_forbidden":
-        allowed = ", ".join(TrainConfig.model_fields)
-        return f"unknown config key {key!r} (allowed: {allowed})"
+        return unknown_key(key, TrainConfig.model_fields, section)
     msg = first["msg"].removeprefix("Value error, ")
     return f"config key {key!r}: {msg} (got {first.get('input')!r})"
 
 
-def make_config(values: dict[str, Any]) -> TrainConfig:
+def make_config(values: dict[str, Any], section: str = "") -> TrainConfig:
+    """The validated training config; a bad key's message names it under `section` (a search config's
+    'train'), as its user writes it."""
     try:
         return TrainConfig(**values)
     except ValidationError as err:
-        raise ConfigError(_one_line(err)) from None
+        raise ConfigError(_one_line(err, section)) from None
     except TypeError as err:  # HybridConfig(**model) with a bad key type
-        raise ConfigError(f"config key 'model': {err}") from None
+        key = ".".join(filter(None, (section, "model")))
+        raise ConfigError(f"config key {key!r}: {err}") from None
 
 
 def apply_overrides(values: dict[str, Any], items: list[str]) -> dict[str, Any]:

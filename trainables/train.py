@@ -1,7 +1,7 @@
 """`python -m trainables.train --config PATH [--set key=value ...] [--data PATH] [--json]`.
 
 Progress goes to stderr; with --json the last stdout line is one JSON object with the run's metrics.
-Exit codes: 0 ok, 1 the run failed (oom / nan / error, still reported), 2 bad input (before any work).
+Exit codes: EPILOG below (what `--help` prints).
 """
 
 from __future__ import annotations
@@ -15,6 +15,13 @@ from trainables.data import DataError
 from trainables.loop import resolve_device, train
 from trainables.workload import load_workload
 
+EPILOG = """\
+exit codes:
+  0  the run trained (status ok)
+  1  the run failed: oom, nan or error (still reported, with --json as its status)
+  2  bad input, before any work: one line names the key or option
+"""
+
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):
@@ -23,9 +30,22 @@ class _Parser(argparse.ArgumentParser):
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = _Parser(prog="python -m trainables.train", description=__doc__.splitlines()[0])
+    parser = _Parser(
+        prog="python -m trainables.train",
+        description=__doc__.splitlines()[0],
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--config", help="training YAML (a search config's `train:` section is used)")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a training key, repeatable; the value is YAML: --set batch_size=64, "
+        "--set precision=bf16, --set model.d_model=128 (a dotted key reaches into model)",
+    )
     parser.add_argument("--data", help="corpus file or folder of .txt files")
     parser.add_argument("--out", help="write tokenizer, config and result here (same as --set out_dir=...)")
     parser.add_argument("--json", action="store_true", help="print the metrics as one JSON line at the end")

@@ -10,7 +10,14 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from trainables.config import ConfigError, TrainConfig, apply_overrides, make_config, read_yaml
+from trainables.config import (
+    ConfigError,
+    TrainConfig,
+    apply_overrides,
+    make_config,
+    read_yaml,
+    unknown_key,
+)
 
 
 class Range(BaseModel):
@@ -57,6 +64,11 @@ class SearchSection(BaseModel):
     time_budget: str | None = Field(
         None, description="e.g. 20m, 1h30m, 90s: the screen stops proposing after it"
     )
+    compile_deadline: str | None = Field(
+        None,
+        description="e.g. 3m: a screen trial whose first step (compile, autotuning) takes longer gives up "
+        "(status timeout), so a cold max-autotune does not hold a slot for the whole screen",
+    )
     early_stop_ratio: float = Field(
         0.5, ge=0, lt=1, description="stop a screen trial slower than this x best"
     )
@@ -71,7 +83,7 @@ class SearchSection(BaseModel):
         fields = TrainConfig.model_fields
         for name, knob in space.items():
             if name not in fields or name in ("model", "workload", "data", "out_dir", "device"):
-                raise ValueError(f"unknown knob {name!r} (a TrainConfig field, e.g. batch_size, precision)")
+                raise ValueError(f"unknown knob {name!r} (a knob is a train key, e.g. batch_size, precision)")
             if isinstance(knob, list):
                 if not knob:
                     raise ValueError(f"knob {name!r} has no choices")
@@ -91,7 +103,7 @@ class SearchSection(BaseModel):
                     raise ValueError(f"start point knob {name!r} is not in the search space")
         return self
 
-    @field_validator("time_budget")
+    @field_validator("time_budget", "compile_deadline")
     @classmethod
     def _duration(cls, v: str | None) -> str | None:
         if v is not None:
@@ -130,7 +142,16 @@ class SearchConfig(BaseModel):
     resources: ResourcesSection = Field(default_factory=ResourcesSection)
 
     def baseline(self) -> TrainConfig:
-        return make_config(self.train)
+        return make_config(self.train, section="train")
+
+
+# Where a search config's keys live, by the section the user writes them under ('' is the top level).
+SECTIONS: dict[str, type[BaseModel]] = {
+    "": SearchConfig,
+    "search": SearchSection,
+    "quality": QualitySection,
+    "resources": ResourcesSection,
+}
 
 
 def parse_duration(text: str) -> float:
@@ -146,11 +167,25 @@ def parse_duration(text: str) -> float:
 
 
 def _one_line(err: ValidationError) -> str:
-    first = err.errors()[0]
-    key = ".".join(str(p) for p in first["loc"]) or "config"
+    first = _reported(err.errors())
+    tags = [str(p) for p in first["loc"] if "[" in str(p)]  # pydantic's names for a knob's two forms
+    loc = [str(p) for p in first["loc"] if "[" not in str(p)]
+    key = ".".join(loc) or "config"
     if first["type"] == "extra_forbidden":
-        return f"unknown config key {key!r}"
+        section = ".".join(loc[:-1])
+        model = Range if any("Range" in t for t in tags) else SECTIONS.get(section)
+        return unknown_key(key, model.model_fields if model else (), section)
+    if first["type"] == "list_type" and tags:
+        return f"config key {key!r}: expected a list of choices or a range {{low, high, log, integer}}"
     return f"config key {key!r}: {first['msg'].removeprefix('Value error, ')}"
+
+
+def _reported(errors: list[dict]) -> dict:
+    """The error to report: for a knob written as a mapping, what its range found wrong, not 'not a list'."""
+    for error in errors:
+        if any("Range" in str(p) for p in error["loc"]) and error["type"] != "model_type":
+            return error
+    return errors[0]
 
 
 def load_search_config(path: str, overrides: list[str] = (), data: str | None = None) -> SearchConfig:

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 from pydantic import TypeAdapter
 
+from trainables.config import ConfigError
 from tuner.config import SearchConfig
 from tuner.records import Hardware
 from tuner.runner import Placement
@@ -27,6 +28,18 @@ T = TypeVar("T")
 
 def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
+
+
+class SearchFailed(RuntimeError):
+    """The search cannot go on (e.g. the baseline itself fails); one line, exit 1."""
+
+
+class PhaseError(RuntimeError):
+    """An unexpected error inside a phase (a bug, a lost cluster): the phase it stopped, and the error."""
+
+    def __init__(self, phase: str, error: Exception):
+        super().__init__(f"{phase}: {type(error).__name__}: {error}")
+        self.phase, self.error = phase, error
 
 
 class State:
@@ -96,7 +109,12 @@ class SearchContext:
             return adapter.validate_python(done)
         log(f"[{name}] starting")
         started = time.time()
-        value = run()
+        try:
+            value = run()
+        except (ConfigError, SearchFailed, PhaseError):
+            raise  # already says what went wrong (a nested phase's error names the inner phase)
+        except Exception as err:
+            raise PhaseError(name, err) from err
         self.state.finish(name, adapter.dump_python(value, mode="json"), time.time() - started)
         return value
 

@@ -8,6 +8,7 @@ rerun and none is counted twice. Trials that were running when the driver died l
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import sys
@@ -17,8 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ray import tune
+import ray
+from ray import cloudpickle, tune
+from ray.exceptions import RayActorError, RayTaskError
 from ray.tune import Callback, Stopper
+from ray.tune.stopper import CombinedStopper
 
 from trainables.config import ConfigError, make_config
 from trainables.loop import first_line
@@ -28,6 +32,7 @@ from tuner.knobs import freeze
 from tuner.records import TrialRow
 
 HEARTBEAT_S = 30  # the longest a phase stays silent
+PLACEMENT_KEYS = ("node", "node_id", "gpu", "pid")  # all a failed trial's row keeps of its metrics
 
 # What a row keeps of a trial's last report, besides status, speed and loss (which need care).
 RESULT_KEYS = (
@@ -54,14 +59,23 @@ class Interrupted(KeyboardInterrupt):
 
 
 def trial_row(
-    metrics: dict[str, Any] | None, config: dict[str, Any], error: Any, path: str | None
+    metrics: dict[str, Any] | None,
+    config: dict[str, Any],
+    error: Any,
+    path: str | None,
+    trial_id: str | None = None,
 ) -> dict[str, Any]:
     """The fields of a row from what a Ray trial left: its last metrics, its config, its error (the ledger
-    adds the phase and id)."""
+    adds the phase and id). `trial_id` (the Ray trial's own) keys the row: metrics that name another trial
+    are not this one's (a reused worker answers with its previous trial's until it is reset) and are
+    dropped. A failed trial keeps only where it ran: a speed or loss it reported before failing is no result."""
     m = dict(metrics or {})
+    if trial_id is not None and m.get("trial_id") not in (None, trial_id):
+        m = {}
     status = m.get("status")
     if error is not None:
-        status, m["error"] = "error", f"{type(error).__name__}: {first_line(error)[:300]}"
+        m = {k: m.get(k) for k in PLACEMENT_KEYS}
+        status, m["error"] = "error", describe_error(error, m.get("pid"))
     elif status in (None, "running"):
         status = "stopped"  # the stopper ended it before its final report
     train = dict(config.get("train") or {})
@@ -73,7 +87,7 @@ def trial_row(
         "train": {**train, **knobs},  # the whole config the trial trained
         "case": labels.get("case"),
         "repeat": labels.get("repeat"),
-        "ray_trial_id": m.get("trial_id"),
+        "ray_trial_id": trial_id or m.get("trial_id"),
         "status": status,
         "tokens_per_s": speed
         if isinstance(speed, int | float) and math.isfinite(speed) and speed > 0
@@ -82,6 +96,27 @@ def trial_row(
         **{k: m.get(k) for k in RESULT_KEYS},
         "path": path,
     }
+
+
+def describe_error(error: BaseException, pid: int | None = None) -> str:
+    """One line: a dead worker in words, a trial's own exception as `Type: first line`."""
+    if isinstance(error, RayTaskError) and not isinstance(error.cause, RayActorError):
+        error = error.cause  # the trainable's own exception, not Ray's wrapper around it
+    if isinstance(error, RayActorError):
+        where = f" (pid {pid})" if pid else ""
+        return f"WorkerDied: the trial's worker process{where} died: killed, or crashed (e.g. out of memory)"
+    return f"{type(error).__name__}: {first_line(error)[:300]}"
+
+
+def trial_error(trial) -> BaseException:
+    """The error Ray recorded for a failed trial. Read from the driver's copy: `get_pickled_error()` reads
+    the trial's storage, which Ray syncs only after the callbacks have run."""
+    path = trial.pickled_error_file
+    try:
+        with open(path, "rb") as f:
+            return cloudpickle.load(f)
+    except Exception:  # noqa: BLE001 - no readable record (or one that cannot be rebuilt here): still failed
+        return RuntimeError("the trial's worker failed")
 
 
 class Ledger:
@@ -101,6 +136,9 @@ class Ledger:
             except ValueError:  # a line cut short by a crash: that trial reruns
                 continue
         return rows
+
+    def has(self, ray_trial_id: str) -> bool:
+        return any(r.ray_trial_id == ray_trial_id for r in self.rows())
 
     def append(self, fields: dict[str, Any]) -> TrialRow:
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -122,6 +160,7 @@ class Record(Callback):
         self.started, self.new = time.time(), 0
         self.last_line = self.started
         self.trial_started: dict[str, float] = {}
+        self.failure: Exception | None = None  # the first error of its own; _fit raises it after the run
 
     def on_trial_start(self, iteration, trials, trial, **info):
         self.trial_started[trial.trial_id] = time.time()
@@ -154,20 +193,31 @@ class Record(Callback):
         self.last_line = time.time()
 
     def on_trial_complete(self, iteration, trials, trial, **info):
-        self._finish(trials, trial, None)
+        self._guarded(lambda: self._finish(trials, trial, None))
 
     def on_trial_error(self, iteration, trials, trial, **info):
-        error = None
+        self._guarded(lambda: self._finish(trials, trial, trial_error(trial)))
+
+    def _guarded(self, record: Callable[[], None]) -> None:
+        """Ray Tune turns a callback's exception into a failure of the trial it is about: a trial that
+        finished would be recorded as failed. An error of the record's own (a full disk, a bug) is kept
+        instead, the experiment stops (RecordFailed) and the phase fails with it."""
+        if self.failure is not None:
+            return
         try:
-            error = trial.get_pickled_error()
-        except Exception:  # noqa: BLE001 - an unreadable error file still marks the trial failed
-            pass
-        self._finish(trials, trial, error or RuntimeError("the trial's worker failed"))
+            record()
+        except Exception as err:  # noqa: BLE001 - raised by _fit once Tune has stopped
+            self.failure = err
 
     def _finish(self, trials, trial, error):
-        row = self.ledger.append(trial_row(trial.last_result, trial.config, error, trial.path))
+        if self.ledger.has(trial.trial_id):  # one row per Ray trial: a finished trial is never rewritten
+            return
+        fields = trial_row(trial.last_result, trial.config, error, trial.path, trial.trial_id)
+        row = self.ledger.append(fields)
         self.done += 1
         self.new += 1
+        if row.status == "error":
+            self._say(f"[{self.ledger.phase}] {row.id} (Ray trial {trial.trial_id}) failed: {row.error}")
         if row.status == "ok" and row.tokens_per_s:
             self.best = max(self.best, row.tokens_per_s)
         running = sum(1 for t in trials if t.status == "RUNNING" and t is not trial)
@@ -175,10 +225,10 @@ class Record(Callback):
         eta = (time.time() - self.started) / self.new * (self.total - self.done)
         if self.budget_s is not None:
             eta = min(eta, max(0.0, self.started + self.budget_s - time.time()))
+        speed = f" {row.tokens_per_s:,.0f} tok/s" if row.tokens_per_s else ""
         self._say(
             f"[{self.ledger.phase}] {self.done}/{self.total} done, {running} running, {left} left | "
-            f"last {row.status} {row.tokens_per_s or 0:,.0f} tok/s | best {self.best:,.0f} tok/s | "
-            f"ETA {_fmt_s(eta)}"
+            f"last {row.status}{speed} | best {self.best:,.0f} tok/s | ETA {_fmt_s(eta)}"
         )
 
 
@@ -204,6 +254,19 @@ def _planned_tokens(config: dict) -> int | None:
     return cfg.total_steps * cfg.tokens_per_step
 
 
+class RecordFailed(Stopper):
+    """Ends the experiment once its Record could not record a trial."""
+
+    def __init__(self, record: Record):
+        self.record = record
+
+    def __call__(self, trial_id: str, result: dict[str, Any]) -> bool:
+        return False
+
+    def stop_all(self) -> bool:
+        return self.record.failure is not None
+
+
 class SlowTrialStopper(Stopper):
     """Stops a screen trial whose steady-state speed is clearly below the best finished one."""
 
@@ -222,14 +285,46 @@ class SlowTrialStopper(Stopper):
         return False
 
 
+class _AlreadyReported(logging.Filter):
+    """Drops Tune's closing list of failed trials: Record has said each in one line as it failed."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Trials did not complete")
+
+
+def quiet_trial_failures() -> None:
+    """One line per failed trial (Record's), instead of Ray's traceback, its closing list and the raylet's
+    dead-worker notice with OOM-killer advice. TUNE_PRINT_ALL_TRIAL_ERRORS=1 brings the tracebacks back."""
+    os.environ.setdefault("TUNE_PRINT_ALL_TRIAL_ERRORS", "0")
+    tune_log = logging.getLogger("ray.tune.tune")
+    if not any(isinstance(f, _AlreadyReported) for f in tune_log.filters):
+        tune_log.addFilter(_AlreadyReported())
+    # The driver's error listener prints what the raylet pushes; private API, so only where it is as known.
+    worker = getattr(getattr(ray, "_private", None), "worker", None)
+    show = getattr(worker, "print_to_stdstream", None)
+    if show is None or getattr(show, "quiet_worker_deaths", False):
+        return
+
+    def print_to_stdstream(data: dict, ignore_prefix: bool) -> None:
+        lines = data.get("lines") or []
+        if data.get("pid") == "raylet" and any("A worker died or was killed" in line for line in lines):
+            return
+        show(data, ignore_prefix)
+
+    print_to_stdstream.quiet_worker_deaths = True
+    worker.print_to_stdstream = print_to_stdstream
+
+
 def _fit(
     ledger: Ledger, out: Path, param_space, placement: Placement, *, total, already, **tune_kwargs
 ) -> None:
     """One Tune experiment; tune_kwargs go to TuneConfig except `stopper`, which goes to RunConfig."""
+    quiet_trial_failures()
     storage = (out / "ray").resolve()
     attempt = sum(1 for p in storage.glob(f"{ledger.phase}*") if p.is_dir()) if storage.exists() else 0
     name = ledger.phase if attempt == 0 else f"{ledger.phase}-r{attempt}"
-    stopper = tune_kwargs.pop("stopper", None)
+    record = Record(ledger, total, already, tune_kwargs.get("time_budget_s"))
+    stoppers = [s for s in (tune_kwargs.pop("stopper", None), RecordFailed(record)) if s is not None]
     trainable = tune.with_parameters(train_trial, timing_gate=placement.gate)
     tuner = tune.Tuner(
         tune.with_resources(trainable, placement.resources),
@@ -243,13 +338,15 @@ def _fit(
         run_config=tune.RunConfig(
             name=name,
             storage_path=str(storage),
-            stop=stopper,
-            callbacks=[Record(ledger, total, already, tune_kwargs.get("time_budget_s"))],
+            stop=CombinedStopper(*stoppers),
+            callbacks=[record],
             failure_config=tune.FailureConfig(max_failures=0),
             verbose=0,
         ),
     )
     tuner.fit()
+    if record.failure is not None:
+        raise record.failure
 
 
 def run_cases(

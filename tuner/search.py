@@ -6,35 +6,62 @@ finished phase is recorded in OUT/state.json, each phase is a Ray Tune experimen
 Optuna study lives in OUT/optuna.journal (or an RDB URL), so `--resume` finishes an interrupted search
 without rerunning or duplicating finished trials.
 
-Exit codes: 0 a config was chosen; 2 bad input (before Ray starts); 3 nothing beat the tolerance (the
-answer is the baseline); 130 interrupted (OUT is resumable).
+Exit codes: EPILOG below (what `--help` prints).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shlex
+import signal
 import socket
 import sys
+import traceback
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import psutil
 import ray
 
 from trainables.config import ConfigError
 from trainables.data import DataError, resolve_corpus
 from trainables.gate import open_gates
 from trainables.loop import first_line
-from tuner import eta, observe
+from tuner import emit, eta, observe
 from tuner.config import SearchConfig, load_search_config
-from tuner.context import SearchContext, State, log
-from tuner.phases import baseline, finish, loss_check, probe, remeasure, screen
+from tuner.context import PhaseError, SearchContext, SearchFailed, State, log
+from tuner.phases import finish, loss_check, probe, remeasure, screen
 from tuner.records import Hardware, TrialRow
 from tuner.select import propagate_feasibility
 from tuner.space import applicable, probe_hardware
 
-EXIT_BAD_INPUT, EXIT_INTERRUPTED = 2, 130
+EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 1, 2, 130
+
+EPILOG = """\
+phases: hardware -> batch probe -> speed screen -> loss check (the baseline's too) -> re-measure ->
+  answer; docs/architecture.md says what each one measures.
+
+outputs, in OUT: summary.json, report.md, report.html (rebuild: python -m tuner.report OUT),
+  best.yaml (train it: python -m trainables.train --config OUT/best.yaml), trials/<phase>.jsonl (every
+  finished trial), state.json (finished phases), optuna.journal (the study), ray/<phase>/ (Ray Tune
+  runs, TensorBoard: tensorboard --logdir OUT/ray), compile-cache/, crash.log (after a crash).
+
+--resume: goes on with the search in OUT; finished phases and trials are kept, not rerun. It runs the
+  config saved in OUT/state.json: --config, --set, --data, --trials and --time-budget are not applied but
+  checked, and must be the ones that started the search (else exit 2, nothing changed); --address may
+  differ. With no search in OUT yet, it starts one. An interrupted or crashed search prints the command.
+
+exit codes:
+  0    a config was chosen (best.yaml)
+  1    the search failed (e.g. the baseline itself does not train); the last lines say what to run next
+  2    bad input, found before any trial ran: one line names the key or option
+  3    nothing passed the loss check: the baseline is the answer (best.yaml is the baseline)
+  130  interrupted (Ctrl-C, SIGTERM): OUT is resumable with --resume
+"""
 
 
 def run_search(ctx: SearchContext) -> int:
@@ -128,14 +155,23 @@ def check_out(out: Path, resume: bool) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m tuner.search", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(
+        prog="python -m tuner.search",
+        description=__doc__.splitlines()[0],
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--config", required=True, help="search YAML (configs/default.yaml, configs/smoke.yaml)")
     p.add_argument("--out", default="out/search", help="output directory (default: out/search)")
     p.add_argument("--data", help="corpus file or folder of .txt files")
     p.add_argument("--trials", type=int, help="speed-screen trials (overrides search.trials)")
     p.add_argument("--time-budget", help="e.g. 20m: stop proposing screen trials after this")
     p.add_argument("--address", help="join a Ray cluster: auto or HOST:PORT (default: start one locally)")
-    p.add_argument("--resume", action="store_true", help="continue the search in OUT")
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="go on with the search in OUT, with the settings that started it (see --resume below)",
+    )
     p.add_argument(
         "--dashboard", action="store_true", help="local mode: start the Ray dashboard (127.0.0.1:8265)"
     )
@@ -146,6 +182,11 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         metavar="KEY=VALUE",
         help="override a config key, e.g. search.trials=8 or train.batch_size=16",
+    )
+    p.add_argument(
+        "--emit-rayjob",
+        metavar="FILE",
+        help="also write a KubeRay RayJob that trains the answer (python -m tuner.emit has more options)",
     )
     return p
 
@@ -235,36 +276,129 @@ def start_ray(args: argparse.Namespace, env: dict[str, str]) -> None:
         log(f"Ray dashboard: http://{context.dashboard_url}")
 
 
+@dataclass
+class RaySession:
+    """The driver's Ray: joined (the search only disconnects) or started here, when every process it
+    brought up ends with the search, whatever ended it: after a crash, Ray's dashboard and runtime-env
+    agents can outlive ray.shutdown()."""
+
+    local: bool = False
+    others: frozenset[int] = frozenset()  # the driver's descendants before Ray started: not Ray's
+    on_sigterm: Any = None  # the SIGTERM handler the search replaced (the default where Ray's C one was)
+
+    def start(self, args: argparse.Namespace, env: dict[str, str]) -> None:
+        self.others = frozenset(p.pid for p in _descendants())
+        self.local = args.address in (None, "local")
+        start_ray(args, env)
+        # after ray.init, whose handler would end the process at once, with a stack dump and no cleanup
+        self.on_sigterm = signal.signal(signal.SIGTERM, _terminated) or signal.SIG_DFL
+
+    def stop(self) -> None:
+        if self.on_sigterm is not None:
+            signal.signal(signal.SIGTERM, self.on_sigterm)
+        started = [p for p in _descendants() if p.pid not in self.others] if self.local else []
+        ray.shutdown()
+        _, alive = psutil.wait_procs(started, timeout=5)
+        for proc in alive:
+            with contextlib.suppress(psutil.Error):
+                proc.kill()
+        psutil.wait_procs(alive, timeout=5)
+
+
+def _terminated(signum: int, frame: object) -> None:
+    """SIGTERM (a job's end, `kill`) stops the search as Ctrl-C does: resumable, Ray taken down."""
+    raise KeyboardInterrupt("stopped by SIGTERM")
+
+
+def _descendants() -> list[psutil.Process]:
+    return psutil.Process().children(recursive=True)
+
+
+def resume_command(argv: list[str], out: Path) -> str:
+    """This search's own command with --out spelled out and --resume added: --resume needs the --config,
+    --set, --data, --trials and --time-budget that started it, and --address to reach its cluster."""
+    args = list(argv)
+    if not any(a == "--out" or a.startswith("--out=") for a in args):
+        args += ["--out", str(out)]
+    if "--resume" not in args:
+        args.append("--resume")
+    return "python -m tuner.search " + shlex.join(args)
+
+
+def baseline_command(args: argparse.Namespace) -> str:
+    """The baseline alone, as the search trains it: the config's train: section and its train.* --set."""
+    cmd = ["--config", args.config] + (["--data", args.data] if args.data else [])
+    for item in args.overrides:
+        if item.startswith("train."):
+            cmd += ["--set", item.removeprefix("train.")]
+    return "python -m trainables.train " + shlex.join(cmd)
+
+
+def crashed(err: Exception, argv: list[str], out: Path) -> int:
+    """An unexpected error: one line for what failed and where, its traceback in OUT/crash.log, and the
+    command that goes on (or, with nothing in OUT to go on from, the traceback here)."""
+    cause = err.error if isinstance(err, PhaseError) else err
+    where = f" in phase {err.phase}" if isinstance(err, PhaseError) else ""
+    what = f"the search failed{where}: {type(cause).__name__}: {first_line(cause)}"
+    trace = "".join(traceback.format_exception(err))
+    if (out / "state.json").exists():
+        with contextlib.suppress(OSError):
+            (out / "crash.log").write_text(trace)
+            log(f"error: {what} (traceback: {out / 'crash.log'})")
+            log(f"finished phases and trials are kept; once the cause is fixed: {resume_command(argv, out)}")
+            return EXIT_FAILED
+    print(trace, file=sys.stderr, end="")
+    log(f"error: {what}")
+    return EXIT_FAILED
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     out = Path(args.out)
-    command = "python -m tuner.search " + " ".join(
-        shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:])
-    )
     existed = out.exists()
+    session = RaySession()
     try:
-        cfg = read_config(args, out)
-        env, compile_cache = trial_env(cfg, out)
-        start_ray(args, env)
+        return _search(args, argv, out, session)
     except ConfigError as err:
-        print(f"error: {err}", file=sys.stderr)
-        if not existed and out.is_dir() and not any(out.iterdir()):
-            out.rmdir()  # refused before anything was written: leave no empty OUT behind
+        log(f"error: {err}")
         return EXIT_BAD_INPUT
-    try:
-        ctx = open_context(cfg, out, resume=args.resume, command=command, compile_cache=compile_cache)
-        return run_search(ctx)
     except KeyboardInterrupt as err:
-        log(f"interrupted{': ' + str(err) if str(err) else ''}; OUT is resumable: --resume --out {out}")
+        why = f": {err}" if str(err) else ""
+        log(f"interrupted{why}; OUT is resumable: {resume_command(argv, out)}")
         return EXIT_INTERRUPTED
-    except baseline.SearchFailed as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
-    except ConfigError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+    except SearchFailed as err:
+        log(f"error: {err}")
+        log(f"to see why, train the baseline alone: {baseline_command(args)}")
+        return EXIT_FAILED
+    except Exception as err:  # noqa: BLE001 - any other failure still ends in a line that says what next
+        return crashed(err, argv, out)
     finally:
-        ray.shutdown()
+        session.stop()
+        if not existed and out.is_dir() and not any(out.iterdir()):
+            out.rmdir()  # ended before anything was written: leave no empty OUT behind
+
+
+def _search(args: argparse.Namespace, argv: list[str], out: Path, session: RaySession) -> int:
+    cfg = read_config(args, out)
+    env, compile_cache = trial_env(cfg, out)
+    session.start(args, env)
+    command = "python -m tuner.search " + shlex.join(argv)
+    ctx = open_context(cfg, out, resume=args.resume, command=command, compile_cache=compile_cache)
+    code = run_search(ctx)
+    if args.emit_rayjob:
+        emit_rayjob(out, args.emit_rayjob)
+    return code
+
+
+def emit_rayjob(out: Path, dest: str) -> None:
+    """best.yaml as a ready RayJob (written for exit 0 and 3 alike: both write best.yaml)."""
+    try:
+        written = emit.write_rayjob(out / "best.yaml", dest)
+    except ConfigError as err:
+        log(f"error: --emit-rayjob: {err}")  # the search's answer stands; only the manifest is missing
+        return
+    log(f"RayJob for best.yaml: {written} (kubectl apply -f {written})")
 
 
 if __name__ == "__main__":

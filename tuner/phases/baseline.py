@@ -7,13 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from tuner.context import SearchContext, log
+from tuner.context import SearchContext, SearchFailed, log
 from tuner.knobs import execution, loss_key
 from tuner.records import BASELINE_ID, TrialRow
-
-
-class SearchFailed(RuntimeError):
-    """The search cannot go on (e.g. the baseline itself fails); one line, exit 1."""
 
 
 def twins(ctx: SearchContext, screen: list[TrialRow]) -> dict[tuple, TrialRow]:

@@ -1,0 +1,99 @@
+"""What the CLIs say: every key named as its user writes it (train.batch_size, search.trials), an unknown key
+with the keys allowed there, and --help with the phases, outputs, exit codes and what --resume does."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from trainables import train
+from trainables.config import TrainConfig
+from tuner import search
+from tuner.config import SearchSection
+
+ROOT = Path(__file__).resolve().parents[1]
+SMOKE = str(ROOT / "configs" / "smoke.yaml")
+
+
+def refused(capsys, tmp_path: Path, *sets: str) -> str:
+    """The one line the search prints for bad input (exit 2, nothing left in OUT)."""
+    argv = ["--config", SMOKE, "--out", str(tmp_path / "out")]
+    for item in sets:
+        argv += ["--set", item]
+    assert search.main(argv) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), lines
+    assert not (tmp_path / "out").exists()
+    return lines[0]
+
+
+def test_an_unknown_search_key_names_the_closest_and_every_allowed_one(capsys, tmp_path):
+    line = refused(capsys, tmp_path, "search.trails=8")
+    assert "unknown config key 'search.trails'" in line and "did you mean 'search.trials'" in line
+    allowed = line.split("allowed in search: ")[1].rstrip(")").split(", ")
+    assert allowed == list(SearchSection.model_fields)
+
+
+def test_an_unknown_section_names_the_sections(capsys, tmp_path):
+    line = refused(capsys, tmp_path, "serch.trials=8")
+    assert "'serch'" in line and "did you mean 'search'" in line
+    assert "allowed: train, search, quality, resources" in line
+
+
+@pytest.mark.parametrize(
+    "item, needle",
+    [
+        ("train.precision=fp8", "config key 'train.precision': Input should be 'fp32'"),
+        ("train.batch_sise=16", "unknown config key 'train.batch_sise'; did you mean 'train.batch_size'?"),
+        ("train.model={d_modl: 64}", "config key 'train.model': unknown model key 'd_modl'"),
+    ],
+)
+def test_a_bad_train_key_is_named_with_its_train_prefix(capsys, tmp_path, item, needle):
+    line = refused(capsys, tmp_path, item)
+    assert needle in line, line
+
+
+def test_a_range_knob_says_what_it_must_look_like(capsys, tmp_path):
+    assert "'search.space.lr': expected a list of choices or a range" in refused(
+        capsys, tmp_path, "search.space={lr: 0.1}"
+    )
+    line = refused(capsys, tmp_path, "search.space={lr: {low: 0.1, high: 1, step: 2}}")
+    assert "unknown config key 'search.space.lr.step'" in line and "low, high, log, integer" in line
+
+
+def test_the_training_cli_names_keys_as_its_set_takes_them(capsys):
+    assert train.main(["--set", "precision=fp8"]) == 2
+    assert "config key 'precision'" in capsys.readouterr().err
+    assert train.main(["--set", "batch_sise=8"]) == 2
+    err = capsys.readouterr().err
+    assert "did you mean 'batch_size'?" in err and ", ".join(TrainConfig.model_fields) in err
+
+
+def test_search_help_gives_phases_outputs_exit_codes_and_what_resume_does():
+    text = " ".join(search.build_parser().format_help().split())  # as one line: wrapping aside
+    for phase in ("batch probe", "speed screen", "loss check", "re-measure"):
+        assert phase in text
+    for output in (
+        "summary.json",
+        "report.md",
+        "report.html",
+        "best.yaml",
+        "state.json",
+        "trials/<phase>.jsonl",
+    ):
+        assert output in text
+    assert "exit codes:" in text
+    for code in ("0 a config was chosen", "1 the search failed", "2 bad input", "3 nothing passed", "130"):
+        assert code in text, code
+    resume = text[text.index("--resume: ") :]
+    assert "OUT/state.json" in resume and "--config, --set, --data" in resume
+    assert "not applied but checked" in resume and "--address may differ" in resume
+
+
+def test_train_help_explains_set_and_gives_exit_codes(capsys):
+    with pytest.raises(SystemExit):
+        train.main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--set KEY=VALUE override a training key" in text and "model.d_model" in text
+    assert "exit codes:" in text and "2 bad input" in text
