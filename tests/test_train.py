@@ -20,6 +20,7 @@ import pytest
 import torch
 import toy_workload
 
+from trainables import loop, timing
 from trainables.config import (
     ConfigError,
     TrainConfig,
@@ -360,6 +361,38 @@ def test_steady_speed_excludes_the_warmup_steps():
     # the host's CPU load over the same window (tests/test_cpu_load.py checks the figures themselves)
     assert result["cpu_count"] == os.cpu_count() and result["cpu_own_cores"] >= 0
     assert result["cpu_others_cores"] >= 0
+
+
+def test_a_first_step_over_the_compile_deadline_gives_up_at_the_deadline():
+    # The first step spins in Python for 3 s (a compile); a 0.5 s deadline stops it mid-spin.
+    cfg = toy_config(workload="toy_workload:make_slow_compile_workload", compile_deadline_s=0.5)
+    result = quiet_train(cfg)
+    assert result["status"] == "timeout"
+    assert "0.5 s deadline" in result["error"]
+    assert result["wall_s"] < toy_workload.SlowCompileWorkload.SPIN_S
+    assert result["steps"] == 0
+
+
+def test_a_deadline_wrapped_by_the_compiler_is_still_a_timeout():
+    # Inductor re-raises what interrupts it as InductorError(...) from the original.
+    try:
+        try:
+            raise timing.CompileDeadline
+        except timing.CompileDeadline as inner:
+            raise RuntimeError("InductorError: CompileDeadline:") from inner
+    except RuntimeError as err:
+        assert loop._failure(err, cpu_capped=False, deadline_s=180)[0] == "timeout"
+    assert loop._failure(RuntimeError("boom"), cpu_capped=False, deadline_s=180)[0] == "error"
+
+
+def test_a_first_step_inside_the_compile_deadline_trains_on():
+    # The deadline watches the first step only: the later warm-up steps may take as long as they like.
+    cfg = toy_config(
+        workload="toy_workload:make_slow_start_workload", compile_deadline_s=1.5, tokens=4 * 16 * 16
+    )
+    result = quiet_train(cfg)
+    assert result["status"] == "ok" and result["steps"] == 4
+    assert result["wall_s"] > cfg.timing_warmup_steps * toy_workload.SlowStartWorkload.SLEEP_S
 
 
 @pytest.mark.parametrize(

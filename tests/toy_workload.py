@@ -79,9 +79,32 @@ class SlowStartWorkload(ToyWorkload):
         return super().loss(model, batch)
 
 
+class SlowCompileWorkload(ToyWorkload):
+    """The first training loss call spins in Python for SPIN_S, as torch.compile's first step does (Python
+    for minutes, never back in the loop): what a compile deadline has to interrupt."""
+
+    SPIN_S = 3.0
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        self.compiled = False
+
+    def loss(self, model: nn.Module, batch: tuple) -> torch.Tensor:
+        if not self.compiled and model.training:
+            end = time.monotonic() + self.SPIN_S
+            while time.monotonic() < end:
+                pass
+            self.compiled = True
+        return super().loss(model, batch)
+
+
 def make_workload(cfg) -> ToyWorkload:
     return ToyWorkload(cfg)
 
 
 def make_slow_start_workload(cfg) -> SlowStartWorkload:
     return SlowStartWorkload(cfg)
+
+
+def make_slow_compile_workload(cfg) -> SlowCompileWorkload:
+    return SlowCompileWorkload(cfg)

@@ -27,7 +27,7 @@ import torch
 
 from model.ops import available_backends
 from trainables.config import ConfigError, TrainConfig, dump_config
-from trainables.timing import StepTimer
+from trainables.timing import CompileDeadline, FirstStepDeadline, StepTimer
 from trainables.workload import Workload, load_workload
 
 Report = Callable[[dict[str, Any]], None]
@@ -262,8 +262,21 @@ def _prepare(cfg: TrainConfig, workload: Workload, device: torch.device) -> None
     torch.manual_seed(cfg.seed)
 
 
-def _failure(err: Exception, cpu_capped: bool) -> tuple[str, str]:
-    """The status and error line of a failed run: oom, or error with the exception's first line."""
+def _caused_by(err: BaseException | None, kind: type) -> bool:
+    """Whether `kind` is `err` or anywhere in its chain (Inductor wraps what it catches in InductorError)."""
+    seen = set()
+    while err is not None and id(err) not in seen:
+        if isinstance(err, kind):
+            return True
+        seen.add(id(err))
+        err = err.__cause__ or err.__context__
+    return False
+
+
+def _failure(err: Exception, cpu_capped: bool, deadline_s: float | None = None) -> tuple[str, str]:
+    """The status and error line of a failed run: timeout, oom, or error with the exception's first line."""
+    if _caused_by(err, CompileDeadline):
+        return "timeout", f"the first step (compile, autotuning) ran over its {deadline_s:g} s deadline"
     if _is_oom(err, cpu_capped=cpu_capped):
         return "oom", f"out of memory: {first_line(err)[:200]}"
     return "error", f"{type(err).__name__}: {first_line(err)[:300]}"
@@ -310,7 +323,7 @@ def train(
         result["status"], result["error"] = "nan", str(err)
     except Exception as err:  # noqa: BLE001 - every failure becomes a status the tuner can learn from
         capped = device.type == "cpu" and cfg.memory_cap_mb is not None
-        result["status"], result["error"] = _failure(err, capped)
+        result["status"], result["error"] = _failure(err, capped, cfg.compile_deadline_s)
     finally:
         state.clear()
         result["peak_mem_mb"] = _release(device)
@@ -389,7 +402,7 @@ class _Training:
                 lr = lr_at(cfg, step)
                 for group in self.optimizer.param_groups:
                     group["lr"] = lr * group["lr_mult"]
-                with self.timer.step():
+                with self.timer.step(), FirstStepDeadline(cfg.compile_deadline_s if step == 0 else None):
                     self._optimizer_step()
                 if step_hook is not None:
                     step_hook()

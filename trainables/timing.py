@@ -6,11 +6,14 @@ time, summed over segments that end at host-device syncs the loop makes anyway (
 timing adds no syncs of its own; eval time between segments is left out. Step-time median and p90 come
 from CUDA events on GPU (read at segment ends) and the wall clock on CPU. The wall-clock (time.time)
 window of the steady phase, its tokens and the host's CPU load over it are what telemetry is joined on.
+`FirstStepDeadline` bounds the first step (the compile) for speed screens.
 """
 
 from __future__ import annotations
 
+import ctypes
 import statistics
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -160,3 +163,41 @@ class StepTimer:
             figures.update(window_t0=t1 - elapsed, window_t1=t1)
             cpu = (self._cpu["start"], self.cpu_snapshot())
         return {**figures, **cpu_load.window_load(*cpu)}
+
+
+class CompileDeadline(Exception):  # noqa: N818 - raised into the thread by FirstStepDeadline
+    """The first step (compile, autotuning, graph capture) outlasted `compile_deadline_s`."""
+
+
+class FirstStepDeadline:
+    """Raises CompileDeadline in the training thread if it is still inside the block after `seconds`.
+
+    The block is the first step, where torch.compile blocks for minutes (max-autotune's cold autotuning
+    takes >5 on an H100) without returning to the loop, so a check between steps would come too late: the
+    exception is set asynchronously and lands at the thread's next Python bytecode (compilation is mostly
+    Python, so within a second or so). A search gives up on such a config and uses the slot for new ones."""
+
+    def __init__(self, seconds: float | None):
+        self.seconds, self.lock, self.inside = seconds, threading.Lock(), False
+        self.timer: threading.Timer | None = None
+
+    def __enter__(self) -> None:
+        if self.seconds is None:
+            return
+        self.thread, self.inside = threading.get_ident(), True
+        self.timer = threading.Timer(self.seconds, self._fire)
+        self.timer.daemon = True
+        self.timer.start()
+
+    def _fire(self) -> None:
+        with self.lock:
+            if self.inside:
+                ctypes.pythonapi.PyThreadState_SetAsyncExc(
+                    ctypes.c_ulong(self.thread), ctypes.py_object(CompileDeadline)
+                )
+
+    def __exit__(self, *exc) -> None:
+        with self.lock:
+            self.inside = False
+        if self.timer is not None:
+            self.timer.cancel()

@@ -44,7 +44,7 @@ def run(ctx: SearchContext, space: dict[str, Knob]) -> list[TrialRow]:
     rows = run_search(
         "screen",
         ctx.out,
-        {"train": ctx.short_run({}), **to_tune(space)},
+        {"train": {**ctx.short_run({}), "compile_deadline_s": _deadline_s(ctx)}, **to_tune(space)},
         ctx.speed_placement(),
         trials=s.trials,
         make_searcher=make_searcher,
@@ -54,6 +54,11 @@ def run(ctx: SearchContext, space: dict[str, Knob]) -> list[TrialRow]:
     for row in rows:
         row.val_loss = None  # a short run's loss means nothing; the loss check fills it in
     return annotate(ctx, rows)
+
+
+def _deadline_s(ctx: SearchContext) -> float | None:
+    deadline = ctx.cfg.search.compile_deadline
+    return parse_duration(deadline) if deadline else None
 
 
 def _storage(ctx: SearchContext):
