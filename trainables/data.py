@@ -8,6 +8,8 @@ Corpus resolution, first hit wins:
   4. tinyshakespeare downloaded from ``TINYSHAKESPEARE_URL`` (env ``TUNER_CORPUS_URL``), sha256-checked and
      written atomically into the cache; skipped when ``TUNER_OFFLINE=1``;
   5. an embedded corpus that needs no network: this Python's own standard library sources.
+A search ships the corpus its driver resolved to every trial through Ray (`shipped_corpus`): a trial takes
+it, by its sha256, before any of the above, so no node of a cluster needs its own copy.
 
 Batch number ``step`` is a pure function of ``(seed, step, batch_size, seq_len, len(train))``, and both batch
 paths (a DataLoader and a device-resident sampler) gather the same windows, so the loader is a speed knob
@@ -26,6 +28,7 @@ import sysconfig
 import tempfile
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -70,6 +73,25 @@ class Corpus:
 
 
 # ---------------------------------------------------------------------------------------------- corpus
+
+# Corpora handed to this process by the search (through Ray), by the sha256 of their text.
+_SHIPPED: dict[str, Corpus] = {}
+
+
+@contextmanager
+def shipped_corpus(corpus: Corpus | None) -> Iterator[None]:
+    """While inside, `load_char_data` pinned to this corpus's sha256 takes it instead of resolving one: the
+    trial trains on the driver's text without reading a file. Keyed by the hash of the text as it arrived,
+    so a trial still never trains on text other than the one its config is pinned to."""
+    if corpus is None:
+        yield
+        return
+    digest = corpus.sha256
+    _SHIPPED[digest] = corpus
+    try:
+        yield
+    finally:
+        _SHIPPED.pop(digest, None)
 
 
 def resolve_corpus(path: str | os.PathLike | None = None) -> Corpus:
@@ -321,8 +343,11 @@ def load_char_data(
     path: str | os.PathLike | None = None, val_frac: float = 0.1, expect_sha256: str | None = None
 ) -> CharData:
     """Resolve the corpus, build its tokenizer, encode it and split it. With `expect_sha256` (the search
-    sets it from the corpus its driver resolved), a node that resolves other text refuses to train on it."""
-    corpus = resolve_corpus(path)
+    sets it from the corpus its driver resolved), the corpus the search shipped with that hash, if any;
+    else a node that resolves other text refuses to train on it."""
+    corpus = _SHIPPED.get(expect_sha256) if expect_sha256 else None
+    if corpus is None:
+        corpus = resolve_corpus(path)
     if expect_sha256 is not None and corpus.sha256 != expect_sha256:
         raise DataError(
             f"the corpus here ({corpus.source}; sha256 {corpus.sha256[:12]}) is not the one the search "

@@ -3,21 +3,47 @@
 The tuner passes the baseline training config as `config["train"]` and the trial's knobs as the other
 top-level keys (so they show in Ray's tables and the dashboard); the trainable needs nothing from the tuner. Interim reports let Ray stop clearly slow
 trials; the last report carries the run's full result (status, speed, loss, memory, telemetry window).
+The search hands every trial the corpus its driver resolved (`corpus`, through Ray's object store), so a
+node of a cluster needs no copy of the data, and no share of OUT (see `_own_compile_caches`).
 """
 
 from __future__ import annotations
 
+import os
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import ray
 from ray import tune
 
 from trainables.config import ConfigError, make_config
+from trainables.data import Corpus, shipped_corpus
 from trainables.gate import GateClient
 from trainables.loop import WINDOW_KEYS, train
 
 # The key under `config["train"]` where the tuner labels a trial (its case and repeat); not a knob.
 LABELS = "_labels"
+CACHE_VARS = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
+
+
+def _own_compile_caches() -> None:
+    """The search's compile caches are in OUT, which a node of a cluster may lack and not be allowed to
+    create: such a node compiles into a cache of its own (under its temp dir) rather than fail its trials."""
+    for var in CACHE_VARS:
+        path = os.environ.get(var)
+        if path and not _writable(Path(path)):
+            os.environ[var] = str(
+                Path(tempfile.gettempdir()) / "hybrid-tuner-compile-cache" / Path(path).name
+            )
+
+
+def _writable(path: Path) -> bool:
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return False
+    return os.access(path, os.W_OK)
 
 
 def _placement() -> dict[str, Any]:
@@ -27,11 +53,13 @@ def _placement() -> dict[str, Any]:
     return {"node_id": ctx.get_node_id(), "gpu": int(gpu_ids[0]) if gpu_ids else None}
 
 
-def train_trial(config: dict[str, Any], timing_gate: str | None = None) -> None:
+def train_trial(config: dict[str, Any], timing_gate: str | None = None, corpus: Corpus | None = None) -> None:
     """One trial. With `timing_gate` (speed runs that share a GPU: "turns", or "quiet" to also wait until
     no other run on the GPU is compiling), its GPU work after the first step waits for the GPU's gate, so no
-    two trials on one GPU are ever timed at once (trainables/gate.py)."""
+    two trials on one GPU are ever timed at once (trainables/gate.py). `corpus`: the driver's, trained on
+    when the config is pinned to its sha256 (trainables/data.py:shipped_corpus)."""
     placement = _placement()
+    _own_compile_caches()
     try:
         knobs = {k: v for k, v in config.items() if k != "train"}
         base = {k: v for k, v in config["train"].items() if k != LABELS}
@@ -39,6 +67,9 @@ def train_trial(config: dict[str, Any], timing_gate: str | None = None) -> None:
     except ConfigError as err:
         tune.report({"status": "error", "error": str(err), "tokens_per_s": 0.0, "done": True, **placement})
         return
+    # Where it runs, at once: a trial lost with its node before its first step (a compile takes minutes)
+    # is still known to have run there, and is rerun rather than blamed.
+    tune.report({"status": "running", "tokens_per_s": 0.0, **placement})
 
     def interim(metrics: dict[str, Any]) -> None:
         if not metrics.get("done"):
@@ -58,7 +89,8 @@ def train_trial(config: dict[str, Any], timing_gate: str | None = None) -> None:
         who = tune.get_context().get_trial_id()
         gate = GateClient(placement["node_id"], placement["gpu"], who, quiet=timing_gate == "quiet")
     try:
-        result = train(cfg, report=interim, timing_gate=gate)
+        with shipped_corpus(corpus):
+            result = train(cfg, report=interim, timing_gate=gate)
     finally:
         if gate:
             gate.close()

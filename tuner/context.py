@@ -95,6 +95,7 @@ class SearchContext:
     notices: list[str] = field(default_factory=list)
     batch_bounds: dict[str, int] = field(default_factory=dict)  # precision -> largest batch (the probe's)
     compile_cache: str | None = None  # the Inductor/Triton caches the trials share, when the search's own
+    node_cpus: int = 0  # the CPUs of the largest node (0: as many as the cluster's): what one trial can take
 
     def notice(self, msg: str) -> None:
         self.notices.append(msg)
@@ -134,9 +135,9 @@ class SearchContext:
         warm-up overlap, while the timing gate lets only one at a time be timed; a batch near the probe's
         bound gets the GPU's memory to itself; `quiet` windows also wait until no run on their GPU is
         compiling (the re-measure: launch-bound runs lose speed to compiles on the CPUs they launch from).
-        On CPUs, one run at a time with every core."""
+        On CPUs, one run at a time with every core of a node (a trial cannot span nodes)."""
         if not self.on_gpu:
-            return Placement({"cpu": max(1, self.cluster_cpus)}, 1, self.reuse_actors())
+            return Placement({"cpu": max(1, self.node_cpus or self.cluster_cpus)}, 1, self.reuse_actors())
         per_gpu = self._speed_runs_per_gpu()
         cpus = self.cfg.resources.cpus_per_trial
         return Placement(

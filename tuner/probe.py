@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from trainables.config import make_config
+from trainables.data import Corpus, shipped_corpus
 from trainables.loop import train
 
 
@@ -30,9 +31,20 @@ def _fits(base: dict[str, Any], batch: int, precision: str) -> bool:
 
 
 def max_batch(
-    base: dict[str, Any], precision: str, limit: int, margin: float = 0.9, bisect_steps: int = 3
+    base: dict[str, Any],
+    precision: str,
+    limit: int,
+    margin: float = 0.9,
+    bisect_steps: int = 3,
+    corpus: Corpus | None = None,
 ) -> int:
-    """Largest batch <= limit that trains a step at `precision`, times a safety margin; 0 if none fits."""
+    """Largest batch <= limit that trains a step at `precision`, times a safety margin; 0 if none fits.
+    `corpus`: the driver's, shipped through Ray, so the probe's node needs no copy of its own."""
+    with shipped_corpus(corpus):
+        return _max_batch(base, precision, limit, margin, bisect_steps)
+
+
+def _max_batch(base: dict[str, Any], precision: str, limit: int, margin: float, bisect_steps: int) -> int:
     low = 1
     if not _fits(base, low, precision):
         return 0

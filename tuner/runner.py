@@ -4,6 +4,11 @@ The driver appends each finished trial to OUT/trials/<phase>.jsonl the moment Ra
 fsync'd). That ledger, not Ray's periodic experiment snapshot, is the record: after a crash, `--resume`
 runs only what the ledger lacks, in a fresh experiment (OUT/ray/<phase>-r<k>), so no finished trial is
 rerun and none is counted twice. Trials that were running when the driver died left no row: they rerun.
+A trial lost with its node leaves no row either: the phase reruns it so (at most NODE_LOSS_RERUNS times).
+
+On a cluster, OUT is the driver's alone: the trials get the corpus through Ray's object store
+(`ship_to_trials`) and write no files; Tune's loggers write their results and TensorBoard events into
+OUT/ray on the driver, from what they report.
 """
 
 from __future__ import annotations
@@ -11,6 +16,8 @@ from __future__ import annotations
 import logging
 import math
 import os
+import re
+import socket
 import sys
 import time
 from collections.abc import Callable
@@ -25,13 +32,15 @@ from ray.tune import Callback, Stopper
 from ray.tune.stopper import CombinedStopper
 
 from trainables.config import ConfigError, make_config
+from trainables.data import Corpus
 from trainables.loop import first_line
 from trainables.trainable import LABELS, train_trial
 from tuner.distinct import DistinctConfigs
 from tuner.knobs import freeze
-from tuner.records import TrialRow
+from tuner.records import TrialRow, short_node_id
 
 HEARTBEAT_S = 30  # the longest a phase stays silent
+NODE_LOSS_RERUNS = 2  # fresh experiments a phase runs for trials lost with their node, before it gives up
 PLACEMENT_KEYS = ("node", "node_id", "gpu", "pid")  # all a failed trial's row keeps of its metrics
 
 # What a row keeps of a trial's last report, besides status, speed and loss (which need care).
@@ -52,6 +61,26 @@ class Placement:
     concurrent: int = 0
     reuse_actors: bool = True
     gate: str | None = None
+
+
+@dataclass(frozen=True)
+class TrialInputs:
+    """What every trial gets through Ray's object store (tune.with_parameters), not from its node's disk."""
+
+    corpus: Corpus | None = None  # the corpus the driver resolved (None: each trial resolves its own)
+
+
+_inputs = TrialInputs()  # set once per search; the phases call the runner without a context
+
+
+def ship_to_trials(inputs: TrialInputs) -> None:
+    global _inputs
+    _inputs = inputs
+
+
+def trial_inputs() -> TrialInputs:
+    """What the search ships to its trials (also for its own tasks that train, such as the batch probe)."""
+    return _inputs
 
 
 class Interrupted(KeyboardInterrupt):
@@ -108,6 +137,28 @@ def describe_error(error: BaseException, pid: int | None = None) -> str:
     return f"{type(error).__name__}: {first_line(error)[:300]}"
 
 
+def died_with_node(error: BaseException, node_id: str | None) -> bool:
+    """Whether a trial's worker died because its node did: not the trial's fault, so it reruns elsewhere."""
+    if isinstance(error, RayTaskError) and isinstance(error.cause, RayActorError):
+        error = error.cause
+    if not isinstance(error, RayActorError):
+        return False
+    return "its node has died" in str(error) or node_gone(node_id)  # the GCS's words, once it knows
+
+
+def node_gone(node_id: str | None) -> bool:
+    """Whether a node has died: the GCS says so, or its raylet takes no connection. The GCS notices a dead
+    node only after missing its heartbeats, seconds after the node's workers (and their trials) died."""
+    node = next((n for n in ray.nodes() if node_id and n["NodeID"] == node_id), None)
+    if node is None or not node["Alive"]:
+        return node is not None
+    try:
+        socket.create_connection((node["NodeManagerAddress"], node["NodeManagerPort"]), timeout=3).close()
+    except OSError:
+        return True
+    return False
+
+
 def trial_error(trial) -> BaseException:
     """The error Ray recorded for a failed trial. Read from the driver's copy: `get_pickled_error()` reads
     the trial's storage, which Ray syncs only after the callbacks have run."""
@@ -153,9 +204,18 @@ class Ledger:
 class Record(Callback):
     """Writes each finished trial to the ledger and prints one progress line: done/running/left, best, ETA."""
 
-    def __init__(self, ledger: Ledger, total: int, already: int, budget_s: float | None = None):
+    def __init__(
+        self,
+        ledger: Ledger,
+        total: int,
+        already: int,
+        budget_s: float | None = None,
+        rerun_lost: bool = False,
+    ):
         self.ledger, self.total, self.done = ledger, total, already
         self.budget_s = budget_s  # the phase ends by then however many trials are left
+        self.rerun_lost = rerun_lost  # a trial lost with its node gets no row: the phase reruns it
+        self.lost: list[str] = []  # the Ray trials lost with their nodes, left to rerun
         self.best = max((r.tokens_per_s or 0 for r in ledger.rows() if r.status == "ok"), default=0)
         self.started, self.new = time.time(), 0
         self.last_line = self.started
@@ -213,6 +273,15 @@ class Record(Callback):
         if self.ledger.has(trial.trial_id):  # one row per Ray trial: a finished trial is never rewritten
             return
         fields = trial_row(trial.last_result, trial.config, error, trial.path, trial.trial_id)
+        if error is not None and died_with_node(error, fields["node_id"]):
+            node = short_node_id(fields["node_id"])
+            if self.rerun_lost:  # no row: the phase runs it again
+                self.lost.append(trial.trial_id)
+                self._say(
+                    f"[{self.ledger.phase}] Ray trial {trial.trial_id} was lost with its node {node}: reruns"
+                )
+                return
+            fields["error"] = f"NodeDied: the trial's node {node} died, and the trial with it"
         row = self.ledger.append(fields)
         self.done += 1
         self.new += 1
@@ -292,9 +361,14 @@ class _AlreadyReported(logging.Filter):
         return not str(record.msg).startswith("Trials did not complete")
 
 
+# The raylet's notices of a dead worker (with OOM-killer advice) and of a dead raylet (with its log's tail)
+RAYLET_NOTICES = re.compile("A worker died or was killed|Raylet is terminated")
+
+
 def quiet_trial_failures() -> None:
-    """One line per failed trial (Record's), instead of Ray's traceback, its closing list and the raylet's
-    dead-worker notice with OOM-killer advice. TUNE_PRINT_ALL_TRIAL_ERRORS=1 brings the tracebacks back."""
+    """One line per failed or lost trial (Record's), instead of Ray's traceback, its closing list and the
+    raylet's notices of a dead worker or raylet (Ray's line that a node was marked dead stays).
+    TUNE_PRINT_ALL_TRIAL_ERRORS=1 brings the tracebacks back."""
     os.environ.setdefault("TUNE_PRINT_ALL_TRIAL_ERRORS", "0")
     tune_log = logging.getLogger("ray.tune.tune")
     if not any(isinstance(f, _AlreadyReported) for f in tune_log.filters):
@@ -307,7 +381,7 @@ def quiet_trial_failures() -> None:
 
     def print_to_stdstream(data: dict, ignore_prefix: bool) -> None:
         lines = data.get("lines") or []
-        if data.get("pid") == "raylet" and any("A worker died or was killed" in line for line in lines):
+        if data.get("pid") == "raylet" and any(RAYLET_NOTICES.search(line) for line in lines):
             return
         show(data, ignore_prefix)
 
@@ -316,16 +390,25 @@ def quiet_trial_failures() -> None:
 
 
 def _fit(
-    ledger: Ledger, out: Path, param_space, placement: Placement, *, total, already, **tune_kwargs
-) -> None:
-    """One Tune experiment; tune_kwargs go to TuneConfig except `stopper`, which goes to RunConfig."""
+    ledger: Ledger,
+    out: Path,
+    param_space,
+    placement: Placement,
+    *,
+    total,
+    already,
+    rerun_lost: bool = False,
+    **tune_kwargs,
+) -> int:
+    """One Tune experiment; tune_kwargs go to TuneConfig except `stopper`, which goes to RunConfig. Returns
+    how many trials were lost with their nodes and left unrecorded (`rerun_lost`), for the caller to rerun."""
     quiet_trial_failures()
     storage = (out / "ray").resolve()
     attempt = sum(1 for p in storage.glob(f"{ledger.phase}*") if p.is_dir()) if storage.exists() else 0
     name = ledger.phase if attempt == 0 else f"{ledger.phase}-r{attempt}"
-    record = Record(ledger, total, already, tune_kwargs.get("time_budget_s"))
+    record = Record(ledger, total, already, tune_kwargs.get("time_budget_s"), rerun_lost)
     stoppers = [s for s in (tune_kwargs.pop("stopper", None), RecordFailed(record)) if s is not None]
-    trainable = tune.with_parameters(train_trial, timing_gate=placement.gate)
+    trainable = tune.with_parameters(train_trial, timing_gate=placement.gate, corpus=_inputs.corpus)
     tuner = tune.Tuner(
         tune.with_resources(trainable, placement.resources),
         param_space=param_space,
@@ -347,6 +430,7 @@ def _fit(
     tuner.fit()
     if record.failure is not None:
         raise record.failure
+    return len(record.lost)
 
 
 def run_cases(
@@ -359,31 +443,40 @@ def run_cases(
 ) -> list[TrialRow]:
     """Each training config in `cases`, `repeats` times; rows in case order, one per (case, repeat)."""
     ledger = Ledger(out, phase)
-    done = {(r.case, r.repeat) for r in ledger.rows()}
-    pending = [
-        {**case, LABELS: {"case": i, "repeat": rep}}
-        for i, case in enumerate(cases)
-        for rep in range(repeats)
-        if (i, rep) not in done
-    ]
     total = len(cases) * repeats
-    if pending:
-        if done:
-            print(
-                f"[{phase}] resuming: {len(done)} of {total} trials already done", file=sys.stderr, flush=True
-            )
-        _fit(
+    for attempt in range(NODE_LOSS_RERUNS + 1):
+        done = {(r.case, r.repeat) for r in ledger.rows()}
+        pending = [
+            {**case, LABELS: {"case": i, "repeat": rep}}
+            for i, case in enumerate(cases)
+            for rep in range(repeats)
+            if (i, rep) not in done
+        ]
+        if not pending:
+            break
+        _say_going_on(phase, attempt, len(done), total)
+        lost = _fit(
             ledger,
             out,
             {"train": tune.grid_search(pending)},
             placement,
             total=total,
             already=len(done),
+            rerun_lost=attempt < NODE_LOSS_RERUNS,
         )
+        if not lost:
+            break
     rows = ledger.rows()
     if len(rows) < total:  # Ray Tune returns from fit() on Ctrl-C with trials unfinished
         raise Interrupted(f"{phase}: {len(rows)} of {total} trials finished")
     return sorted(rows, key=lambda r: (r.case, r.repeat))
+
+
+def _say_going_on(phase: str, attempt: int, done: int, total: int) -> None:
+    if attempt > 0:
+        print(f"[{phase}] rerunning the trials lost with their nodes", file=sys.stderr, flush=True)
+    elif done:
+        print(f"[{phase}] resuming: {done} of {total} trials already done", file=sys.stderr, flush=True)
 
 
 def run_search(
@@ -398,40 +491,45 @@ def run_search(
     time_budget_s: float | None,
 ) -> list[TrialRow]:
     """Up to `trials` searcher-proposed trials in total, across resumes, never one config twice (fewer
-    when the searcher keeps repeating measured configs: the space is exhausted); rows in completion order."""
+    when the searcher keeps repeating measured configs: the space is exhausted); rows in completion order.
+    Trials lost with their nodes are proposed anew, in a fresh experiment with a fresh searcher (the study
+    and the ledger carry what was learned)."""
     ledger = Ledger(out, phase)
-    done = ledger.rows()
-    remaining = trials - len(done)
     started = time.time()
-    searcher = DistinctConfigs(make_searcher(), {freeze(r.config): r.tokens_per_s or 0.0 for r in done})
-    if remaining > 0:
-        if done:
-            print(
-                f"[{phase}] resuming: {len(done)} of {trials} trials already done",
-                file=sys.stderr,
-                flush=True,
-            )
+    answered, exhausted = 0, False
+    for attempt in range(NODE_LOSS_RERUNS + 1):
+        done = ledger.rows()
+        remaining = trials - len(done)
+        budget = None if time_budget_s is None else time_budget_s - (time.time() - started)
+        if remaining <= 0 or (budget is not None and budget <= 0):
+            break
+        searcher = DistinctConfigs(make_searcher(), {freeze(r.config): r.tokens_per_s or 0.0 for r in done})
+        _say_going_on(phase, attempt, len(done), trials)
         best = max((r.tokens_per_s or 0 for r in done if r.status == "ok"), default=0.0)
-        _fit(
+        lost = _fit(
             ledger,
             out,
             param_space,
             placement,
             total=trials,
             already=len(done),
+            rerun_lost=attempt < NODE_LOSS_RERUNS,
             search_alg=searcher,
             num_samples=remaining,
-            time_budget_s=time_budget_s,
+            time_budget_s=budget,
             stopper=SlowTrialStopper(stopper_ratio, best),
         )
+        answered, exhausted = answered + searcher.answered, searcher.exhausted
+        if not lost:
+            break
     rows = ledger.rows()
     out_of_time = time_budget_s is not None and time.time() - started >= time_budget_s * 0.95
-    if searcher.answered:
+    if answered:
         print(
-            f"[{phase}] {searcher.answered} repeated proposals answered from earlier measurements, not rerun",
+            f"[{phase}] {answered} repeated proposals answered from earlier measurements, not rerun",
             file=sys.stderr,
             flush=True,
         )
-    if len(rows) < trials and not (out_of_time or searcher.exhausted):  # Ctrl-C
+    if len(rows) < trials and not (out_of_time or exhausted):  # Ctrl-C
         raise Interrupted(f"{phase}: {len(rows)} of {trials} trials finished")
     return rows

@@ -28,7 +28,7 @@ import psutil
 import ray
 
 from trainables.config import ConfigError
-from trainables.data import DataError, resolve_corpus
+from trainables.data import Corpus, DataError, resolve_corpus
 from trainables.gate import open_gates
 from trainables.loop import first_line
 from tuner import emit, eta, observe
@@ -36,6 +36,7 @@ from tuner.config import SearchConfig, load_search_config
 from tuner.context import PhaseError, SearchContext, SearchFailed, State, log
 from tuner.phases import finish, loss_check, probe, remeasure, screen
 from tuner.records import Hardware, TrialRow
+from tuner.runner import TrialInputs, ship_to_trials
 from tuner.select import propagate_feasibility
 from tuner.space import applicable, probe_hardware
 
@@ -117,6 +118,7 @@ def open_context(
         base=cfg.baseline().model_dump(),
         hw=Hardware(),
         cluster_cpus=int(resources.get("CPU", 1)),
+        node_cpus=max((int(n["Resources"].get("CPU", 0)) for n in ray.nodes() if n["Alive"]), default=0),
         state=state,
         command=command,
         resume=resume,
@@ -191,8 +193,9 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def read_config(args: argparse.Namespace, out: Path) -> SearchConfig:
-    """The validated config (a resumed search keeps the one it started with); ConfigError on bad input."""
+def read_config(args: argparse.Namespace, out: Path) -> tuple[SearchConfig, Corpus | None]:
+    """The validated config (a resumed search keeps the one it started with), and the corpus the trials
+    train on (None for a workload of the user's own); ConfigError on bad input."""
     overrides = list(args.overrides)
     if args.trials is not None:
         overrides.append(f"search.trials={args.trials}")
@@ -208,14 +211,15 @@ def read_config(args: argparse.Namespace, out: Path) -> SearchConfig:
         cfg.train["data"] = str(Path(data).resolve())  # trials run in other working directories
     if args.resume:
         cfg = _resumable(out, cfg)  # exactly the settings that started it
-    if cfg.train.get("workload", "hybrid") == "hybrid":  # say which corpus the trials will train on
-        try:
-            corpus = resolve_corpus(cfg.train.get("data"))
-        except DataError as err:
-            raise ConfigError(str(err)) from None
-        log(f"data: {corpus.source}")
-        cfg.train.setdefault("data_sha256", corpus.sha256)  # a resumed search keeps its own
-    return cfg
+    if cfg.train.get("workload", "hybrid") != "hybrid":
+        return cfg, None
+    try:  # say which corpus the trials will train on
+        corpus = resolve_corpus(cfg.train.get("data"))
+    except DataError as err:
+        raise ConfigError(str(err)) from None
+    log(f"data: {corpus.source}")
+    cfg.train.setdefault("data_sha256", corpus.sha256)  # a resumed search keeps its own
+    return cfg, corpus
 
 
 def _resumable(out: Path, asked: SearchConfig) -> SearchConfig:
@@ -380,15 +384,27 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _search(args: argparse.Namespace, argv: list[str], out: Path, session: RaySession) -> int:
-    cfg = read_config(args, out)
+    cfg, corpus = read_config(args, out)
     env, compile_cache = trial_env(cfg, out)
     session.start(args, env)
+    ship_to_trials(TrialInputs(corpus=corpus))  # through Ray's object store: no node needs its own copy
+    say_where_results_go(out)
     command = "python -m tuner.search " + shlex.join(argv)
     ctx = open_context(cfg, out, resume=args.resume, command=command, compile_cache=compile_cache)
     code = run_search(ctx)
     if args.emit_rayjob:
         emit_rayjob(out, args.emit_rayjob)
     return code
+
+
+def say_where_results_go(out: Path) -> None:
+    """On a cluster of several nodes, one line on storage: none is shared, the driver gathers everything."""
+    nodes = sum(1 for n in ray.nodes() if n.get("Alive"))
+    if nodes > 1:
+        log(
+            f"trial results: gathered by this driver into {out.resolve()} ({nodes} nodes): the trials get the "
+            "corpus and return their results through Ray, so OUT needs no storage shared by the nodes"
+        )
 
 
 def emit_rayjob(out: Path, dest: str) -> None:
