@@ -18,7 +18,6 @@ import re
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -33,6 +32,7 @@ import pytest
 from ray import exceptions as ray_exceptions
 from ray._raylet import GcsClient
 
+from tests.ray_procs import free_ports, stop_group
 from tests.test_failures import FakeTrial
 from tests.test_telemetry import read_scalars
 from trainables.data import Corpus, DataError, load_char_data, shipped_corpus
@@ -79,17 +79,6 @@ needs_root = pytest.mark.skipif(
 )
 
 
-def free_ports(n: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(n)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
-
-
 @dataclass
 class Node:
     """One `ray start --block` in a process group of its own (under `unshare` when `hide` is set)."""
@@ -117,17 +106,7 @@ class Node:
         return None
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                pass
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        self.proc.wait()
+        stop_group(self.proc)
 
 
 def _cmdline(p: psutil.Process) -> list[str]:

@@ -16,8 +16,6 @@ import json
 import os
 import secrets
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -31,6 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+
+from tests.ray_procs import free_ports, stop_group
 
 ROOT = Path(__file__).resolve().parents[1]
 SHAKESPEARE = ROOT.parent / "shared" / "data" / "tinyshakespeare.txt"
@@ -61,18 +61,6 @@ HEAD_PORTS = (
 )  # fmt: skip
 
 pytestmark = pytest.mark.slow
-
-
-def free_ports(n: int) -> list[int]:
-    """n distinct free TCP ports on 127.0.0.1 (held open together, so none is handed out twice)."""
-    sockets = [socket.socket() for _ in range(n)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
 
 
 def free_port() -> int:
@@ -134,20 +122,8 @@ class Head:
             return json.loads(response.read())
 
     def stop(self) -> None:
-        """SIGTERM to `ray start --block` (it stops its node), then SIGKILL to whatever is left of its group."""
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                pass
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        self.proc.wait()
+        if self.proc is not None:
+            stop_group(self.proc)
 
 
 PROMETHEUS_CONFIG = """
