@@ -13,6 +13,7 @@ import os
 import resource
 import subprocess
 import sys
+import time
 import typing
 from pathlib import Path
 
@@ -601,6 +602,21 @@ def test_interim_reports_carry_the_steady_window_so_far():
     tokens = [r["window_tokens"] for r in steady]
     assert tokens == sorted(set(tokens)) and tokens[-1] == result["window_tokens"]
     assert {(r["node"], r["pid"]) for r in reports} == {(result["node"], os.getpid())}
+
+
+def test_time_spent_in_interim_reports_is_not_training_time():
+    # Ray Tune's report blocks until the driver takes the result; a slow driver must not slow the figure.
+    cfg = toy_config(log_interval=1, tokens=12 * 16 * 16)
+    pause_s = 0.2
+
+    def slow_driver(_metrics):
+        time.sleep(pause_s)
+
+    result = quiet_train(cfg, report=slow_driver)
+    steady_steps = cfg.total_steps - cfg.timing_warmup_steps
+    assert result["status"] == "ok"
+    # Were the pauses counted, steady time would be at least steady_steps * pause_s.
+    assert result["window_tokens"] / result["tokens_per_s"] < 0.5 * steady_steps * pause_s
 
 
 @pytest.mark.parametrize(
