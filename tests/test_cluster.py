@@ -37,7 +37,7 @@ from tests.test_failures import FakeTrial
 from tests.test_telemetry import read_scalars
 from trainables.data import Corpus, DataError, load_char_data, shipped_corpus
 from trainables.trainable import _own_compile_caches
-from tuner import runner
+from tuner import node_loss, runner
 from tuner.config import load_search_config
 from tuner.context import SearchContext, State
 from tuner.records import Hardware
@@ -333,7 +333,7 @@ def test_a_trial_trains_on_the_shipped_corpus_by_its_hash_and_reads_no_file():
 def lost_trial(monkeypatch, trial_id: str, message: str, node_alive: bool) -> FakeTrial:
     trial = FakeTrial(trial_id, 0, {"trial_id": trial_id, "node_id": "a" * 56, "pid": 7})
     monkeypatch.setattr(runner, "trial_error", lambda t: ray_exceptions.RayActorError(error_msg=message))
-    monkeypatch.setattr(runner, "node_gone", lambda node_id: not node_alive)
+    monkeypatch.setattr(node_loss, "node_gone", lambda node_id: not node_alive)
     return trial
 
 
@@ -356,7 +356,7 @@ def test_a_worker_killed_on_a_live_node_is_the_trials_own_failure(tmp_path, monk
     record.on_trial_error(0, [trial], trial)
     (row,) = ledger.rows()
     assert record.lost == [] and row.error.startswith("WorkerDied")
-    assert runner.died_with_node(
+    assert node_loss.died_with_node(
         ray_exceptions.RayActorError(error_msg="its node has died. Node Id: x"), None
     )
 

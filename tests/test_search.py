@@ -17,8 +17,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from ray._raylet import GcsClient
 
 from tests.k8s import checks
+from tests.ray_procs import free_ports, stop_group
 from trainables.config import load_config
 from trainables.data import resolve_corpus
 from tuner.knobs import execution, loss_key
@@ -247,20 +249,49 @@ def test_ctrl_c_stops_cleanly_and_leaves_a_resumable_out(tmp_path):
     assert 2 <= len(finished) < 8  # what finished is kept for --resume
 
 
+# Every port the head opens, chosen free, so that it stays clear of other Ray instances on the machine.
+HEAD_PORTS = (
+    "port", "ray-client-server-port", "node-manager-port", "object-manager-port", "metrics-export-port",
+    "dashboard-agent-listen-port", "dashboard-agent-grpc-port", "runtime-env-agent-port",
+)  # fmt: skip
+
+
 @pytest.fixture
 def fake_gpu_cluster(tmp_path):
-    """A real local Ray cluster (`ray start --head`) that advertises two GPUs it does not have: the search
-    takes every GPU code path (probe, GPU shares, one timing gate per GPU, loss runs packed across GPUs)
-    while trials train on the CPU. 4 logical CPUs: two runs share each GPU."""
-    port = 20000 + os.getpid() % 20000
+    """A real local Ray cluster (`ray start --head --block`, in a process group of its own, so the test
+    stops exactly what it started) that advertises two GPUs it does not have: the search takes every GPU
+    code path (probe, GPU shares, one timing gate per GPU, loss runs packed across GPUs) while trials train
+    on the CPU. 4 logical CPUs: two runs share each GPU."""
+    ports = dict(zip(HEAD_PORTS, free_ports(len(HEAD_PORTS))))
     temp = tempfile.mkdtemp(prefix="ray-", dir="/tmp")  # short: Ray's socket paths must fit 107 bytes
-    start = ["ray", "start", "--head", f"--port={port}", "--num-cpus=4", "--num-gpus=2"]
-    start += ["--include-dashboard=false", f"--temp-dir={temp}", "--disable-usage-stats"]
-    ray_bin = str(Path(sys.executable).with_name("ray"))
-    subprocess.run([ray_bin, *start[1:]], env=ENV, check=True, capture_output=True, timeout=120)
-    yield f"127.0.0.1:{port}"
-    subprocess.run([ray_bin, "stop", "--force"], env=ENV, capture_output=True, timeout=120)
-    shutil.rmtree(temp, ignore_errors=True)
+    cmd = [str(Path(sys.executable).with_name("ray")), "start", "--head", "--block", "--num-cpus=4"]
+    cmd += ["--num-gpus=2", "--node-ip-address=127.0.0.1", *(f"--{k}={v}" for k, v in ports.items())]
+    cmd += ["--include-dashboard=false", f"--temp-dir={temp}", "--disable-usage-stats"]
+    log = tmp_path / "ray-head.log"
+    with log.open("w") as sink:
+        proc = subprocess.Popen(cmd, env=ENV, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
+    address = f"127.0.0.1:{ports['port']}"
+    try:
+        wait_for_head(proc, address, log)
+        yield address
+    finally:
+        stop_group(proc)
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+def wait_for_head(proc: subprocess.Popen, address: str, log: Path, timeout: float = 120) -> None:
+    """Until the head's node is alive in its GCS (asked through Ray's GCS client: this head has no dashboard)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        assert proc.poll() is None, f"the Ray head ended: {log.read_text()[-3000:]}"
+        try:
+            infos = GcsClient(address=address).get_all_node_info(timeout=5)
+        except Exception:  # noqa: BLE001 - the head is not up yet
+            infos = {}
+        if any(i.state == 0 for i in infos.values()):  # 0: ALIVE
+            return
+        time.sleep(1)
+    raise AssertionError(f"the Ray head did not start in {timeout:.0f} s: {log.read_text()[-3000:]}")
 
 
 def test_the_gpu_path_runs_end_to_end_on_a_cluster_with_fake_gpus(tmp_path, fake_gpu_cluster):

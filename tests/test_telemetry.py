@@ -22,7 +22,6 @@ from tests.fake_nvml import POWER_CAP, THERMAL, FakeNvml, NVMLError_LibraryNotFo
 from tuner import observe
 from tuner.context import Telemetry
 from tuner.gpus import gpu_usage
-from tuner.runner import trial_row
 from tuner.telemetry import (
     HW_POWER_BRAKE_SLOWDOWN,
     HW_THERMAL_SLOWDOWN,
@@ -39,6 +38,7 @@ from tuner.telemetry import (
     telemetry_nodes,
     write_tensorboard,
 )
+from tuner.trial_rows import trial_row
 
 REPO = Path(__file__).resolve().parents[1]
 NO_SUCH_PID = 2**22 + 17  # above Linux's largest pid_max: never a process we can see

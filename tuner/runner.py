@@ -13,11 +13,7 @@ OUT/ray on the driver, from what they report.
 
 from __future__ import annotations
 
-import logging
-import math
 import os
-import re
-import socket
 import sys
 import time
 from collections.abc import Callable
@@ -25,30 +21,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import ray
-from ray import cloudpickle, tune
-from ray.exceptions import RayActorError, RayTaskError
+from ray import tune
 from ray.tune import Callback, Stopper
 from ray.tune.stopper import CombinedStopper
 
 from trainables.config import ConfigError, make_config
 from trainables.data import Corpus
-from trainables.loop import first_line
 from trainables.trainable import LABELS, train_trial
 from tuner.distinct import DistinctConfigs
 from tuner.knobs import freeze
+from tuner.node_loss import NODE_LOSS_RERUNS, died_with_node
+from tuner.ray_noise import quiet_trial_failures
 from tuner.records import TrialRow, short_node_id
+from tuner.trial_rows import trial_error, trial_row
 
 HEARTBEAT_S = 30  # the longest a phase stays silent
-NODE_LOSS_RERUNS = 2  # fresh experiments a phase runs for trials lost with their node, before it gives up
-PLACEMENT_KEYS = ("node", "node_id", "gpu", "pid")  # all a failed trial's row keeps of its metrics
-
-# What a row keeps of a trial's last report, besides status, speed and loss (which need care).
-RESULT_KEYS = (
-    "train_loss peak_mem_mb compile_s warmup_s step_ms_median step_ms_p90 steps tokens node "
-    "node_id gpu pid window_t0 window_t1 window_tokens cpu_own_cores cpu_others_cores cpu_count wall_s error "
-    "gate_wait_s compiling_beside"
-).split()
 
 
 @dataclass(frozen=True)
@@ -85,89 +72,6 @@ def trial_inputs() -> TrialInputs:
 
 class Interrupted(KeyboardInterrupt):
     """A phase ended with trials unfinished (Ctrl-C): what finished is in the ledger; --resume goes on."""
-
-
-def trial_row(
-    metrics: dict[str, Any] | None,
-    config: dict[str, Any],
-    error: Any,
-    path: str | None,
-    trial_id: str | None = None,
-) -> dict[str, Any]:
-    """The fields of a row from what a Ray trial left: its last metrics, its config, its error (the ledger
-    adds the phase and id). `trial_id` (the Ray trial's own) keys the row: metrics that name another trial
-    are not this one's (a reused worker answers with its previous trial's until it is reset) and are
-    dropped. A failed trial keeps only where it ran: a speed or loss it reported before failing is no result."""
-    m = dict(metrics or {})
-    if trial_id is not None and m.get("trial_id") not in (None, trial_id):
-        m = {}
-    status = m.get("status")
-    if error is not None:
-        m = {k: m.get(k) for k in PLACEMENT_KEYS}
-        status, m["error"] = "error", describe_error(error, m.get("pid"))
-    elif status in (None, "running"):
-        status = "stopped"  # the stopper ended it before its final report
-    train = dict(config.get("train") or {})
-    labels = train.pop(LABELS, None) or {}
-    knobs = {k: v for k, v in config.items() if k != "train"}
-    speed = m.get("tokens_per_s")
-    return {
-        "config": knobs,
-        "train": {**train, **knobs},  # the whole config the trial trained
-        "case": labels.get("case"),
-        "repeat": labels.get("repeat"),
-        "ray_trial_id": trial_id or m.get("trial_id"),
-        "status": status,
-        "tokens_per_s": speed
-        if isinstance(speed, int | float) and math.isfinite(speed) and speed > 0
-        else None,
-        "val_loss": m.get("val_loss"),
-        **{k: m.get(k) for k in RESULT_KEYS},
-        "path": path,
-    }
-
-
-def describe_error(error: BaseException, pid: int | None = None) -> str:
-    """One line: a dead worker in words, a trial's own exception as `Type: first line`."""
-    if isinstance(error, RayTaskError) and not isinstance(error.cause, RayActorError):
-        error = error.cause  # the trainable's own exception, not Ray's wrapper around it
-    if isinstance(error, RayActorError):
-        where = f" (pid {pid})" if pid else ""
-        return f"WorkerDied: the trial's worker process{where} died: killed, or crashed (e.g. out of memory)"
-    return f"{type(error).__name__}: {first_line(error)[:300]}"
-
-
-def died_with_node(error: BaseException, node_id: str | None) -> bool:
-    """Whether a trial's worker died because its node did: not the trial's fault, so it reruns elsewhere."""
-    if isinstance(error, RayTaskError) and isinstance(error.cause, RayActorError):
-        error = error.cause
-    if not isinstance(error, RayActorError):
-        return False
-    return "its node has died" in str(error) or node_gone(node_id)  # the GCS's words, once it knows
-
-
-def node_gone(node_id: str | None) -> bool:
-    """Whether a node has died: the GCS says so, or its raylet takes no connection. The GCS notices a dead
-    node only after missing its heartbeats, seconds after the node's workers (and their trials) died."""
-    node = next((n for n in ray.nodes() if node_id and n["NodeID"] == node_id), None)
-    if node is None or not node["Alive"]:
-        return node is not None
-    try:
-        socket.create_connection((node["NodeManagerAddress"], node["NodeManagerPort"]), timeout=3).close()
-    except OSError:
-        return True
-    return False
-
-
-def trial_error(trial) -> BaseException:
-    """The error Ray recorded for a failed trial. Read from the driver's copy: `get_pickled_error()` reads
-    the trial's storage, which Ray syncs only after the callbacks have run."""
-    path = trial.pickled_error_file
-    try:
-        with open(path, "rb") as f:
-            return cloudpickle.load(f)
-    except Exception:  # noqa: BLE001 - no readable record (or one that cannot be rebuilt here): still failed
-        return RuntimeError("the trial's worker failed")
 
 
 class Ledger:
@@ -352,41 +256,6 @@ class SlowTrialStopper(Stopper):
 
     def stop_all(self) -> bool:
         return False
-
-
-class _AlreadyReported(logging.Filter):
-    """Drops Tune's closing list of failed trials: Record has said each in one line as it failed."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith("Trials did not complete")
-
-
-# The raylet's notices of a dead worker (with OOM-killer advice) and of a dead raylet (with its log's tail)
-RAYLET_NOTICES = re.compile("A worker died or was killed|Raylet is terminated")
-
-
-def quiet_trial_failures() -> None:
-    """One line per failed or lost trial (Record's), instead of Ray's traceback, its closing list and the
-    raylet's notices of a dead worker or raylet (Ray's line that a node was marked dead stays).
-    TUNE_PRINT_ALL_TRIAL_ERRORS=1 brings the tracebacks back."""
-    os.environ.setdefault("TUNE_PRINT_ALL_TRIAL_ERRORS", "0")
-    tune_log = logging.getLogger("ray.tune.tune")
-    if not any(isinstance(f, _AlreadyReported) for f in tune_log.filters):
-        tune_log.addFilter(_AlreadyReported())
-    # The driver's error listener prints what the raylet pushes; private API, so only where it is as known.
-    worker = getattr(getattr(ray, "_private", None), "worker", None)
-    show = getattr(worker, "print_to_stdstream", None)
-    if show is None or getattr(show, "quiet_worker_deaths", False):
-        return
-
-    def print_to_stdstream(data: dict, ignore_prefix: bool) -> None:
-        lines = data.get("lines") or []
-        if data.get("pid") == "raylet" and any(RAYLET_NOTICES.search(line) for line in lines):
-            return
-        show(data, ignore_prefix)
-
-    print_to_stdstream.quiet_worker_deaths = True
-    worker.print_to_stdstream = print_to_stdstream
 
 
 def _fit(

@@ -76,6 +76,65 @@ class _Export:
             self.error = describe_error(err)
 
 
+class _Rings:
+    """A ring buffer of samples per GPU: the sampling thread appends a sweep, queries copy (under one lock)."""
+
+    def __init__(self, gpus: Sequence[GpuReader], maxlen: int):
+        self.gpus = gpus
+        self._lock = threading.Lock()
+        self._buffers = {g.index: collections.deque(maxlen=maxlen) for g in gpus}
+
+    def append(self, readings: list[tuple[GpuReader, GpuSample]]) -> None:
+        with self._lock:
+            for gpu, sample in readings:
+                self._buffers[gpu.index].append(sample)
+
+    def find(self, gpu: int | str) -> GpuReader | None:
+        return next((g for g in self.gpus if g.matches(gpu)), None)
+
+    def samples(self, gpu: int | str) -> list[GpuSample]:
+        found = self.find(gpu)
+        if found is None:
+            return []
+        with self._lock:
+            return list(self._buffers[found.index])
+
+
+class _Sweeps:
+    """A sweep reads every GPU once into its ring buffer, the energy counter only every `energy_every`
+    sweeps, and marks samples with pids this process cannot see. Keeps what sweeping costs: the sweeps
+    taken, their wall time in NVML (much of it waiting on the driver), the sampling thread's CPU time."""
+
+    def __init__(self, rings: _Rings, clock: Callable[[], float], energy_every: int):
+        self.rings, self.clock, self.energy_every = rings, clock, energy_every
+        self.pids = PidCache()
+        self.count, self.wall_s, self.cpu_s = 0, 0.0, 0.0
+
+    def _read(self, gpu: GpuReader) -> GpuSample:
+        sample = gpu.read(self.clock(), with_energy=self.count % self.energy_every == 0)
+        if sample.pids:
+            sample.foreign_pids = not all(self.pids.visible(pid) for pid in sample.pids)
+        return sample
+
+    def sweep(self) -> list[tuple[GpuReader, GpuSample]]:
+        started, started_cpu = time.perf_counter(), time.thread_time()
+        readings = [(gpu, self._read(gpu)) for gpu in self.rings.gpus]
+        self.rings.append(readings)
+        self.count += 1
+        self.wall_s += time.perf_counter() - started
+        self.cpu_s += time.thread_time() - started_cpu
+        return readings
+
+    def describe(self, hz: float) -> dict:
+        sweeps = max(self.count, 1)
+        return {
+            "sweeps": self.count,
+            "sweep_ms_mean": 1000.0 * self.wall_s / sweeps,
+            "sweep_cpu_ms_mean": 1000.0 * self.cpu_s / sweeps,
+            "cpu_duty": self.cpu_s / sweeps * hz,  # share of one CPU core the thread keeps busy
+        }
+
+
 class GpuSampler:
     """Samples every GPU NVML sees at `hz` into a ring buffer per GPU and answers window queries.
 
@@ -100,37 +159,19 @@ class GpuSampler:
         # the energy counter costs ~3 ms of CPU a read (H200), ~100x the other calls together: read it
         # every few sweeps; window energy tops it up with power at the edges
         self.energy_every = max(1, round(self.hz / energy_hz)) if energy_hz > 0 else 1
-        self.sweeps = 0
-        self.sweep_cost_s = 0.0  # wall time in NVML (much of it waiting on the driver)
-        self.sweep_cpu_s = 0.0  # CPU time of the sampling thread
-        self._lock = threading.Lock()
         self._ticker = _Ticker(self._tick, self.hz)
-        self._pids = PidCache()
         self.nvml, self.gpus, self.reason = open_nvml(nvml)
         self.available = bool(self.gpus)
-        self._buffers = {g.index: collections.deque(maxlen=self.maxlen) for g in self.gpus}
+        self._rings = _Rings(self.gpus, self.maxlen)
+        self._sweeps = _Sweeps(self._rings, self.clock, self.energy_every)
 
     # -- sampling ------------------------------------------------------------------------------------------
-
-    def _read(self, gpu: GpuReader) -> GpuSample:
-        sample = gpu.read(self.clock(), with_energy=self.sweeps % self.energy_every == 0)
-        if sample.pids:
-            sample.foreign_pids = not all(self._pids.visible(pid) for pid in sample.pids)
-        return sample
 
     def sample_once(self) -> None:
         """Reads every GPU once into its buffer (the thread calls this; tests may call it directly)."""
         if not self.available:
             return
-        started, started_cpu = time.perf_counter(), time.thread_time()
-        readings = [(gpu, self._read(gpu)) for gpu in self.gpus]
-        with self._lock:
-            for gpu, sample in readings:
-                self._buffers[gpu.index].append(sample)
-        self.sweeps += 1
-        self.sweep_cost_s += time.perf_counter() - started
-        self.sweep_cpu_s += time.thread_time() - started_cpu
-        self.export(self.node_id, readings)
+        self.export(self.node_id, self._sweeps.sweep())
 
     def _tick(self) -> None:
         try:
@@ -155,22 +196,15 @@ class GpuSampler:
 
     # -- queries -------------------------------------------------------------------------------------------
 
-    def _find(self, gpu: int | str) -> GpuReader | None:
-        return next((g for g in self.gpus if g.matches(gpu)), None)
-
     def samples(self, gpu: int | str) -> list[GpuSample]:
-        found = self._find(gpu)
-        if found is None:
-            return []
-        with self._lock:
-            return list(self._buffers[found.index])
+        return self._rings.samples(gpu)
 
     def _query(self, gpu: int | str, answer: Callable[[list[GpuSample]], dict]) -> dict:
         where = {"node": self.node_id, "gpu": gpu}
-        if not self.available and not self.sweeps:
+        if not self.available and not self._sweeps.count:
             return empty_window(self.reason or "telemetry unavailable", **where)
         try:
-            found = self._find(gpu)
+            found = self._rings.find(gpu)
         except (TypeError, ValueError):
             found = None
         if found is None:
@@ -199,7 +233,7 @@ class GpuSampler:
 
     def usage(self, spans: Mapping[str, Sequence[float]]) -> dict:
         """Every GPU's use over each named [t0, t1] span (phases of the search); never raises."""
-        if not self.available and not self.sweeps:
+        if not self.available and not self._sweeps.count:
             return {"available": False, "reason": self.reason or "telemetry unavailable", "gpus": []}
         gpus = []
         for gpu in self.gpus:
@@ -209,7 +243,6 @@ class GpuSampler:
         return {"available": True, "reason": None, "node_id": self.node_id, "gpus": gpus}
 
     def info(self) -> dict:
-        sweeps = max(self.sweeps, 1)
         return {
             "available": self.available,
             "reason": self.reason,
@@ -222,13 +255,10 @@ class GpuSampler:
             "gpus": [g.describe() for g in self.gpus],
             "unsupported": {g.index: dict(g.unsupported) for g in self.gpus if g.unsupported},
             "errors": {g.index: {**g.errors, "last": g.last_error} for g in self.gpus if g.errors},
-            "sweeps": self.sweeps,
-            "sweep_ms_mean": 1000.0 * self.sweep_cost_s / sweeps,
-            "sweep_cpu_ms_mean": 1000.0 * self.sweep_cpu_s / sweeps,
-            "cpu_duty": self.sweep_cpu_s / sweeps * self.hz,  # share of one CPU core the thread keeps busy
+            **self._sweeps.describe(self.hz),
             "overruns": self._ticker.overruns,
             "exports": self.export.count,
             "export_error": self.export.error,
             # False when NVML reports pids from another PID namespace (containers): no per-caller match
-            "pids_comparable": self._pids.all_visible(),
+            "pids_comparable": self._sweeps.pids.all_visible(),
         }

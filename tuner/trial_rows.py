@@ -1,0 +1,86 @@
+"""A ledger row's fields from what a Ray trial left: its last report, its config and its error.
+
+The runner's Record turns each finished Ray trial into one row of the ledger; what a row keeps of the
+trial's metrics, and how a failure reads in one line, is decided here, apart from the running of trials.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ray import cloudpickle
+from ray.exceptions import RayActorError, RayTaskError
+
+from trainables.loop import first_line
+from trainables.trainable import LABELS
+
+PLACEMENT_KEYS = ("node", "node_id", "gpu", "pid")  # all a failed trial's row keeps of its metrics
+
+# What a row keeps of a trial's last report, besides status, speed and loss (which need care).
+RESULT_KEYS = (
+    "train_loss peak_mem_mb compile_s warmup_s step_ms_median step_ms_p90 steps tokens node "
+    "node_id gpu pid window_t0 window_t1 window_tokens cpu_own_cores cpu_others_cores cpu_count wall_s error "
+    "gate_wait_s compiling_beside"
+).split()
+
+
+def trial_row(
+    metrics: dict[str, Any] | None,
+    config: dict[str, Any],
+    error: Any,
+    path: str | None,
+    trial_id: str | None = None,
+) -> dict[str, Any]:
+    """The fields of a row from what a Ray trial left: its last metrics, its config, its error (the ledger
+    adds the phase and id). `trial_id` (the Ray trial's own) keys the row: metrics that name another trial
+    are not this one's (a reused worker answers with its previous trial's until it is reset) and are
+    dropped. A failed trial keeps only where it ran: a speed or loss it reported before failing is no result."""
+    m = dict(metrics or {})
+    if trial_id is not None and m.get("trial_id") not in (None, trial_id):
+        m = {}
+    status = m.get("status")
+    if error is not None:
+        m = {k: m.get(k) for k in PLACEMENT_KEYS}
+        status, m["error"] = "error", describe_error(error, m.get("pid"))
+    elif status in (None, "running"):
+        status = "stopped"  # the stopper ended it before its final report
+    train = dict(config.get("train") or {})
+    labels = train.pop(LABELS, None) or {}
+    knobs = {k: v for k, v in config.items() if k != "train"}
+    speed = m.get("tokens_per_s")
+    return {
+        "config": knobs,
+        "train": {**train, **knobs},  # the whole config the trial trained
+        "case": labels.get("case"),
+        "repeat": labels.get("repeat"),
+        "ray_trial_id": trial_id or m.get("trial_id"),
+        "status": status,
+        "tokens_per_s": speed
+        if isinstance(speed, int | float) and math.isfinite(speed) and speed > 0
+        else None,
+        "val_loss": m.get("val_loss"),
+        **{k: m.get(k) for k in RESULT_KEYS},
+        "path": path,
+    }
+
+
+def describe_error(error: BaseException, pid: int | None = None) -> str:
+    """One line: a dead worker in words, a trial's own exception as `Type: first line`."""
+    if isinstance(error, RayTaskError) and not isinstance(error.cause, RayActorError):
+        error = error.cause  # the trainable's own exception, not Ray's wrapper around it
+    if isinstance(error, RayActorError):
+        where = f" (pid {pid})" if pid else ""
+        return f"WorkerDied: the trial's worker process{where} died: killed, or crashed (e.g. out of memory)"
+    return f"{type(error).__name__}: {first_line(error)[:300]}"
+
+
+def trial_error(trial) -> BaseException:
+    """The error Ray recorded for a failed trial. Read from the driver's copy: `get_pickled_error()` reads
+    the trial's storage, which Ray syncs only after the callbacks have run."""
+    path = trial.pickled_error_file
+    try:
+        with open(path, "rb") as f:
+            return cloudpickle.load(f)
+    except Exception:  # noqa: BLE001 - no readable record (or one that cannot be rebuilt here): still failed
+        return RuntimeError("the trial's worker failed")
