@@ -9,8 +9,10 @@ import pytest
 
 from trainables import train
 from trainables.config import TrainConfig
+from trainables.trainable import LABELS
 from tuner import search
 from tuner.config import SearchSection
+from tuner.runner import _planned_tokens
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE = str(ROOT / "configs" / "smoke.yaml")
@@ -97,3 +99,9 @@ def test_train_help_explains_set_and_gives_exit_codes(capsys):
     text = " ".join(capsys.readouterr().out.split())
     assert "--set KEY=VALUE override a training key" in text and "model.d_model" in text
     assert "exit codes:" in text and "2 bad input" in text
+
+
+def test_a_labelled_run_shows_its_tokens_and_eta_not_warming_up_forever():
+    # The search labels each case in its training config; the progress line must still read the plan.
+    train = {"tokens": 4096, "batch_size": 2, "seq_len": 16, LABELS: {"case": 0, "repeat": 1}}
+    assert _planned_tokens({"train": train, "batch_size": 4}) == 4096

@@ -220,8 +220,9 @@ def _label(config: dict) -> str:
 
 
 def _planned_tokens(config: dict) -> int | None:
+    train = {k: v for k, v in config.get("train", {}).items() if k != LABELS}  # labels are not knobs
     try:
-        cfg = make_config({**config.get("train", {}), **{k: v for k, v in config.items() if k != "train"}})
+        cfg = make_config({**train, **{k: v for k, v in config.items() if k != "train"}})
     except ConfigError:
         return None
     return cfg.total_steps * cfg.tokens_per_step
