@@ -97,16 +97,23 @@ class Node:
         return None
 
     def training(self) -> int | None:
-        """The pid of a trial's worker process that trains on this node (Ray titles it so only while the
-        trainable runs, after its start-up), if any."""
+        """The pid of a trial's worker process that trains on this node (Ray titles it so while the
+        trainable runs, after its start-up; training keeps a core busy, an idle reused worker does not)."""
         raylet = self.raylet()
         for p in raylet.children(recursive=True) if raylet else []:
-            if "ImplicitFunc.train" in " ".join(_cmdline(p)):
+            if "ImplicitFunc.train" in " ".join(_cmdline(p)) and _busy(p):
                 return p.pid
         return None
 
     def stop(self) -> None:
         stop_group(self.proc)
+
+
+def _busy(p: psutil.Process) -> bool:
+    try:
+        return p.cpu_percent(interval=0.2) > 30
+    except psutil.Error:
+        return False
 
 
 def _cmdline(p: psutil.Process) -> list[str]:
@@ -278,13 +285,16 @@ def finished_rows(out: Path) -> dict[str, dict]:
 
 def kill_raylet_mid_trial(node: Node, out: Path, proc: subprocess.Popen, timeout: float = 300) -> dict:
     """SIGKILL the node's raylet once a trial has finished and another one has trained on the node for a
-    second (so it is well inside its run, not finishing); returns the rows finished by then."""
-    deadline, seen = time.time() + timeout, {}
+    second without a row finishing meanwhile (so it is well inside its run, not done: a reused worker that
+    has just reported its last result still looks busy); returns the rows finished by then."""
+    deadline, since, watched = time.time() + timeout, None, None
     while time.time() < deadline and proc.poll() is None:
         pid = node.training()
-        started = seen.setdefault(pid, time.time()) if pid else None
         done = finished_rows(out) if (out / "trials").exists() else {}
-        if done and started and time.time() - started > 1.0:
+        state = (pid, len(done))
+        if pid is None or state != watched:  # a new trial, or one just finished: watch afresh
+            since, watched = time.time(), state
+        elif done and time.time() - since > 1.0:
             node.raylet().send_signal(signal.SIGKILL)
             return done
         time.sleep(0.2)
@@ -296,7 +306,7 @@ def kill_raylet_mid_trial(node: Node, out: Path, proc: subprocess.Popen, timeout
 def test_a_node_lost_mid_search_costs_its_running_trial_a_rerun_and_nothing_else(cluster):
     out = cluster.driver_dir / "out"
     # screen runs of a few seconds, none stopped early: the kill finds one mid-run
-    proc = start_search(cluster, out, "--set", "search.screen_steps=40", "--set", "search.early_stop_ratio=0")
+    proc = start_search(cluster, out, "--set", "search.screen_steps=80", "--set", "search.early_stop_ratio=0")
     before = kill_raylet_mid_trial(cluster.nodes[1], out, proc)
     assert proc.wait(timeout=400) in (0, 3), search_log(cluster)[-4000:]
     log = search_log(cluster)
