@@ -279,6 +279,8 @@ def _fit(
     record = Record(ledger, total, already, tune_kwargs.get("time_budget_s"), rerun_lost)
     stoppers = [s for s in (tune_kwargs.pop("stopper", None), RecordFailed(record)) if s is not None]
     trainable = tune.with_parameters(train_trial, timing_gate=placement.gate, corpus=_inputs.corpus)
+    # Tune names each trial actor (its repr in the dashboard) and trial after the function: say the phase.
+    trainable.__name__ = f"{ledger.phase}_trial"
     tuner = tune.Tuner(
         tune.with_resources(trainable, placement.resources),
         param_space=param_space,
