@@ -17,7 +17,7 @@ from typing import Any
 import ray
 from ray import tune
 
-from trainables.config import ConfigError, make_config
+from trainables.config import ConfigError, TrainConfig, make_config
 from trainables.data import Corpus, shipped_corpus
 from trainables.gate import GateClient
 from trainables.loop import WINDOW_KEYS, train
@@ -53,6 +53,14 @@ def _placement() -> dict[str, Any]:
     return {"node_id": ctx.get_node_id(), "gpu": int(gpu_ids[0]) if gpu_ids else None}
 
 
+def trial_config(config: dict[str, Any]) -> TrainConfig:
+    """The training config a trial's Tune config stands for: the baseline under `train` (less its labels),
+    the trial's knobs over it. ConfigError on bad values."""
+    knobs = {k: v for k, v in config.items() if k != "train"}
+    base = {k: v for k, v in config.get("train", {}).items() if k != LABELS}
+    return make_config({**base, **knobs})
+
+
 def train_trial(config: dict[str, Any], timing_gate: str | None = None, corpus: Corpus | None = None) -> None:
     """One trial. With `timing_gate` (speed runs that share a GPU: "turns", or "quiet" to also wait until
     no other run on the GPU is compiling), its GPU work after the first step waits for the GPU's gate, so no
@@ -61,9 +69,7 @@ def train_trial(config: dict[str, Any], timing_gate: str | None = None, corpus: 
     placement = _placement()
     _own_compile_caches()
     try:
-        knobs = {k: v for k, v in config.items() if k != "train"}
-        base = {k: v for k, v in config["train"].items() if k != LABELS}
-        cfg = make_config({**base, **knobs})
+        cfg = trial_config(config)
     except ConfigError as err:
         tune.report({"status": "error", "error": str(err), "tokens_per_s": 0.0, "done": True, **placement})
         return

@@ -25,9 +25,9 @@ from ray import tune
 from ray.tune import Callback, Stopper
 from ray.tune.stopper import CombinedStopper
 
-from trainables.config import ConfigError, make_config
+from trainables.config import ConfigError
 from trainables.data import Corpus
-from trainables.trainable import LABELS, train_trial
+from trainables.trainable import LABELS, train_trial, trial_config
 from tuner.distinct import DistinctConfigs
 from tuner.knobs import freeze
 from tuner.node_loss import NODE_LOSS_RERUNS, died_with_node
@@ -220,9 +220,8 @@ def _label(config: dict) -> str:
 
 
 def _planned_tokens(config: dict) -> int | None:
-    train = {k: v for k, v in config.get("train", {}).items() if k != LABELS}  # labels are not knobs
     try:
-        cfg = make_config({**train, **{k: v for k, v in config.items() if k != "train"}})
+        cfg = trial_config(config)  # as the trial itself reads it
     except ConfigError:
         return None
     return cfg.total_steps * cfg.tokens_per_step
