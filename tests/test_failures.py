@@ -274,3 +274,11 @@ def test_a_baseline_that_cannot_train_ends_with_the_command_that_shows_why(tmp_p
     assert command[3:] == ["--config", config, "--set", "workload=toy_workload:gone"]
     alone = subprocess.run(command, cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=120)
     assert alone.returncode == 2 and "cannot load 'toy_workload:gone'" in alone.stderr, alone.stderr
+
+
+def test_cases_can_have_repeats_of_their_own(tmp_path, one_cpu_ray):
+    """The re-measure runs the baseline more often than the finalists (search.baseline_repeats)."""
+    cases = [{**TOY, "seed": i} for i in range(2)]
+    rows = run_cases("p", tmp_path, cases, Placement({"cpu": 1}, 1, reuse_actors=True), repeats=[3, 1])
+    assert [(r.case, r.repeat) for r in rows] == [(0, 0), (0, 1), (0, 2), (1, 0)]
+    assert all(r.status == "ok" and r.tokens_per_s for r in rows)

@@ -423,6 +423,13 @@ def test_how_each_number_was_measured_says_what_shared_the_gpu():
     assert "screen compiles may overlap" in measured
 
 
+def test_the_measurement_says_when_the_baseline_had_repeats_of_its_own():
+    assert "every speed-up divides by it" not in section(rendered(CURRENT), "How each number was measured")
+    more = {**CURRENT, "measurement": {**CURRENT["measurement"], "baseline_repeats": 6}}
+    measured = section(rendered(more), "How each number was measured")
+    assert "the baseline, 3 runs each (the baseline 6: every speed-up divides by it)" in measured
+
+
 def test_run_it_reuses_the_compile_cache():
     cached, uncached = (section(rendered(CURRENT | {"compile_cache": c}), "Run it") for c in (CACHE, None))
     assert "python -m trainables.train --config OUT/best.yaml" in cached and "compile_cache" not in uncached

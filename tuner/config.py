@@ -60,6 +60,12 @@ class SearchSection(BaseModel):
     )
     remeasure_top: int = Field(2, gt=0, description="feasible configs re-measured exclusively")
     repeats: int = Field(3, gt=0, description="exclusive re-measurements per finalist")
+    baseline_repeats: int | None = Field(
+        None,
+        gt=0,
+        description="exclusive re-measurements of the baseline (default: repeats); it is the denominator of "
+        "every speed-up, and a launch-bound run varies ~8% from one process to the next",
+    )
     seed: int = 0
     time_budget: str | None = Field(
         None, description="e.g. 20m, 1h30m, 90s: the screen stops proposing after it"

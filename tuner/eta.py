@@ -25,8 +25,10 @@ def loss_check_s(ctx: SearchContext, fastest: list[TrialRow]) -> float:
 
 def remeasure_s(ctx: SearchContext, fastest: list[TrialRow]) -> float:
     s = ctx.cfg.search
-    finalists = fastest[: s.remeasure_top] + fastest[:1]  # the baseline costs about as much as one
-    windows = sum(s.screen_steps * (r.step_ms_median or 0.0) / 1000 for r in finalists) * s.repeats
+    finalists = fastest[: s.remeasure_top]
+    window = [s.screen_steps * (r.step_ms_median or 0.0) / 1000 for r in finalists]
+    # the baseline's windows cost about as much as the fastest's (its twin's speed, not its own)
+    windows = sum(window) * s.repeats + window[0] * (s.baseline_repeats or s.repeats)
     return windows / max(1, ctx.hw.gpus) + max((r.warmup_s or 0.0) / 2 for r in finalists)
 
 

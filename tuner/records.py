@@ -179,6 +179,11 @@ class Best(Record):
     tokens_per_s_spread: list[float] = Field(default_factory=list, description="[min, max] of its runs")
     val_loss: float | None = None
     speedup: float | None = None
+    speedup_one_run: list[float] = Field(
+        default_factory=list,
+        description="[low, high]: where one run of it and one of the baseline, outside the search, should "
+        "put their tok/s ratio (95% prediction interval from the re-measure runs' spread; tuner/ratio.py)",
+    )
     warmup_s: float | None = Field(None, description="compile + warm-up with the search's caches")
     time_to_train_s: float | None = Field(None, description="the planned run, compile + warm-up included")
 

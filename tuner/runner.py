@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -310,17 +310,19 @@ def run_cases(
     cases: list[dict[str, Any]],
     placement: Placement,
     *,
-    repeats: int = 1,
+    repeats: int | Sequence[int] = 1,
 ) -> list[TrialRow]:
-    """Each training config in `cases`, `repeats` times; rows in case order, one per (case, repeat)."""
+    """Each training config in `cases`, `repeats` times (or repeats[i] times for case i); rows in case
+    order, one per (case, repeat)."""
     ledger = Ledger(out, phase)
-    total = len(cases) * repeats
+    counts = [repeats] * len(cases) if isinstance(repeats, int) else list(repeats)
+    total = sum(counts)
     for attempt in range(NODE_LOSS_RERUNS + 1):
         done = {(r.case, r.repeat) for r in ledger.rows()}
         pending = [
             {**case, LABELS: {"case": i, "repeat": rep}}
             for i, case in enumerate(cases)
-            for rep in range(repeats)
+            for rep in range(counts[i])
             if (i, rep) not in done
         ]
         if not pending:

@@ -11,6 +11,7 @@ from trainables.config import dump_config, make_config
 from tuner import costs
 from tuner.context import SearchContext, log
 from tuner.gpus import gpu_population, gpu_usage, phase_spans
+from tuner.ratio import one_run_ratio_range
 from tuner.records import (
     BASELINE_ID,
     BaselineResult,
@@ -23,6 +24,7 @@ from tuner.records import (
     TrialRow,
 )
 from tuner.report import write_reports
+from tuner.report.fmt import one_run_text
 from tuner.select import finish_first, pick_winner, spread
 from tuner.telemetry import fetch_usage
 
@@ -58,7 +60,7 @@ def summarize(
             val_loss=baseline.val_loss,
             loss_execution=baseline.execution,
         ),
-        best=_best(winner, base_median) if winner else None,
+        best=_best(winner, base_runs) if winner else None,
         trials=_without_timelines(trials),
         tolerance=Tolerance(value=ctx.cfg.quality.tolerance, mode=ctx.cfg.quality.mode, limit=limit),
         hardware=ctx.hw.model_dump(),
@@ -101,9 +103,10 @@ def write(ctx: SearchContext, summary: Summary) -> int:
             "check was faster beyond the noise of the re-measured runs (best.yaml is the baseline)"
         )
         return EXIT_OK
+    one_run = f"; {one_run_text(best)}" if one_run_text(best) else ""
     log(
         f"best: {best.id} {best.config} -> {best.tokens_per_s:,.0f} tok/s "
-        f"({best.speedup}x baseline), val loss {best.val_loss}; the planned run "
+        f"({best.speedup}x baseline{one_run}), val loss {best.val_loss}; the planned run "
         f"({summary.planned_tokens:,} tokens) takes ~{best.time_to_train_s:,.0f} s, compile included"
     )
     log(f"run it: python -m trainables.train --config {Path(summary.best_yaml)}")
@@ -142,15 +145,19 @@ def _finalists(
     return out
 
 
-def _best(winner: Finalist, base_median: float | None) -> Best:
+def _best(winner: Finalist, base_runs: list[float]) -> Best:
     median, lo, hi = spread(winner.runs)
+    base_median = spread(base_runs)[0] if base_runs else None
+    speedup = round(median / base_median, 3) if base_median else None
+    one_run = one_run_ratio_range(winner.runs, base_runs, speedup) if speedup else None
     return Best(
         id=winner.id,
         config=winner.config,
         tokens_per_s=median,
         tokens_per_s_spread=[lo, hi],
         val_loss=winner.val_loss,
-        speedup=round(median / base_median, 3) if base_median else None,
+        speedup=speedup,
+        speedup_one_run=[round(v, 3) for v in one_run] if one_run else [],
         warmup_s=winner.warmup_s,
         time_to_train_s=winner.time_to_train_s,
     )
@@ -195,6 +202,7 @@ def _measurement(ctx: SearchContext) -> dict:
         "screen_steps": ctx.cfg.search.screen_steps,
         "timing_warmup_steps": ctx.base["timing_warmup_steps"],
         "repeats": ctx.cfg.search.repeats,
+        "baseline_repeats": ctx.cfg.search.baseline_repeats or ctx.cfg.search.repeats,
         "screen": timed,
         "loss_check": "shared GPU (fractions), full token budget, val loss only; each trained with the "
         "fastest execution screened for its loss knobs (the baseline too)",

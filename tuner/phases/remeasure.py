@@ -22,7 +22,9 @@ def run(ctx: SearchContext, screen: list[TrialRow]) -> list[TrialRow]:
             finalists.append((t.id, t.config))
             cases.append(case)
     placement = ctx.speed_placement(quiet=True)
-    rows = run_cases("remeasure", ctx.out, cases, placement, repeats=ctx.cfg.search.repeats)
+    s = ctx.cfg.search
+    repeats = [s.baseline_repeats or s.repeats] + [s.repeats] * (len(cases) - 1)
+    rows = run_cases("remeasure", ctx.out, cases, placement, repeats=repeats)
     for row in rows:
         row.finalist, row.config = finalists[row.case]
         row.val_loss = None

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from tuner.knobs import RUN_ONLY_FIELDS, knob_diff
-from tuner.records import Summary, Tolerance, TrialRow, short_node_id
+from tuner.records import Best, Summary, Tolerance, TrialRow, short_node_id
 
 DASH = "—"
 NODE_ID = re.compile(r"\b[0-9a-f]{56}\b")  # a Ray node id, as notices from before short ids spell it
@@ -20,6 +20,14 @@ def is_num(x: Any) -> bool:
 
 def fmt_tps(value: Any) -> str:
     return f"{value:,.0f}" if is_num(value) else DASH
+
+
+def one_run_text(best: Best | None) -> str:
+    """Where one run of the winner and one of the baseline should put their speed ratio; "" if unknown."""
+    if best is None or len(best.speedup_one_run) != 2:
+        return ""
+    lo, hi = best.speedup_one_run
+    return f"one run of each outside the search: {lo:.1f}x–{hi:.1f}x at 95%"
 
 
 def fmt_mem(mb: Any) -> str:

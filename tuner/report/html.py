@@ -30,6 +30,7 @@ from tuner.report.fmt import (
     fmt_tps,
     fmt_warmup,
     is_num,
+    one_run_text,
     short_ids,
 )
 from tuner.report.gpus import USAGE_HEAD
@@ -143,7 +144,9 @@ def _cards(view: View) -> list[tuple[str, str]]:
         (f"{fmt_tps(pick.tps)} tok/s", spread or f"baseline {fmt_tps(base.tps)} tok/s"),
         (
             f"{pick.speedup:.2f}×" if winner and pick.speedup else "1.00×",
-            f"vs baseline {fmt_tps(base.tps)} tok/s",
+            " · ".join(
+                filter(None, [f"vs baseline {fmt_tps(base.tps)} tok/s", one_run_text(view.summary.best)])
+            ),
         ),
         (
             f"val loss {fmt_loss(pick.loss)}",

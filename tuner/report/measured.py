@@ -38,6 +38,7 @@ class Facts:
     steps: Any
     warmup: Any
     repeats: Any
+    baseline_repeats: Any
     fraction: Any
     on_gpu: bool
     limit: float | None
@@ -55,6 +56,7 @@ class Facts:
             steps=m.get("screen_steps"),
             warmup=m.get("timing_warmup_steps"),
             repeats=m.get("repeats"),
+            baseline_repeats=m.get("baseline_repeats", m.get("repeats")),
             fraction=m.get("loss_check_gpu_fraction"),
             on_gpu=bool(hw.get("gpus") or hw.get("cuda")),
             limit=summary.tolerance.limit,
@@ -310,6 +312,8 @@ def _loss_note(facts: Facts, how: str | None) -> str:
 def _remeasure_note(summary: Summary, facts: Facts, how: str | None) -> str:
     runs = _phase_runs(summary, "remeasure")
     text = f"Re-measure: the top feasible configs and the baseline, {facts.repeats or 'several'} runs each"
+    if facts.baseline_repeats and facts.baseline_repeats != facts.repeats:
+        text += f" (the baseline {facts.baseline_repeats}: every speed-up divides by it)"
     text += f" ({how})" if how else f" ({facts.timed_windows})"
     if runs and facts.on_gpu:
         text += "; each timed window also waited until no other run on its GPU was compiling"
@@ -336,7 +340,7 @@ def _warmup_note(summary: Summary) -> list[str]:
 def measurement_notes(summary: Summary) -> list[str]:
     """How each number was measured, one markdown line each; then the summary's other measurement notes."""
     m, facts, tol = dict(summary.measurement), Facts.of(summary), summary.tolerance
-    for key in ("screen_steps", "repeats"):
+    for key in ("screen_steps", "repeats", "baseline_repeats"):
         m.pop(key, None)
     screen, loss, remeasure = (m.pop(key, None) for key in ("screen", "loss_check", "remeasure"))
     return [
