@@ -43,7 +43,11 @@ def run_config(args, knobs: dict[str, str], env: dict[str, str]) -> dict:
     cmd += ["--json", *(f"--set={k}={v}" for k, v in sets.items())]
     cmd += ["--data", args.data] if args.data else []
     started = time.time()
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=args.timeout)
+    try:
+        proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=args.timeout)
+    except subprocess.TimeoutExpired:  # a cold compile past --timeout is a result too, not the sweep's end
+        error = f"did not finish in {args.timeout:.0f} s (compile + warm-up + {args.steps} steps)"
+        return {**knobs, "status": "timeout", "error": error, "process_s": round(time.time() - started, 1)}
     lines = proc.stdout.strip().splitlines()
     try:
         result = json.loads(lines[-1])

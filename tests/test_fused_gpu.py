@@ -35,7 +35,13 @@ def loss_and_grads(model, x, y, dtype):
     with torch.autocast("cuda", dtype=dtype, enabled=dtype != torch.float32):
         loss = model(x, y)[1]
     loss.backward()
-    return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    # a compiled module names its parameters "_orig_mod.<name>"
+    grads = {
+        n.removeprefix("_orig_mod."): p.grad.clone()
+        for n, p in model.named_parameters()
+        if p.grad is not None
+    }
+    return loss.detach(), grads
 
 
 def assert_close_grads(a, b, dtype):
@@ -46,6 +52,7 @@ def assert_close_grads(a, b, dtype):
 
 
 def test_custom_ops_pass_opcheck():
+    from model.ops.conv_fused import causal_conv1d_fwd
     from model.ops.rwkv6_fused import rwkv6_fwd
     from model.ops.ssd_fused import ssd_fwd
 
@@ -60,6 +67,34 @@ def test_custom_ops_pass_opcheck():
     Bm, Cm = (torch.randn(B, T, 1, 64, device="cuda", requires_grad=True) for _ in range(2))
     D = torch.ones(4, device="cuda", requires_grad=True)
     torch.library.opcheck(ssd_fwd, (x, dt, A, Bm, Cm, D, 64))
+    # conv: channel-last (a slice of a wider projection, as the model's xBC) and [B, D, T] (D = 12)
+    wide = torch.randn(B, T, 72, device="cuda", requires_grad=True)
+    for x in (wide[..., 8:40], torch.randn(B, T, 12, device="cuda", requires_grad=True)):
+        weight = torch.randn(x.shape[-1], 4, device="cuda", requires_grad=True)
+        for bias in (torch.randn(x.shape[-1], device="cuda", requires_grad=True), None):
+            for silu in (True, False):
+                torch.library.opcheck(causal_conv1d_fwd, (x, weight, bias, silu))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("width", [72, 12])  # x = a channel-last slice [..., 8:40]; D = 12: [B, D, T] copies
+@pytest.mark.parametrize("with_bias", [True, False])  # with bias and silu; neither
+def test_fused_conv_matches_torch_in_both_layouts(dtype, width, with_bias):
+    g = torch.Generator(device="cuda").manual_seed(0)
+    proj = torch.randn(2, 100, width, device="cuda", generator=g).to(dtype)
+    weight = torch.randn(min(width, 32), 4, device="cuda", generator=g)
+    bias = torch.randn(weight.shape[0], device="cuda", generator=g) if with_bias else None
+    results = []
+    for backend in ("torch", "mamba_ssm"):
+        leaves = [t.detach().requires_grad_() for t in (proj, weight, bias) if t is not None]
+        x = leaves[0][..., 8:40] if width == 72 else leaves[0]
+        y = ops.causal_conv1d(x, *leaves[1:], activation="silu" if with_bias else None, backend=backend)
+        y.float().square().sum().backward()
+        results.append([y] + [t.grad for t in leaves])
+    for want, got in zip(*results):
+        assert got.dtype == want.dtype
+        scale = want.abs().max()
+        torch.testing.assert_close(got / scale, want / scale, **TOL[dtype])
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

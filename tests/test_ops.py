@@ -1,5 +1,7 @@
 """The chunked torch ops against their naive recurrences (the definitions), plus backend selection."""
 
+import importlib.util
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -7,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from model import ops
+from model.ops._backend import load_fused
 from model.ops.conv import causal_conv1d_naive
 from model.ops.rwkv6 import rwkv6_naive, rwkv6_torch
 from model.ops.ssd import ssd_naive, ssd_torch
@@ -207,3 +210,14 @@ def test_available_backends_reports_reasons():
         assert value is True or (isinstance(value, str) and "\n" not in value and value)
     if not torch.cuda.is_available():
         assert available["fla"] is not True and available["mamba_ssm"] is not True
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("causal_conv1d_cuda") is not None, reason="causal-conv1d is installed"
+)
+def test_missing_conv_kernel_is_one_line_naming_its_module():
+    """Without causal-conv1d, model.ops.conv_fused fails at import (not at the first call) with one line."""
+    kernel, why = load_fused("causal_conv1d")
+    assert kernel is None and "\n" not in why
+    assert why.startswith("model.ops.conv_fused.causal_conv1d_fused is not importable (ModuleNotFoundError")
+    assert "causal_conv1d_cuda" in why

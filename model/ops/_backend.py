@@ -11,12 +11,14 @@ from collections.abc import Callable
 
 import torch
 
-# op -> (backend name, module, function) of its fused kernel. rwkv6 and ssd go through our custom-op
-# wrappers (torch.compile and CUDA graphs take them whole); causal_conv1d's kernels are custom ops already.
+# op -> (backend name, module, function) of its fused kernel. All three go through our custom-op wrappers
+# (torch.compile and CUDA graphs take them whole): causal_conv1d's own custom ops write into an `out=`
+# tensor allocated outside them, which Dynamo refuses under fullgraph. The causal conv keeps the backend
+# name "mamba_ssm" (Mamba2's conv; the kernel is the causal_conv1d package's CUDA extension).
 FUSED = {
     "rwkv6": ("fla", "model.ops.rwkv6_fused", "rwkv6_fla"),
     "ssd": ("mamba_ssm", "model.ops.ssd_fused", "ssd_mamba"),
-    "causal_conv1d": ("mamba_ssm", "causal_conv1d", "causal_conv1d_fn"),
+    "causal_conv1d": ("mamba_ssm", "model.ops.conv_fused", "causal_conv1d_fused"),
 }
 FUSED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 

@@ -25,14 +25,8 @@ def causal_conv1d_torch(x, weight, bias=None, activation=None):
 
 
 def _causal_conv1d_fused(x, weight, bias=None, activation=None):
-    xt = x.transpose(1, 2)  # [B, D, T]; a channel-last view when x is contiguous
-    # the kernel reads channel-last only with D and the strides multiples of 8; else [B, D, T] contiguous
-    if not (xt.stride(1) == 1 and xt.stride(0) % 8 == 0 and xt.stride(2) % 8 == 0 and x.shape[-1] % 8 == 0):
-        xt = xt.contiguous()
-    bias = bias.contiguous() if bias is not None else None
-    return load_fused("causal_conv1d")[0](xt, weight.contiguous(), bias, activation=activation).transpose(
-        1, 2
-    )
+    # model.ops.conv_fused: the kernel as custom ops; the channel-last / contiguous choice is made inside them
+    return load_fused("causal_conv1d")[0](x, weight, bias, activation)
 
 
 def causal_conv1d(x, weight, bias=None, activation=None, backend="torch"):
