@@ -313,7 +313,10 @@ def _remeasure_note(summary: Summary, facts: Facts, how: str | None) -> str:
     runs = _phase_runs(summary, "remeasure")
     text = f"Re-measure: the top feasible configs and the baseline, {facts.repeats or 'several'} runs each"
     if facts.baseline_repeats and facts.baseline_repeats != facts.repeats:
-        text += f" (the baseline {facts.baseline_repeats}: every speed-up divides by it)"
+        text = (
+            f"Re-measure: the top feasible configs, {facts.repeats or 'several'} runs each, and the baseline, "
+            f"{facts.baseline_repeats} (every speed-up divides by it)"
+        )
     text += f" ({how})" if how else f" ({facts.timed_windows})"
     if runs and facts.on_gpu:
         text += "; each timed window also waited until no other run on its GPU was compiling"
