@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from trainables import train
-from trainables.config import TrainConfig
-from trainables.trainable import LABELS
+from trainables.config import ConfigError, TrainConfig
+from trainables.trainable import LABELS, trial_config
 from tuner import search
 from tuner.config import SearchSection
 from tuner.runner import _planned_tokens
@@ -70,6 +70,11 @@ def test_the_training_cli_names_keys_as_its_set_takes_them(capsys):
     assert train.main(["--set", "batch_sise=8"]) == 2
     err = capsys.readouterr().err
     assert "did you mean 'batch_size'?" in err and ", ".join(TrainConfig.model_fields) in err
+
+
+def test_a_trials_config_error_names_the_key_as_a_search_config_writes_it():
+    with pytest.raises(ConfigError, match=r"config key 'train.precision': Input should be 'fp32'"):
+        trial_config({"train": {"batch_size": 8}, "precision": "fp8"})
 
 
 def test_search_help_gives_phases_outputs_exit_codes_and_what_resume_does():

@@ -427,7 +427,10 @@ def test_the_measurement_says_when_the_baseline_had_repeats_of_its_own():
     assert "every speed-up divides by it" not in section(rendered(CURRENT), "How each number was measured")
     more = {**CURRENT, "measurement": {**CURRENT["measurement"], "baseline_repeats": 6}}
     measured = section(rendered(more), "How each number was measured")
-    assert "the top feasible configs, 3 runs each, and the baseline, 6 (every speed-up divides by it)" in measured
+    assert (
+        "the top feasible configs, 3 runs each, and the baseline, 6 (every speed-up divides by it)"
+        in measured
+    )
 
 
 def test_run_it_reuses_the_compile_cache():

@@ -58,7 +58,7 @@ def trial_config(config: dict[str, Any]) -> TrainConfig:
     the trial's knobs over it. ConfigError on bad values."""
     knobs = {k: v for k, v in config.items() if k != "train"}
     base = {k: v for k, v in config.get("train", {}).items() if k != LABELS}
-    return make_config({**base, **knobs})
+    return make_config({**base, **knobs}, section="train")  # keys named as a search config writes them
 
 
 def train_trial(config: dict[str, Any], timing_gate: str | None = None, corpus: Corpus | None = None) -> None:
