@@ -116,6 +116,11 @@ class SearchSection(BaseModel):
             parse_duration(v)
         return v
 
+    @property
+    def baseline_runs(self) -> int:
+        """How many times the re-measure times the baseline."""
+        return self.baseline_repeats or self.repeats
+
 
 class QualitySection(BaseModel):
     model_config = ConfigDict(extra="forbid")

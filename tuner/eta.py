@@ -27,8 +27,9 @@ def remeasure_s(ctx: SearchContext, fastest: list[TrialRow]) -> float:
     s = ctx.cfg.search
     finalists = fastest[: s.remeasure_top]
     window = [s.screen_steps * (r.step_ms_median or 0.0) / 1000 for r in finalists]
-    # the baseline's windows cost about as much as the fastest's (its twin's speed, not its own)
-    windows = sum(window) * s.repeats + window[0] * (s.baseline_repeats or s.repeats)
+    # The baseline is not screened (its twin is), so its windows are counted at the fastest's step time:
+    # short of the truth when the baseline is launch-bound (eager seed steps are ~7x longer on a GPU).
+    windows = sum(window) * s.repeats + window[0] * s.baseline_runs
     return windows / max(1, ctx.hw.gpus) + max((r.warmup_s or 0.0) / 2 for r in finalists)
 
 

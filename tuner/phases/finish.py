@@ -103,7 +103,7 @@ def write(ctx: SearchContext, summary: Summary) -> int:
             "check was faster beyond the noise of the re-measured runs (best.yaml is the baseline)"
         )
         return EXIT_OK
-    one_run = f"; {one_run_text(best)}" if one_run_text(best) else ""
+    one_run = f"; {text}" if (text := one_run_text(best)) else ""
     log(
         f"best: {best.id} {best.config} -> {best.tokens_per_s:,.0f} tok/s "
         f"({best.speedup}x baseline{one_run}), val loss {best.val_loss}; the planned run "
@@ -202,7 +202,7 @@ def _measurement(ctx: SearchContext) -> dict:
         "screen_steps": ctx.cfg.search.screen_steps,
         "timing_warmup_steps": ctx.base["timing_warmup_steps"],
         "repeats": ctx.cfg.search.repeats,
-        "baseline_repeats": ctx.cfg.search.baseline_repeats or ctx.cfg.search.repeats,
+        "baseline_repeats": ctx.cfg.search.baseline_runs,
         "screen": timed,
         "loss_check": "shared GPU (fractions), full token budget, val loss only; each trained with the "
         "fastest execution screened for its loss knobs (the baseline too)",

@@ -23,7 +23,7 @@ def run(ctx: SearchContext, screen: list[TrialRow]) -> list[TrialRow]:
             cases.append(case)
     placement = ctx.speed_placement(quiet=True)
     s = ctx.cfg.search
-    repeats = [s.baseline_repeats or s.repeats] + [s.repeats] * (len(cases) - 1)
+    repeats = [s.baseline_runs] + [s.repeats] * (len(cases) - 1)
     rows = run_cases("remeasure", ctx.out, cases, placement, repeats=repeats)
     for row in rows:
         row.finalist, row.config = finalists[row.case]

@@ -280,7 +280,7 @@ class View:
         lo_hi = best.tokens_per_s_spread
         spread = f" (range {fmt_tps(lo_hi[0])}–{fmt_tps(lo_hi[1])})" if len(lo_hi) == 2 else ""
         versus = f"{best.speedup:.2f}x the baseline's" if is_num(best.speedup) else "against the baseline's"
-        one_run = f" ({one_run_text(best)})" if one_run_text(best) else ""
+        one_run = f" ({text})" if (text := one_run_text(best)) else ""
         return (
             f"**{best.id}** {_is_the(summary)}: {fmt_tps(best.tokens_per_s)} tok/s{spread}, {versus} "
             f"{base_tps} tok/s{one_run}. Its validation loss is {fmt_loss(best.val_loss)} against the baseline's "
