@@ -13,6 +13,7 @@ from tuner.knobs import knob_diff, loss_key
 from tuner.records import BASELINE_ID, Finalist
 from tuner.select import (
     Selection,
+    could_be_remeasured,
     finish_first,
     loss_check_candidates,
     pick_winner,
@@ -113,6 +114,34 @@ def test_candidates_skip_failed_and_stopped_trials():
     trials = [screen("x", 900.0, status="nan", lr=1e-2), screen("y", None, batch_size=64)]
     trials.append(screen("z", 10.0, status="stopped", batch_size=16))
     assert loss_check_candidates(trials, BASELINE, top=4) == []
+
+
+def test_a_candidate_is_in_reach_until_enough_distinct_passed_configs_screened_faster():
+    # Run G's shape (H200, 2026-11-26): three groups passed in round 0 with four configs faster than the
+    # next candidate, so a second round for it (141 s there) could not change what the re-measure times.
+    trials = [
+        screen("ro-lr6-device", 580.0, batch_size=32, lr=6e-4, compile="reduce-overhead", loader="device"),
+        screen("ro-lr6", 524.0, batch_size=32, lr=6e-4, compile="reduce-overhead"),
+        screen("ro-lr3", 502.0, batch_size=32, compile="reduce-overhead"),
+        screen("b64", 447.0, batch_size=64, compile="reduce-overhead"),
+        screen("tf32", 267.0, batch_size=16, precision="tf32", compile="reduce-overhead"),
+        screen("twin", 113.0, compile="reduce-overhead"),
+    ]
+    picks = {c.id: c for c in loss_check_candidates(trials, BASELINE, top=8)}
+    passed = [picks["twin"], picks["ro-lr6-device"], picks["ro-lr3"], picks["b64"]]
+    assert not could_be_remeasured(picks["tf32"], passed, top=3)
+    assert could_be_remeasured(picks["tf32"], passed, top=5)  # four faster: a fifth slot is still open
+    # Only passed groups count: with b64 failing its check, three configs are faster, and top=4 leaves room.
+    assert could_be_remeasured(picks["tf32"], passed[:3], top=4)
+    assert not could_be_remeasured(picks["tf32"], passed[:3], top=3)
+    # The same config screened twice counts once (the re-measure times distinct configs).
+    dup = screen("ro-lr3-again", 501.0, batch_size=32, compile="reduce-overhead")
+    twice = loss_check_candidates([*trials, dup], BASELINE, top=8)
+    ro = next(c for c in twice if c.id == "ro-lr6-device")
+    lr3 = next(c for c in twice if c.id == "ro-lr3")
+    assert len(lr3.rows) == 2
+    assert could_be_remeasured(picks["tf32"], [ro, lr3], top=4)  # 3 distinct, not 4
+    assert not could_be_remeasured(picks["tf32"], [ro, lr3], top=3)
 
 
 # --- propagate_feasibility --------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from tuner.knobs import knob_diff, loss_key
+from tuner.knobs import freeze, knob_diff, loss_key
 from tuner.records import BASELINE_ID, FAILED_STATUSES, Finalist, SelectionResult, TrialRow
 
 ENERGY_MARGIN = 0.02  # J/token must be this much lower than the fastest's to outweigh simplicity
@@ -32,11 +32,15 @@ class Candidate:
 
     row: TrialRow
     inherits: str | None  # "baseline": the baseline's own loss run stands for the group
-    covers: tuple[str, ...]  # ids of every screened trial in the group
+    rows: tuple[TrialRow, ...]  # every screened trial in the group, fastest first
 
     @property
     def id(self) -> str:
         return self.row.id
+
+    @property
+    def covers(self) -> tuple[str, ...]:
+        return tuple(r.id for r in self.rows)
 
     @property
     def config(self) -> dict[str, Any]:
@@ -58,8 +62,16 @@ def loss_check_candidates(screen_trials: list[TrialRow], baseline: dict, top: in
             if to_check >= top:
                 continue
             to_check += 1
-        out.append(Candidate(members[0], inherits, tuple(m.id for m in members)))
+        out.append(Candidate(members[0], inherits, tuple(members)))
     return out
+
+
+def could_be_remeasured(pick: Candidate, passed: Iterable[Candidate], top: int) -> bool:
+    """Whether `pick` could still be one of the `top` feasible configs the re-measure times: fewer than
+    `top` distinct configs of the groups that passed the loss check screened faster. Once that many have,
+    a loss run for `pick` (or anything slower) decides nothing: the re-measure would never time it."""
+    faster = {freeze(row.config) for group in passed for row in group.rows if _speed(row) > _speed(pick.row)}
+    return len(faster) < top
 
 
 def _check_verdict(check: TrialRow, limit: float) -> bool:

@@ -2,7 +2,8 @@
 the full token budget, several at once on a GPU (fractions, each with a memory cap), since only their val
 loss is used. Each trains with the fastest execution the screen found for its loss key (for a candidate,
 itself; for the baseline, its twin). Round 0 holds the baseline, whose loss sets the limit every verdict
-uses; later rounds go on until `loss_check_top` configs pass or `max_loss_checks` runs are spent."""
+uses; later rounds go on until `loss_check_top` configs pass, `max_loss_checks` runs are spent, or the next
+candidate could no longer be re-measured (`remeasure_top` passed configs screened faster)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from tuner.observe import annotate
 from tuner.phases import baseline
 from tuner.records import TrialRow
 from tuner.runner import Placement, run_cases
-from tuner.select import Candidate, loss_check_candidates
+from tuner.select import Candidate, could_be_remeasured, loss_check_candidates
 
 
 def run(ctx: SearchContext, screen: list[TrialRow]) -> list[TrialRow]:
@@ -23,12 +24,15 @@ def run(ctx: SearchContext, screen: list[TrialRow]) -> list[TrialRow]:
     s = ctx.cfg.search
     picks = loss_check_candidates(screen, ctx.base, len(screen))
     queue = [p for p in picks if not p.inherits]  # the baseline's own loss stands for the rest
-    feasible = sum(1 for p in picks if p.inherits)
+    passed = [p for p in picks if p.inherits]
+    feasible = len(passed)
     budget = s.max_loss_checks if s.max_loss_checks is not None else 2 * s.loss_check_top
     base_case, twin = baseline.loss_case(ctx, screen)
     base_case["gpu_memory_fraction"] = _gpu_share(ctx, twin)
     base_row, limit, rows, round_no = None, None, [], 0
-    while base_row is None or (queue and feasible < s.loss_check_top and len(rows) < budget):
+    while base_row is None or (
+        queue and feasible < s.loss_check_top and len(rows) < budget and _in_reach(ctx, queue[0], passed)
+    ):
         extra = 1 if base_row is None else 0  # round 0 also trains the baseline
         take = max(0, min(_slots(ctx) - extra, s.loss_check_top - feasible, budget - len(rows)))
         batch, queue = queue[:take], queue[take:]
@@ -44,9 +48,22 @@ def run(ctx: SearchContext, screen: list[TrialRow]) -> list[TrialRow]:
             row.execution = execution(row.train)
             row.feasible = row.status == "ok" and row.val_loss is not None and row.val_loss <= limit
             feasible += bool(row.feasible)
+            passed += [pick] if row.feasible else []
         rows += new
         round_no += 1
     return [base_row, *rows]
+
+
+def _in_reach(ctx: SearchContext, pick: Candidate, passed: list[Candidate]) -> bool:
+    """Another round only for a candidate the re-measure could still time (tuner.select)."""
+    top = ctx.cfg.search.remeasure_top
+    if could_be_remeasured(pick, passed, top):
+        return True
+    ctx.notice(
+        f"loss check: no further round: {top} feasible configs screened faster than the next candidate, "
+        f"{pick.id} ({pick.row.tokens_per_s:,.0f} tok/s), and the re-measure times only the fastest {top}"
+    )
+    return False
 
 
 def _case(ctx: SearchContext, pick: Candidate) -> dict[str, Any]:
