@@ -40,6 +40,16 @@ def loss_key(config: dict, baseline: dict) -> tuple:
     return tuple((n, freeze(config[n] if n in config else baseline.get(n))) for n in names)
 
 
+# TrainConfig fields that change the graph torch.compile builds (shapes, dtypes, modules, mode): two configs
+# equal in these compile the same graph, so the second finds it in the search's compile cache.
+GRAPH_FIELDS = ("workload", "model", "seq_len", "batch_size", "precision", "compile", "kernels",
+                "activation_checkpointing")  # fmt: skip
+
+
+def graph_key(config: dict, baseline: dict) -> tuple:
+    return tuple((n, freeze(config[n] if n in config else baseline.get(n))) for n in GRAPH_FIELDS)
+
+
 def knob_diff(config: dict, baseline: dict) -> dict[str, tuple[Any, Any]]:
     """{knob: (baseline value, config value)} for every knob of `config` that differs from the baseline."""
     return {

@@ -141,7 +141,9 @@ class Finalist(Record):
         None,
         description="compile + warm-up seconds, median of its re-measure runs (the search's caches warm)",
     )
-    warmup_cold_s: float | None = Field(None, description="compile + warm-up of its first screen run")
+    warmup_cold_s: float | None = Field(
+        None, description="compile + warm-up with an empty cache: the longest screen run of the same graph"
+    )
     time_to_train_s: float | None = Field(
         None,
         description="the planned run (train.tokens): warm-up as best.yaml's run pays it + tokens / tok/s",
@@ -153,7 +155,9 @@ class BreakEven(Record):
 
     compile: str
     config_id: str = Field(description="the fastest feasible screened config of this compile mode")
-    versus_id: str = Field(description="the fastest feasible screened config without compile")
+    versus_id: str = Field(
+        description="the fastest feasible screened config without compile, else the baseline when it is eager"
+    )
     tokens_per_s: float
     versus_tokens_per_s: float
     warmup_cold_s: float | None = None

@@ -41,7 +41,7 @@ def summarize(
     limit: float,
 ) -> Summary:
     tokens = ctx.base["tokens"]
-    finalists = _finalists(baseline, screen, remeasure, tokens)
+    finalists = _finalists(ctx.base, baseline, screen, remeasure, tokens)
     base_runs = next((f.runs for f in finalists if f.id == BASELINE_ID), [])
     base_median = spread(base_runs)[0] if base_runs else None
     # The baseline competes too: when nothing beats it beyond noise, the simplest (it) wins; and a planned
@@ -79,7 +79,7 @@ def summarize(
         planned_tokens=tokens,
         compile_cache=ctx.compile_cache,
         finalists=finalists,
-        break_even=costs.break_even(screen, finalists),
+        break_even=costs.break_even(screen, finalists, ctx.base),
         gpu_usage=_gpu_usage(ctx, timings, trials),
         gpu_population=gpu_population(remeasure),
     )
@@ -114,7 +114,7 @@ def write(ctx: SearchContext, summary: Summary) -> int:
 
 
 def _finalists(
-    baseline: TrialRow, screen: list[TrialRow], remeasure: list[TrialRow], tokens: int
+    base: dict, baseline: TrialRow, screen: list[TrialRow], remeasure: list[TrialRow], tokens: int
 ) -> list[Finalist]:
     runs: dict[str, list[TrialRow]] = {}
     for row in remeasure:
@@ -138,7 +138,7 @@ def _finalists(
                 joules_per_token=spread(joules)[0] if joules and len(joules) == len(rows) else None,
                 telemetry_trusted=all(trusted) if trusted else None,
                 warmup_s=warm,
-                warmup_cold_s=src.warmup_s if fid in screened else None,
+                warmup_cold_s=costs.cold_warmup(src, screen, base) if fid in screened else None,
                 time_to_train_s=costs.time_to_train(warm, tokens, spread(runs)[0] if runs else None),
             )
         )

@@ -85,15 +85,17 @@ def _intro(summary: Summary) -> str:
         "so a first run elsewhere pays the cold one)"
     )
     return (
-        f"{run}. Time to train = {cache} + tokens ÷ the median re-measured tok/s. Warm-up cold: the "
-        "config's first compile in the search (its speed-screen run); warm: the median of its re-measure runs."
+        f"{run}. Time to train = {cache} + tokens ÷ the median re-measured tok/s. Warm-up cold: with an "
+        "empty cache (the longest screen run that compiled the same graph; later ones found it cached); "
+        "warm: the median of its re-measure runs."
     )
 
 
 BREAK_EVEN_INTRO = (
     "The run length after which each compile mode's longer compile + warm-up has paid for itself against the "
-    "fastest feasible eager config, from their speed-screen tok/s (Cold: first compile; Warm: the search's "
-    "caches warm, as best.yaml's run has them). A shorter run finishes sooner without compile."
+    "fastest feasible eager config (the baseline when no eager config got through the screen), from their "
+    "speed-screen tok/s (the baseline's: re-measured). Cold: an empty compile cache; Warm: the search's "
+    "caches warm, as best.yaml's run has them. A shorter run finishes sooner without compile."
 )
 
 
