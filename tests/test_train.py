@@ -22,6 +22,7 @@ import torch
 import toy_workload
 
 from trainables import loop, timing
+from trainables.cache_use import classify
 from trainables.config import (
     ConfigError,
     TrainConfig,
@@ -643,3 +644,17 @@ def test_fp32_note_with_auto_kernels_follows_what_is_installed(monkeypatch, inst
     backends = {"naive": True, "torch": True, "fla": installed or "not importable", "mamba_ssm": "no"}
     monkeypatch.setattr(trainables.loop, "available_backends", lambda: backends)
     assert (fp32_fused_note("fp32", "auto", True, None) is not None) == installed
+
+
+def test_a_run_says_whether_its_compile_came_from_the_cache(tmp_path, monkeypatch):
+    # Real Inductor on CPU: the first run compiles the toy model into an empty cache, the second (a fresh
+    # compile in the same process, as every run makes) finds its graphs there; eager runs compile nothing.
+    for var in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"):
+        monkeypatch.setenv(var, str(tmp_path / "unused"))  # restored after; the run points them at its cache
+    cfg = toy_config(compile="default", compile_cache=str(tmp_path / "cache"), tokens=4 * 16 * 16)
+    first, second = quiet_train(cfg), quiet_train(cfg)
+    assert first["status"] == second["status"] == "ok"
+    assert (first["compile_cache_use"], second["compile_cache_use"]) == ("miss", "hit")
+    assert any((tmp_path / "cache" / "inductor").rglob("*")), "the graphs went to the run's cache"
+    assert quiet_train(toy_config(tokens=4 * 16 * 16))["compile_cache_use"] is None
+    assert classify(hits=1, misses=1) == "partial"  # e.g. the forward graph cached, the backward not

@@ -26,6 +26,7 @@ from typing import Any
 import torch
 
 from model.ops import available_backends
+from trainables.cache_use import CacheCount
 from trainables.config import ConfigError, TrainConfig, dump_config
 from trainables.timing import CompileDeadline, FirstStepDeadline, StepTimer
 from trainables.workload import Workload, load_workload
@@ -233,6 +234,7 @@ def _empty_result(device: torch.device) -> dict[str, Any]:
         "tokens": 0,
         "compile_s": None,
         "warmup_s": None,
+        "compile_cache_use": None,
         "step_ms_median": None,
         "step_ms_p90": None,
         "window_t0": None,
@@ -315,6 +317,7 @@ def train(
     log(f"workload: {workload.describe()}")
     _prepare(cfg, workload, device)
     state: dict[str, Any] = {}  # the run's model, optimizer and data: dropped before memory is measured
+    cache = CacheCount()
     try:
         with _MemoryCap(cfg, device):
             state["training"] = _Training(cfg, workload, device, log, result)
@@ -327,6 +330,7 @@ def train(
     finally:
         state.clear()
         result["peak_mem_mb"] = _release(device)
+        result["compile_cache_use"] = cache.outcome()
     result["wall_s"] = round(time.time() - started, 3)
     if result["status"] != "ok":
         log(f"run ended: {result['status']}: {result['error']}")

@@ -44,7 +44,21 @@ def annotate(ctx: SearchContext, rows: list[TrialRow]) -> list[TrialRow]:
             f"{flagged[0].phase}: {len(flagged)} of {len(out)} timed runs shared the CPU with other "
             f"processes (up to {worst:.1f} cores busy elsewhere); their speed figures are not trusted"
         )
+    _say_cache_misses(ctx, out)
     return out
+
+
+def _say_cache_misses(ctx: SearchContext, rows: list[TrialRow]) -> None:
+    """After the screen the search's cache holds what it compiled: a run that still compiles from scratch
+    pays minutes of warm-up the cache was there to save, and the user should hear of it."""
+    missed = [r for r in rows if r.compile_cache_use == "miss" and r.phase_name != "screen"]
+    if missed:
+        warmups = [r.warmup_s for r in missed if r.warmup_s is not None]
+        paid = f", {min(warmups):.0f}-{max(warmups):.0f} s of warm-up each" if warmups else ""
+        ctx.notice(
+            f"{missed[0].phase}: {len(missed)} of {len(rows)} runs compiled from scratch: the search's "
+            f"compile cache did not have their graphs{paid}"
+        )
 
 
 def _join_gpu(ctx: SearchContext, row: TrialRow, siblings: list[int]) -> TrialRow:

@@ -13,6 +13,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from trainables.cache_use import CacheUse
+
 Status = Literal["ok", "oom", "nan", "error", "timeout", "stopped"]
 FAILED_STATUSES = frozenset({"oom", "nan", "error", "timeout"})
 BASELINE_ID = "baseline"
@@ -52,6 +54,9 @@ class TrialRow(Record):
     peak_mem_mb: float | None = None
     compile_s: float | None = Field(None, description="one-off cost of the warm-up steps over steady ones")
     warmup_s: float | None = None
+    compile_cache_use: CacheUse | None = Field(
+        None, description="whether its compiled graphs came from the compile cache (Inductor's counters)"
+    )
     step_ms_median: float | None = None
     step_ms_p90: float | None = None
     steps: int | None = None

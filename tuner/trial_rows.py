@@ -21,7 +21,7 @@ PLACEMENT_KEYS = ("node", "node_id", "gpu", "pid")  # all a failed trial's row k
 RESULT_KEYS = (
     "train_loss peak_mem_mb compile_s warmup_s step_ms_median step_ms_p90 steps tokens node "
     "node_id gpu pid window_t0 window_t1 window_tokens cpu_own_cores cpu_others_cores cpu_count wall_s error "
-    "gate_wait_s compiling_beside"
+    "gate_wait_s compiling_beside compile_cache_use"
 ).split()
 
 

@@ -1,0 +1,46 @@
+"""Whether a run's torch.compile found its graphs in the compile cache.
+
+Inductor counts, per process, each compiled graph (a training step has a forward and a backward one) that
+its FX graph cache answered (hit), had to compile (miss), or could not cache (bypass). Counted over one run,
+they say whether its warm-up was a cold compile or a cached one: a search shares one cache between its
+trials, and a run that misses it pays minutes (two minutes for batch 32 bf16 under CUDA graphs on an H200)
+where a hit pays seconds. Counters read through torch's own `counters`; no compile, no outcome.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Literal
+
+CacheUse = Literal["hit", "miss", "partial"]
+# Inductor's counter names: a bypass compiles every time, as a miss does.
+_KIND = {"fxgraph_cache_hit": "hit", "fxgraph_cache_miss": "miss", "fxgraph_cache_bypass": "miss"}
+
+
+def _read() -> Counter:
+    from torch._dynamo.utils import counters  # torch's process-wide compile counters
+
+    out: Counter = Counter()
+    for name, kind in _KIND.items():
+        out[kind] += counters["inductor"][name]
+    return out
+
+
+class CacheCount:
+    """Reads the counters at the start of a run; `outcome()` says what the run's compiles found since."""
+
+    def __init__(self) -> None:
+        self.before = _read()
+
+    def outcome(self) -> CacheUse | None:
+        since = _read() - self.before
+        return classify(since["hit"], since["miss"])
+
+
+def classify(hits: int, misses: int) -> CacheUse | None:
+    """All graphs from the cache, none, or some; None when nothing was compiled."""
+    if hits <= 0 and misses <= 0:
+        return None
+    if misses <= 0:
+        return "hit"
+    return "miss" if hits <= 0 else "partial"
