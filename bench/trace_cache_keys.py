@@ -1,0 +1,70 @@
+"""Which runs missed the FX graph cache, and why: reads the structured traces torch writes with
+TORCH_TRACE=DIR (one file per process; a search's trials inherit the variable from the driver).
+
+    TORCH_TRACE=/tmp/trace python -m tuner.search ...          # then:
+    python bench/trace_cache_keys.py /tmp/trace [--summary OUT/summary.json]
+        per process: pid, the search trial it ran (with --summary), FX graph cache hits / misses and keys
+    python bench/trace_cache_keys.py /tmp/trace --diff KEY_A KEY_B
+        the key components (hashed fields) in which two cache keys differ: why one missed the other's entry
+    python bench/trace_cache_keys.py /tmp/trace --dump keys.json
+        the same facts in a small file (the traces are tens of MB a process); KEYS.json then stands for
+        the trace folder in both commands above
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from collections import Counter
+from pathlib import Path
+
+EVENT = re.compile(r'"name": "fx_graph_cache_(hit|miss|bypass)"')
+KEY = re.compile(r'"key": "(\w+)",\s*"components": \[(.*?)\n\s*\]', re.S)
+PID = re.compile(r"^[VIWE]\d{4} [\d:.]+ (\d+) ", re.M)
+
+
+def read(path: Path) -> dict:
+    text = path.read_text(errors="replace")
+    pid = PID.search(text)
+    keys = {m.group(1): re.findall(r'^\s*"(\[.*)",?$', m.group(2), re.M) for m in KEY.finditer(text)}
+    return {"pid": int(pid.group(1)) if pid else None, "events": Counter(EVENT.findall(text)), "keys": keys}
+
+
+def trials_by_pid(summary: Path | None) -> dict[int, str]:
+    if summary is None:
+        return {}
+    trials = json.loads(summary.read_text())["trials"]
+    return {t["pid"]: t["id"] for t in trials if t.get("pid") is not None}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("trace", type=Path)
+    parser.add_argument("--summary", type=Path)
+    parser.add_argument("--diff", nargs=2, metavar="KEY")
+    parser.add_argument("--dump", type=Path, help="write what the traces say to this JSON file")
+    args = parser.parse_args()
+    if args.trace.is_file():
+        processes = json.loads(args.trace.read_text())
+    else:
+        processes = [read(p) for p in sorted(args.trace.glob("*.log"))]
+    if args.dump:
+        args.dump.write_text(json.dumps(processes))
+    if args.diff:
+        found = {k: c for p in processes for k, c in p["keys"].items()}
+        # each component is "[hash] field: value": equal "[hash] field" is an equal field (a repr may differ)
+        a, b = ({line.split(": ")[0]: line for line in found[k]} for k in args.diff)
+        for name, side, other in ((args.diff[0], a, b), (args.diff[1], b, a)):
+            for h in sorted(set(side) - set(other), key=side.get):
+                print(f"only {name[:10]}: {side[h][:300]}")
+        return
+    trial = trials_by_pid(args.summary)
+    for p in processes:
+        if p["events"]:
+            keys = " ".join(k[:10] for k in p["keys"])
+            print(f"pid {p['pid']} {trial.get(p['pid'], '?'):>16} {dict(p['events'])} keys: {keys}")
+
+
+if __name__ == "__main__":
+    main()
