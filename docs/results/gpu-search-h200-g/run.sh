@@ -1,0 +1,21 @@
+# Run G (one GPU, cold machine): the default search exactly as the README gives it, from the commit in
+# .gpu/src.tar, then the seed baseline and best.yaml alone, one after the other.
+set -u
+R=/tmp/final; mkdir -p $R
+rm -rf /tmp/p && mkdir /tmp/p && tar xf .gpu/src.tar -C /tmp/p && cp .gpu/tinyshakespeare.txt .gpu/gitrev /tmp/p/
+cat > /tmp/final_inner.sh <<'INNER'
+cd /tmp/p
+export PYTHONPATH=/tmp/site:/tmp/p PYTHONUNBUFFERED=1
+R=/tmp/final
+T=$(date +%s); echo "START $(date -u +%FT%TZ) $(cat gitrev) $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1) x$(nvidia-smi -L | wc -l) $(nproc) cpus" > $R/search.log
+python3 -m tuner.search --config configs/default.yaml --data tinyshakespeare.txt >> $R/search.log 2>&1
+echo "EXIT $? after $(( $(date +%s) - T )) s" >> $R/search.log
+cp out/search/summary.json out/search/report.md out/search/report.html out/search/best.yaml $R/ 2>/dev/null
+TR="python3 -m trainables.train --data tinyshakespeare.txt --json"
+$TR --config configs/default.yaml --set max_steps=300 > $R/train_baseline.json 2> $R/train_baseline.err
+echo "BASE $(date -u +%FT%TZ)" >> $R/search.log
+$TR --config out/search/best.yaml > $R/train_best.json 2> $R/train_best.err
+echo "ALLDONE $(date -u +%FT%TZ)" >> $R/search.log
+INNER
+(setsid nohup bash /tmp/final_inner.sh > /tmp/final_driver.log 2>&1 &)
+sleep 1; echo started
