@@ -1,14 +1,21 @@
 """The search's estimate of its remaining phases, from what the screen measured.
 
-Rough on purpose (it says "~"): loss runs share GPUs, so the loss check takes about the larger of its
-longest run and the GPU work of all its runs; the re-measure's timed windows take turns, so it takes about
-their sum plus one warm-up. Warm-ups after the screen hit warm caches: about half the screen's, as measured.
+Rough on purpose (it says "~"): loss runs share GPUs, so the loss check takes about its runs' compile plus
+the larger of its longest run and the GPU work of all its runs (the candidates the re-measure could time
+and the baseline's twin, at their screened speeds); the re-measure's timed windows take turns, so it takes
+about their sum plus one warm-up. Loss runs on a GPU have so far compiled as if the cache were empty (run
+G, docs/benchmarks.md), so they are counted at the graph's cold warm-up; re-measure runs hit the cache,
+about half the screen's warm-up.
 """
 
 from __future__ import annotations
 
 from tuner.context import SearchContext, log
+from tuner.costs import cold_warmup
+from tuner.knobs import loss_key
+from tuner.phases.baseline import twins
 from tuner.records import TrialRow
+from tuner.select import loss_check_candidates
 
 
 def _fmt(seconds: float) -> str:
@@ -16,11 +23,16 @@ def _fmt(seconds: float) -> str:
     return f"{seconds // 60}m{seconds % 60:02d}s"
 
 
-def loss_check_s(ctx: SearchContext, fastest: list[TrialRow]) -> float:
-    tokens = ctx.base["tokens"]
-    runs = [(r.warmup_s or 0.0) / 2 + tokens / r.tokens_per_s for r in fastest]
-    gpu_work = sum(tokens / r.tokens_per_s for r in fastest) / max(1, ctx.hw.gpus)
-    return max(max(runs), gpu_work)
+def loss_check_s(ctx: SearchContext, screen: list[TrialRow]) -> float:
+    tokens, top = ctx.base["tokens"], ctx.cfg.search.remeasure_top
+    picks = [c.row for c in loss_check_candidates(screen, ctx.base, top) if not c.inherits]
+    twin = twins(ctx, screen).get(loss_key({}, ctx.base))
+    runs = [r for r in [*picks, twin] if r is not None and r.tokens_per_s]
+    if not runs:
+        return 0.0
+    compile_s = max(cold_warmup(r, screen, ctx.base) or 0.0 for r in runs)
+    gpu_work = sum(tokens / r.tokens_per_s for r in runs) / max(1, ctx.hw.gpus)
+    return compile_s + max(max(tokens / r.tokens_per_s for r in runs), gpu_work)
 
 
 def remeasure_s(ctx: SearchContext, fastest: list[TrialRow]) -> float:
@@ -37,8 +49,7 @@ def after_screen(ctx: SearchContext, screen: list[TrialRow]) -> None:
     ok = sorted((r for r in screen if r.status == "ok" and r.tokens_per_s), key=lambda r: -r.tokens_per_s)
     if not ok:
         return
-    fastest = ok[: ctx.cfg.search.loss_check_top + 1]  # + the baseline's twin, about as fast
-    loss, again = loss_check_s(ctx, fastest), remeasure_s(ctx, ok)
+    loss, again = loss_check_s(ctx, screen), remeasure_s(ctx, ok)
     log(
         f"[search] screen done; estimated: loss check ~{_fmt(loss)}, re-measure ~{_fmt(again)} "
         f"(ETA ~{_fmt(loss + again)})"
