@@ -559,3 +559,21 @@ def test_overhead_bench_alternates_paused_and_sampling_segments(tmp_path):
     sampler = result["sampler"]
     # sampling only in the "on" segments: ~5 Hz over about half the run where NVML exists, none without it
     assert (sampler["sweeps"] > 0) == sampler["available"]
+
+
+def test_a_later_phase_whose_runs_compiled_from_scratch_gets_a_notice():
+    # Run G: the loss check's runs warmed up 110-115 s although the screen had filled the cache.
+    notices: list[str] = []
+    ctx = SimpleNamespace(telemetry=Telemetry(actors=[]), notice=notices.append)
+    rows = [
+        make_row(f"loss_check_0-{i}", "loss_check_0", compile_cache_use=use, warmup_s=warmup)
+        for i, (use, warmup) in enumerate([("miss", 110.7), ("miss", 115.3), ("hit", 8.0), (None, 2.0)])
+    ]
+    observe.annotate(ctx, rows)
+    assert notices == [
+        "loss_check_0: 2 of 4 runs compiled from scratch (Inductor's cache answered none of their graphs), "
+        "111-115 s of warm-up each"
+    ]
+    screen = [make_row("screen-0", "screen", compile_cache_use="miss", warmup_s=120.0)]
+    observe.annotate(ctx, screen)  # the screen compiles first: its misses are expected
+    assert len(notices) == 1

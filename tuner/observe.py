@@ -56,8 +56,8 @@ def _say_cache_misses(ctx: SearchContext, rows: list[TrialRow]) -> None:
         warmups = [r.warmup_s for r in missed if r.warmup_s is not None]
         paid = f", {min(warmups):.0f}-{max(warmups):.0f} s of warm-up each" if warmups else ""
         ctx.notice(
-            f"{missed[0].phase}: {len(missed)} of {len(rows)} runs compiled from scratch: the search's "
-            f"compile cache did not have their graphs{paid}"
+            f"{missed[0].phase}: {len(missed)} of {len(rows)} runs compiled from scratch (Inductor's cache "
+            f"answered none of their graphs){paid}"
         )
 
 

@@ -60,8 +60,9 @@ def _in_reach(ctx: SearchContext, pick: Candidate, passed: list[Candidate]) -> b
     if could_be_remeasured(pick, passed, top):
         return True
     ctx.notice(
-        f"loss check: no further round: {top} feasible configs screened faster than the next candidate, "
-        f"{pick.id} ({pick.row.tokens_per_s:,.0f} tok/s), and the re-measure times only the fastest {top}"
+        f"loss check: no further round: at least {top} feasible configs screened faster than the next "
+        f"candidate, {pick.id} ({pick.row.tokens_per_s:,.0f} tok/s), and the re-measure times only the "
+        f"fastest {top}"
     )
     return False
 
