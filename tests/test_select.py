@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import pytest
 from hypothesis import given, settings
@@ -10,6 +11,7 @@ from hypothesis import strategies as st
 
 from tests.factories import make_row
 from tuner.knobs import knob_diff, loss_key
+from tuner.phases.loss_check import _in_reach
 from tuner.records import BASELINE_ID, Finalist
 from tuner.select import (
     Selection,
@@ -142,6 +144,15 @@ def test_a_candidate_is_in_reach_until_enough_distinct_passed_configs_screened_f
     assert len(lr3.rows) == 2
     assert could_be_remeasured(picks["tf32"], [ro, lr3], top=4)  # 3 distinct, not 4
     assert not could_be_remeasured(picks["tf32"], [ro, lr3], top=3)
+    # The loss check's loop asks the same question and says why it stops.
+    notices: list[str] = []
+    ctx = SimpleNamespace(cfg=SimpleNamespace(search=SimpleNamespace(remeasure_top=3)), notice=notices.append)
+    assert _in_reach(ctx, picks["ro-lr3"], passed[:1]) and notices == []
+    assert not _in_reach(ctx, picks["tf32"], passed)
+    assert notices == [
+        "loss check: no further round: at least 3 feasible configs screened faster than the next candidate, "
+        "tf32 (267 tok/s), and the re-measure times only the fastest 3"
+    ]
 
 
 # --- propagate_feasibility --------------------------------------------------------------------------------
