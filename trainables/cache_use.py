@@ -18,7 +18,8 @@ _KIND = {"fxgraph_cache_hit": "hit", "fxgraph_cache_miss": "miss", "fxgraph_cach
 
 
 def _read() -> Counter:
-    from torch._dynamo.utils import counters  # torch's process-wide compile counters
+    # Imported on use: tuner/records.py takes CacheUse from here, and the search's driver need not load Dynamo.
+    from torch._dynamo.utils import counters
 
     out: Counter = Counter()
     for name, kind in _KIND.items():

@@ -12,8 +12,7 @@ from __future__ import annotations
 
 from tuner.context import SearchContext, log
 from tuner.costs import cold_warmup
-from tuner.knobs import loss_key
-from tuner.phases.baseline import twins
+from tuner.phases import baseline
 from tuner.records import TrialRow
 from tuner.select import loss_check_candidates
 
@@ -26,8 +25,7 @@ def _fmt(seconds: float) -> str:
 def loss_check_s(ctx: SearchContext, screen: list[TrialRow]) -> float:
     tokens, top = ctx.base["tokens"], ctx.cfg.search.remeasure_top
     picks = [c.row for c in loss_check_candidates(screen, ctx.base, top) if not c.inherits]
-    twin = twins(ctx, screen).get(loss_key({}, ctx.base))
-    runs = [r for r in [*picks, twin] if r is not None and r.tokens_per_s]
+    runs = [r for r in [*picks, baseline.twin(ctx, screen)] if r is not None and r.tokens_per_s]
     if not runs:
         return 0.0
     compile_s = max(cold_warmup(r, screen, ctx.base) or 0.0 for r in runs)

@@ -36,8 +36,7 @@ def freeze(value: Any) -> Any:
 
 def loss_key(config: dict, baseline: dict) -> tuple:
     """The values of the loss-relevant knobs; equal keys mean one loss run stands for both configs."""
-    names = sorted(n for n in set(config) | set(baseline) if is_loss_knob(n))
-    return tuple((n, freeze(config[n] if n in config else baseline.get(n))) for n in names)
+    return _values(config, baseline, sorted(n for n in set(config) | set(baseline) if is_loss_knob(n)))
 
 
 # TrainConfig fields that change the graph torch.compile builds (shapes, dtypes, modules, mode): two configs
@@ -47,7 +46,13 @@ GRAPH_FIELDS = ("workload", "model", "seq_len", "batch_size", "precision", "comp
 
 
 def graph_key(config: dict, baseline: dict) -> tuple:
-    return tuple((n, freeze(config[n] if n in config else baseline.get(n))) for n in GRAPH_FIELDS)
+    """Equal keys: the same compiled graph, whatever the loader, lr or optimizer settings."""
+    return _values(config, baseline, GRAPH_FIELDS)
+
+
+def _values(config: dict, baseline: dict, names) -> tuple:
+    """(name, value) of each of `names`, the baseline's value where the config does not set it."""
+    return tuple((n, freeze(config[n] if n in config else baseline.get(n))) for n in names)
 
 
 def knob_diff(config: dict, baseline: dict) -> dict[str, tuple[Any, Any]]:

@@ -29,13 +29,18 @@ def twins(ctx: SearchContext, screen: list[TrialRow]) -> dict[tuple, TrialRow]:
     return fastest
 
 
+def twin(ctx: SearchContext, screen: list[TrialRow]) -> TrialRow | None:
+    """The fastest screen run that shares the baseline's loss knobs (None: none screened)."""
+    return twins(ctx, screen).get(loss_key({}, ctx.base))
+
+
 def loss_case(ctx: SearchContext, screen: list[TrialRow]) -> tuple[dict[str, Any], TrialRow | None]:
     """The baseline's loss run (its config with its twin's execution) and the twin (None: none screened)."""
-    twin = twins(ctx, screen).get(loss_key({}, ctx.base))
-    if twin is None:
+    twin_row = twin(ctx, screen)
+    if twin_row is None:
         ctx.notice("no screened config shares the baseline's loss knobs: its loss run trains as configured")
         return {**ctx.base, "out_dir": None}, None
-    return {**ctx.base, **execution({**ctx.base, **twin.config}), "out_dir": None}, twin
+    return {**ctx.base, **execution({**ctx.base, **twin_row.config}), "out_dir": None}, twin_row
 
 
 def as_baseline(row: TrialRow, twin: TrialRow | None) -> TrialRow:

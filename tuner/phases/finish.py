@@ -114,7 +114,7 @@ def write(ctx: SearchContext, summary: Summary) -> int:
 
 
 def _finalists(
-    base: dict, baseline: TrialRow, screen: list[TrialRow], remeasure: list[TrialRow], tokens: int
+    base_config: dict, baseline: TrialRow, screen: list[TrialRow], remeasure: list[TrialRow], tokens: int
 ) -> list[Finalist]:
     runs: dict[str, list[TrialRow]] = {}
     for row in remeasure:
@@ -138,7 +138,7 @@ def _finalists(
                 joules_per_token=spread(joules)[0] if joules and len(joules) == len(rows) else None,
                 telemetry_trusted=all(trusted) if trusted else None,
                 warmup_s=warm,
-                warmup_cold_s=costs.cold_warmup(src, screen, base) if fid in screened else None,
+                warmup_cold_s=costs.cold_warmup(src, screen, base_config) if fid in screened else None,
                 time_to_train_s=costs.time_to_train(warm, tokens, spread(runs)[0] if runs else None),
             )
         )
