@@ -45,6 +45,8 @@ def main() -> None:
     parser.add_argument("--diff", nargs=2, metavar="KEY")
     parser.add_argument("--dump", type=Path, help="write what the traces say to this JSON file")
     args = parser.parse_args()
+    if not args.trace.is_file() and not any(args.trace.glob("*.log")):
+        parser.exit(2, f"error: {args.trace} is neither a --dump file nor a folder of TORCH_TRACE logs\n")
     if args.trace.is_file():
         processes = json.loads(args.trace.read_text())
     else:
