@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from model.ops import available_backends
-from trainables.cache_use import CacheCount
+from trainables.cache_use import CacheCount, stable_cache_keys
 from trainables.config import ConfigError, TrainConfig, dump_config
 from trainables.timing import CompileDeadline, FirstStepDeadline, StepTimer
 from trainables.workload import Workload, load_workload
@@ -258,6 +258,7 @@ def _prepare(cfg: TrainConfig, workload: Workload, device: torch.device) -> None
     if cfg.compile_cache:  # before the first compile: Inductor and Triton read these when they compile
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(Path(cfg.compile_cache) / "inductor")
         os.environ["TRITON_CACHE_DIR"] = str(Path(cfg.compile_cache) / "triton")
+    stable_cache_keys()
     _reset_peak_mem(device)
     # fp32 means fp32: TF32 tensor cores only when asked for.
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = cfg.precision == "tf32"
