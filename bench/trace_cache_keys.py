@@ -38,6 +38,32 @@ def trials_by_pid(summary: Path | None) -> dict[int, str]:
     return {t["pid"]: t["id"] for t in trials if t.get("pid") is not None}
 
 
+def fields(components: list[str]) -> dict[str, tuple[str, str]]:
+    """A key's components, "[hash] field: value", as field -> (hash, printed value)."""
+    out = {}
+    for line in components:
+        head, _, value = line.partition(": ")
+        digest, _, field = head.partition("] ")
+        out[field] = (digest.lstrip("["), value)
+    return out
+
+
+def diff_keys(a: list[str], b: list[str]) -> list[str]:
+    """The fields in which two keys differ, one line each, and a count of those whose printed values are
+    equal: torch prints a tensor input as its metadata but may hash more (a constant's values)."""
+    fa, fb = fields(a), fields(b)
+    differ = [f for f in sorted(fa.keys() | fb.keys()) if fa.get(f, ("", ""))[0] != fb.get(f, ("", ""))[0]]
+    same_text = [f for f in differ if f in fa and f in fb and fa[f][1] == fb[f][1]]
+    lines = [
+        f"{len(differ)} of {len(fa.keys() | fb.keys())} fields differ; {len(same_text)} of them print the same"
+    ]
+    for f in differ:
+        va, vb = fa.get(f, ("-", "(absent)")), fb.get(f, ("-", "(absent)"))
+        note = "same text" if f in same_text else f"{va[1][:120]!r} vs {vb[1][:120]!r}"
+        lines.append(f"{f}: {va[0][:10]} vs {vb[0][:10]}, {note}")
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("trace", type=Path)
@@ -55,11 +81,11 @@ def main() -> None:
         args.dump.write_text(json.dumps(processes))
     if args.diff:
         found = {k: c for p in processes for k, c in p["keys"].items()}
-        # each component is "[hash] field: value": equal "[hash] field" is an equal field (a repr may differ)
-        a, b = ({line.split(": ")[0]: line for line in found[k]} for k in args.diff)
-        for name, side, other in ((args.diff[0], a, b), (args.diff[1], b, a)):
-            for h in sorted(set(side) - set(other), key=side.get):
-                print(f"only {name[:10]}: {side[h][:300]}")
+        keys = [next((k for k in found if k.startswith(prefix)), None) for prefix in args.diff]
+        if None in keys:
+            parser.exit(2, f"error: no key starts with {args.diff[keys.index(None)]}\n")
+        for line in diff_keys(found[keys[0]], found[keys[1]]):
+            print(line)
         return
     trial = trials_by_pid(args.summary)
     for p in processes:
