@@ -8,23 +8,26 @@ import pytest
 
 from tests.factories import make_row
 from tuner.config import SearchSection
-from tuner.eta import loss_check_s
+from tuner.costs import CACHED_SHARE, cached_warmup
+from tuner.eta import loss_check_s, remeasure_s
 
 BASE = {"batch_size": 8, "precision": "fp32", "compile": "none", "lr": 3e-4, "tokens": 10_240_000}
 
 
-def screened(tid: str, tps: float, warmup: float, status: str = "ok", **config):
-    return make_row(tid, "screen", config, status=status, tokens_per_s=tps, warmup_s=warmup)
+def screened(tid: str, tps: float, warmup: float, status: str = "ok", cache: str | None = None, **config):
+    return make_row(
+        tid, "screen", config, status=status, tokens_per_s=tps, warmup_s=warmup, compile_cache_use=cache
+    )
 
 
-def test_loss_check_estimate_counts_cold_compiles_the_twin_and_the_shared_gpu():
-    # Run G's screen in small: the loss check took 234 s; the estimate before counted half a warm
-    # warm-up and left the baseline's slow twin out (1m58s).
+def test_loss_check_estimate_counts_cached_compiles_the_twin_and_the_shared_gpu():
+    # Run G's screen in small. The loss check's runs find their graphs in the search's cache: a graph the
+    # screen also timed from the cache costs that hit's warm-up, another a tenth of its cold compile.
     ro = {"batch_size": 32, "precision": "bf16", "compile": "reduce-overhead"}
     screen = [
-        screened("first", 500_000.0, 120.0, **ro),  # compiled the graph cold
-        screened("cached", 580_000.0, 8.0, **ro, lr=6e-4),  # same graph, from the cache
-        screened("b64", 447_000.0, 118.0, **{**ro, "batch_size": 64}),
+        screened("first", 500_000.0, 120.0, **ro, cache="miss"),  # compiled the graph cold
+        screened("cached", 580_000.0, 8.0, **ro, lr=6e-4, cache="hit"),  # same graph
+        screened("b64", 447_000.0, 118.0, **{**ro, "batch_size": 64}, cache="miss"),
         screened("twin", 113_000.0, 96.0, status="stopped", compile="reduce-overhead"),
         screened("slow", 40_000.0, 2.0, status="stopped", batch_size=32),
     ]
@@ -32,6 +35,43 @@ def test_loss_check_estimate_counts_cold_compiles_the_twin_and_the_shared_gpu():
     ctx.hw = SimpleNamespace(gpus=1)
     tokens = BASE["tokens"]
     work = tokens * (1 / 580_000 + 1 / 500_000 + 1 / 447_000 + 1 / 113_000)
-    assert loss_check_s(ctx, screen) == pytest.approx(120.0 + work)
+    slowest_warmup = (
+        118.0 * CACHED_SHARE
+    )  # b64's: no hit of its graph was timed; above the twin's 9.6 and 8.0
+    assert loss_check_s(ctx, screen) == pytest.approx(slowest_warmup + work)
     ctx.hw.gpus = 4  # the runs spread over four GPUs: the twin's run is the longest
-    assert loss_check_s(ctx, screen) == pytest.approx(120.0 + tokens / 113_000)
+    assert loss_check_s(ctx, screen) == pytest.approx(slowest_warmup + tokens / 113_000)
+
+
+def test_a_cached_warmup_is_a_timed_hit_of_the_graph_or_a_tenth_of_its_cold_compile():
+    ro = {"batch_size": 32, "precision": "bf16", "compile": "reduce-overhead"}
+    first = screened("first", 500_000.0, 120.0, **ro, cache="miss")
+    again = screened("again", 510_000.0, 9.0, **ro, lr=6e-4, cache="hit")
+    assert cached_warmup(first, [first], BASE) == pytest.approx(12.0)
+    assert cached_warmup(first, [first, again], BASE) == 9.0
+
+
+def test_remeasure_estimate_counts_each_run_at_least_its_overhead_outside_the_window():
+    # Launch-bound finalists' windows (30 steps of 10-20 ms) are shorter than what each run spends
+    # outside them; the screen's median of that (5 s) stands for each of the re-measure's turns.
+    ro = {"compile": "reduce-overhead", "precision": "bf16"}
+    timed = {"wall_s": 20.0, "gate_wait_s": 1.0, "window_t0": 100.0, "window_t1": 104.0}  # 20-10-1-4 = 5 s
+    fastest = [
+        make_row(
+            f"s{b}",
+            "screen",
+            {**ro, "batch_size": b},
+            tokens_per_s=1e6 / b,
+            warmup_s=10.0,
+            step_ms_median=10.0 + b / 16,
+            compile_cache_use="miss",
+            **timed,
+        )
+        for b in (16, 32, 64)
+    ]
+    ctx = SimpleNamespace(base=BASE, cfg=SimpleNamespace(search=SearchSection(remeasure_top=3)))
+    ctx.hw = SimpleNamespace(gpus=1)
+    runs = 3 * ctx.cfg.search.repeats + ctx.cfg.search.baseline_runs
+    assert remeasure_s(ctx, fastest, fastest) == pytest.approx(runs * 5.0 + 10.0 * CACHED_SHARE)
+    ctx.hw.gpus = 2
+    assert remeasure_s(ctx, fastest, fastest) == pytest.approx(runs * 5.0 / 2 + 10.0 * CACHED_SHARE)
