@@ -282,3 +282,21 @@ def test_cases_can_have_repeats_of_their_own(tmp_path, one_cpu_ray):
     rows = run_cases("p", tmp_path, cases, Placement({"cpu": 1}, 1, reuse_actors=True), repeats=[3, 1])
     assert [(r.case, r.repeat) for r in rows] == [(0, 0), (0, 1), (0, 2), (1, 0)]
     assert all(r.status == "ok" and r.tokens_per_s for r in rows)
+
+
+def test_an_interrupt_a_library_masked_with_its_own_error_still_exits_130(tmp_path, monkeypatch, capsys):
+    # CI, 2026-11-27: SIGTERM landed inside Optuna's journal lock, whose clean-up raised FileNotFoundError
+    # over it; the search said it had failed (exit 1) instead of stopped (130).
+    from tuner import search
+
+    def lock_cleanup_raises_over_the_interrupt(*args):
+        try:
+            raise KeyboardInterrupt("stopped by SIGTERM")
+        except KeyboardInterrupt:
+            raise FileNotFoundError("out/search/optuna.journal.lock-1.rename") from None
+
+    monkeypatch.setattr(search, "_search", lock_cleanup_raises_over_the_interrupt)
+    argv = ["--config", str(write_config(tmp_path)), "--out", str(tmp_path / "out")]
+    assert search.main(argv) == 130
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith("interrupted: stopped by SIGTERM; OUT is resumable"), last

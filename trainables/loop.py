@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, ExitStack, nullcontext
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
@@ -265,20 +265,24 @@ def _prepare(cfg: TrainConfig, workload: Workload, device: torch.device) -> None
     torch.manual_seed(cfg.seed)
 
 
-def _caused_by(err: BaseException | None, kind: type) -> bool:
-    """Whether `kind` is `err` or anywhere in its chain (Inductor wraps what it catches in InductorError)."""
+E = TypeVar("E", bound=BaseException)
+
+
+def find_cause(err: BaseException | None, kind: type[E]) -> E | None:
+    """`err` or the first exception in its chain that is a `kind` (Inductor wraps what it catches in
+    InductorError; a library's clean-up may raise over an interrupt), else None."""
     seen = set()
     while err is not None and id(err) not in seen:
         if isinstance(err, kind):
-            return True
+            return err
         seen.add(id(err))
         err = err.__cause__ or err.__context__
-    return False
+    return None
 
 
 def _failure(err: Exception, cpu_capped: bool, deadline_s: float | None = None) -> tuple[str, str]:
     """The status and error line of a failed run: timeout, oom, or error with the exception's first line."""
-    if _caused_by(err, CompileDeadline):
+    if find_cause(err, CompileDeadline):
         return "timeout", f"the first step (compile, autotuning) ran over its {deadline_s:g} s deadline"
     if _is_oom(err, cpu_capped=cpu_capped):
         return "oom", f"out of memory: {first_line(err)[:200]}"

@@ -30,7 +30,7 @@ import ray
 from trainables.config import ConfigError
 from trainables.data import Corpus, DataError, resolve_corpus
 from trainables.gate import open_gates
-from trainables.loop import first_line
+from trainables.loop import find_cause, first_line
 from tuner import emit, eta, observe
 from tuner.config import SearchConfig, load_search_config
 from tuner.context import PhaseError, SearchContext, SearchFailed, State, log
@@ -338,6 +338,12 @@ def baseline_command(args: argparse.Namespace) -> str:
     return "python -m trainables.train " + shlex.join(cmd)
 
 
+def interrupted(err: KeyboardInterrupt, argv: list[str], out: Path) -> int:
+    why = f": {err}" if str(err) else ""
+    log(f"interrupted{why}; OUT is resumable: {resume_command(argv, out)}")
+    return EXIT_INTERRUPTED
+
+
 def crashed(err: Exception, argv: list[str], out: Path) -> int:
     """An unexpected error: one line for what failed and where, its traceback in OUT/crash.log, and the
     command that goes on (or, with nothing in OUT to go on from, the traceback here)."""
@@ -368,15 +374,16 @@ def main(argv: list[str] | None = None) -> int:
         log(f"error: {err}")
         return EXIT_BAD_INPUT
     except KeyboardInterrupt as err:
-        why = f": {err}" if str(err) else ""
-        log(f"interrupted{why}; OUT is resumable: {resume_command(argv, out)}")
-        return EXIT_INTERRUPTED
+        return interrupted(err, argv, out)
     except SearchFailed as err:
         log(f"error: {err}")
         log(f"to see why, train the baseline alone: {baseline_command(args)}")
         return EXIT_FAILED
     except Exception as err:  # noqa: BLE001 - any other failure still ends in a line that says what next
-        return crashed(err, argv, out)
+        # An interrupt that landed in a library's clean-up, which raised over it (Optuna's journal lock: a
+        # FileNotFoundError), is still an interrupt.
+        stop = find_cause(err, KeyboardInterrupt)
+        return interrupted(stop, argv, out) if stop else crashed(err, argv, out)
     finally:
         session.stop()
         if not existed and out.is_dir() and not any(out.iterdir()):
