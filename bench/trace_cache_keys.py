@@ -5,7 +5,8 @@ TORCH_TRACE=DIR (one file per process; a search's trials inherit the variable fr
     python bench/trace_cache_keys.py /tmp/trace [--summary OUT/summary.json]
         per process: pid, the search trial it ran (with --summary), FX graph cache hits / misses and keys
     python bench/trace_cache_keys.py /tmp/trace --diff KEY_A KEY_B
-        the key components (hashed fields) in which two cache keys differ: why one missed the other's entry
+        the key components (hashed fields) in which two cache keys (whole, or the 10 characters printed
+        above) differ, and how many of them print the same: why one missed the other's entry
     python bench/trace_cache_keys.py /tmp/trace --dump keys.json
         the same facts in a small file (the traces are tens of MB a process); KEYS.json then stands for
         the trace folder in both commands above

@@ -72,6 +72,6 @@ def test_remeasure_estimate_counts_each_run_at_least_its_overhead_outside_the_wi
     ctx = SimpleNamespace(base=BASE, cfg=SimpleNamespace(search=SearchSection(remeasure_top=3)))
     ctx.hw = SimpleNamespace(gpus=1)
     runs = 3 * ctx.cfg.search.repeats + ctx.cfg.search.baseline_runs
-    assert remeasure_s(ctx, fastest, fastest) == pytest.approx(runs * 5.0 + 10.0 * CACHED_SHARE)
+    assert remeasure_s(ctx, fastest) == pytest.approx(runs * 5.0 + 10.0 * CACHED_SHARE)
     ctx.hw.gpus = 2
-    assert remeasure_s(ctx, fastest, fastest) == pytest.approx(runs * 5.0 / 2 + 10.0 * CACHED_SHARE)
+    assert remeasure_s(ctx, fastest) == pytest.approx(runs * 5.0 / 2 + 10.0 * CACHED_SHARE)

@@ -5,8 +5,9 @@ the larger of its longest run and the GPU work of all its runs (the candidates t
 and the baseline's twin, at their screened speeds); the re-measure's runs take the GPU in turns (a window
 also waits until no run on its GPU is compiling), and each holds it for about its timed window or, when
 longer, what a screen run spent outside warm-up and window (data, model, the last report), plus one
-warm-up: on runs G to I's screens that gives 87-116 s against the 126-139 s they took (docs/benchmarks.md). Both phases' runs find their graphs in the search's cache,
-which the screen filled, so their warm-up is a cached one (`costs.cached_warmup`).
+warm-up: on runs G to I's screens that gives 87-116 s against the 126-139 s they took (docs/benchmarks.md).
+Both phases' runs find their graphs in the search's cache, which the screen filled, so their warm-up is a
+cached one (`costs.cached_warmup`).
 """
 
 from __future__ import annotations
@@ -36,19 +37,25 @@ def loss_check_s(ctx: SearchContext, screen: list[TrialRow]) -> float:
     return compile_s + max(max(tokens / r.tokens_per_s for r in runs), gpu_work)
 
 
-def remeasure_s(ctx: SearchContext, fastest: list[TrialRow], screen: list[TrialRow]) -> float:
+def remeasure_s(ctx: SearchContext, screen: list[TrialRow]) -> float:
     s = ctx.cfg.search
-    finalists = fastest[: s.remeasure_top]
+    finalists = _fastest(screen)[: s.remeasure_top]
+    if not finalists:
+        return 0.0
     window = [s.screen_steps * (r.step_ms_median or 0.0) / 1000 for r in finalists]
     # The baseline is not screened (its twin is), so its windows are counted at the fastest's step time:
     # short of the truth when the baseline is launch-bound (eager seed steps are ~7x longer on a GPU).
     windows = [w for w in window for _ in range(s.repeats)] + [window[0]] * s.baseline_runs
-    per_run = run_overhead_s(screen)
+    per_run = _run_overhead_s(screen)
     turns = sum(max(w, per_run) for w in windows)
     return turns / max(1, ctx.hw.gpus) + max(cached_warmup(r, screen, ctx.base) or 0.0 for r in finalists)
 
 
-def run_overhead_s(screen: list[TrialRow]) -> float:
+def _fastest(screen: list[TrialRow]) -> list[TrialRow]:
+    return sorted((r for r in screen if r.status == "ok" and r.tokens_per_s), key=lambda r: -r.tokens_per_s)
+
+
+def _run_overhead_s(screen: list[TrialRow]) -> float:
     """The median time a screen run spent outside its warm-up, gate wait and timed window."""
     spent = [
         r.wall_s - r.warmup_s - (r.gate_wait_s or 0.0) - (r.window_t1 - r.window_t0)
@@ -59,10 +66,9 @@ def run_overhead_s(screen: list[TrialRow]) -> float:
 
 
 def after_screen(ctx: SearchContext, screen: list[TrialRow]) -> None:
-    ok = sorted((r for r in screen if r.status == "ok" and r.tokens_per_s), key=lambda r: -r.tokens_per_s)
-    if not ok:
+    if not _fastest(screen):
         return
-    loss, again = loss_check_s(ctx, screen), remeasure_s(ctx, ok, screen)
+    loss, again = loss_check_s(ctx, screen), remeasure_s(ctx, screen)
     log(
         f"[search] screen done; estimated: loss check ~{_fmt(loss)}, re-measure ~{_fmt(again)} "
         f"(ETA ~{_fmt(loss + again)})"
