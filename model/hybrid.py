@@ -29,8 +29,10 @@ The mixers' own parameters keep the RWKV / Mamba recipes. Embedding and lm_head 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
+from collections.abc import Iterator
 
 import torch
 import torch.nn.functional as F
@@ -306,6 +308,26 @@ class HybridLM(nn.Module):
         if targets is not None:
             loss = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), ignore_index=-1)
         return logits, loss
+
+    @contextlib.contextmanager
+    def using_kernels(self, kernels: str) -> Iterator[None]:
+        """Runs the mixers' ops through another kernels choice for the duration, then restores them.
+
+        Evaluation uses the reference ("torch"): a val loss is then a function of the weights alone, the
+        same for a run trained with the fused kernels as for its torch twin, and an fp32 eval pays no
+        Triton autotuning of its own (a fused fp32 eval re-tuned every kernel for fp32, once per process).
+        """
+        if kernels not in KERNELS:
+            raise ValueError(f"kernels must be one of {', '.join(KERNELS)}, got {kernels!r}")
+        rwkv, ssd, conv = _OP_BACKENDS[kernels]
+        saved = [(b.rwkv.backend, b.mamba.ssd_backend, b.mamba.conv_backend) for b in self.blocks]
+        for b in self.blocks:
+            b.rwkv.backend, b.mamba.ssd_backend, b.mamba.conv_backend = rwkv, ssd, conv
+        try:
+            yield
+        finally:
+            for b, (r, s, c) in zip(self.blocks, saved):
+                b.rwkv.backend, b.mamba.ssd_backend, b.mamba.conv_backend = r, s, c
 
     def no_weight_decay(self) -> set[str]:
         """Names of parameters with ndim >= 2 that are not weight matrices (RWKV's per-channel mixes and

@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 
 import torch
 
-from model.ops import available_backends
+from model.ops import available_backends, tuning
 from trainables.cache_use import CacheCount, stable_cache_keys
 from trainables.config import ConfigError, TrainConfig, dump_config
 from trainables.timing import CompileDeadline, FirstStepDeadline, StepTimer
@@ -193,14 +193,17 @@ def _fmt_eta(seconds: float) -> str:
 
 @torch.no_grad()
 def evaluate(model: torch.nn.Module, workload: Workload, batches) -> float:
-    """Mean val loss over the fixed val windows, in fp32 and eager mode so it reflects the weights only."""
+    """Mean val loss over the fixed val windows, in fp32 and eager mode so it reflects the weights only
+    (through the workload's `evaluation` scope where it has one: the hybrid LM's reference ops)."""
     was_training = model.training
     model.eval()
     total, count = 0.0, 0
-    for batch in batches:
-        n = batch[0].numel()
-        total += workload.loss(model, batch).float().item() * n
-        count += n
+    scope = getattr(workload, "evaluation", None)
+    with scope(model) if scope else nullcontext():
+        for batch in batches:
+            n = batch[0].numel()
+            total += workload.loss(model, batch).float().item() * n
+            count += n
     model.train(was_training)
     return total / max(count, 1)
 
@@ -248,6 +251,14 @@ def _empty_result(device: torch.device) -> dict[str, Any]:
     }
 
 
+def use_compile_cache(cfg: TrainConfig) -> None:
+    """Points Inductor and Triton at `compile_cache`. First thing in a run: they read these when they
+    compile, and loading the fused kernels installs their shipped autotune results into Triton's dir."""
+    if cfg.compile_cache:
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(Path(cfg.compile_cache) / "inductor")
+        os.environ["TRITON_CACHE_DIR"] = str(Path(cfg.compile_cache) / "triton")
+
+
 def _prepare(cfg: TrainConfig, workload: Workload, device: torch.device) -> None:
     if cfg.out_dir:
         Path(cfg.out_dir).mkdir(parents=True, exist_ok=True)
@@ -255,9 +266,6 @@ def _prepare(cfg: TrainConfig, workload: Workload, device: torch.device) -> None
         workload.save(cfg.out_dir)
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    if cfg.compile_cache:  # before the first compile: Inductor and Triton read these when they compile
-        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(Path(cfg.compile_cache) / "inductor")
-        os.environ["TRITON_CACHE_DIR"] = str(Path(cfg.compile_cache) / "triton")
     stable_cache_keys()
     _reset_peak_mem(device)
     # fp32 means fp32: TF32 tensor cores only when asked for.
@@ -315,11 +323,16 @@ def train(
     so runs sharing a GPU can warm up together but are timed one at a time; `step_hook` is called after
     every optimizer step (a profiler's step)."""
     log = log or (lambda msg: None)
+    use_compile_cache(cfg)
     device = resolve_device(cfg)
     started = time.time()
     workload = workload or load_workload(cfg)
     result = _empty_result(device)
     log(f"workload: {workload.describe()}")
+    if cfg.kernels == "fused":
+        log(
+            f"autotune: {tuning.install_for_this_gpu() or 'no shipped results for this GPU: tuned here once'}"
+        )
     _prepare(cfg, workload, device)
     state: dict[str, Any] = {}  # the run's model, optimizer and data: dropped before memory is measured
     cache = CacheCount()

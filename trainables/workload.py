@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Iterator
+from contextlib import AbstractContextManager, nullcontext
 from typing import Protocol
 
 import torch
@@ -35,6 +36,10 @@ class Workload(Protocol):
     def lr_multiplier(self, param_name: str) -> float: ...
 
     def save(self, out_dir: str) -> None: ...
+
+
+# Optional: `evaluation(model) -> context manager`, entered around every eval (the hybrid LM evaluates on its
+# reference ops); a workload without it evaluates with the model as trained.
 
 
 class HybridLMWorkload:
@@ -82,6 +87,10 @@ class HybridLMWorkload:
     def loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
         x, y = batch
         return model(x, y)[1]
+
+    def evaluation(self, model: nn.Module) -> AbstractContextManager:
+        # The val loss through the reference ops, whatever kernels trained the weights (HybridLM.using_kernels).
+        return model.using_kernels("torch") if isinstance(model, HybridLM) else nullcontext()
 
     def lr_multiplier(self, param_name: str) -> float:
         # The seed trains Mamba parameters at twice the base learning rate.
