@@ -130,6 +130,10 @@ class Hardware(Record):
     gpu_name: str | None = None
     gpu_mem_mb: int | None = None
     cuda_version: str | None = None
+    autotune_set: str | None = Field(
+        None,
+        description="the shipped Triton autotune set for the fused kernels that matches this GPU, if any",
+    )
 
 
 class Finalist(Record):

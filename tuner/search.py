@@ -38,7 +38,7 @@ from tuner.phases import finish, loss_check, probe, remeasure, screen
 from tuner.records import Hardware, TrialRow
 from tuner.runner import TrialInputs, ship_to_trials
 from tuner.select import propagate_feasibility
-from tuner.space import applicable, probe_hardware
+from tuner.space import applicable, autotune_notice, probe_hardware
 
 EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 1, 2, 130
 
@@ -94,6 +94,8 @@ def _space_for_hardware(ctx: SearchContext):
         raise ConfigError("config key 'train.kernels': 'fused' needs CUDA workers (use torch or auto)")
     for n in notices:
         ctx.notice(n)
+    if autotune := autotune_notice(space, ctx.hw.model_dump()):
+        ctx.notice(autotune)
     if fixed:
         ctx.notice(f"fixed (one choice left): {fixed}")
     for choice, why in ctx.cfg.search.left_out.items():

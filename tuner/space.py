@@ -9,7 +9,7 @@ from typing import Any
 import torch
 from ray import tune
 
-from model.ops import available_backends
+from model.ops import available_backends, tuning
 from tuner.config import Knob, Range
 
 
@@ -31,6 +31,8 @@ def probe_hardware() -> dict[str, Any]:
             bf16=torch.cuda.is_bf16_supported(),
             cuda_version=torch.version.cuda,
         )
+        found = tuning.matching_set(torch.cuda.get_device_capability(0), tuning.installed_versions())
+        info["autotune_set"] = found.name if found else None
     else:
         flags = ""
         if os.path.exists("/proc/cpuinfo"):
@@ -110,3 +112,20 @@ def to_tune(space: dict[str, Knob]) -> dict[str, Any]:
         else:
             out[name] = tune.choice(knob)
     return out
+
+
+def autotune_notice(space: dict[str, Knob], hw: dict[str, Any]) -> str | None:
+    """What the fused kernels' Triton autotuning will cost this search, when they are in its space."""
+    if "fused" not in space.get("kernels", []):
+        return None
+    if hw.get("autotune_set"):
+        return (
+            f"fused kernels: autotune results shipped for this GPU ({hw['autotune_set']}): a cold process "
+            "compiles only the chosen configs (63 s for bf16 on an H100 against 295 s tuning them all, "
+            "docs/benchmarks.md)"
+        )
+    return (
+        "fused kernels: no shipped autotune results for this GPU and software: the first fused process per "
+        "precision autotunes every kernel (~5 min on an H100, which can run past search.compile_deadline); "
+        "later processes read its results from the search's Triton cache"
+    )
