@@ -21,13 +21,14 @@ import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, ExitStack, nullcontext
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import torch
 
 from model.ops import available_backends, tuning
 from trainables.cache_use import CacheCount, stable_cache_keys
 from trainables.config import ConfigError, TrainConfig, dump_config
+from trainables.errors import find_cause, first_line
 from trainables.timing import CompileDeadline, FirstStepDeadline, StepTimer
 from trainables.workload import Workload, load_workload
 
@@ -100,12 +101,6 @@ def lr_at(cfg: TrainConfig, step: int) -> float:
 # What a trial reports of where and when it was timed, in every report: the search joins GPU telemetry
 # on them, also for trials stopped before their final one.
 WINDOW_KEYS = ("window_t0", "window_t1", "window_tokens", "node", "pid")
-
-
-def first_line(err: BaseException) -> str:
-    """The first line of an error's message (some, like a bare MemoryError, have none)."""
-    lines = str(err).splitlines()
-    return lines[0] if lines else type(err).__name__
 
 
 def _is_oom(err: BaseException, cpu_capped: bool = False) -> bool:
@@ -271,21 +266,6 @@ def _prepare(cfg: TrainConfig, workload: Workload, device: torch.device) -> None
     # fp32 means fp32: TF32 tensor cores only when asked for.
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = cfg.precision == "tf32"
     torch.manual_seed(cfg.seed)
-
-
-E = TypeVar("E", bound=BaseException)
-
-
-def find_cause(err: BaseException | None, kind: type[E]) -> E | None:
-    """`err` or the first exception in its chain that is a `kind` (Inductor wraps what it catches in
-    InductorError; a library's clean-up may raise over an interrupt), else None."""
-    seen = set()
-    while err is not None and id(err) not in seen:
-        if isinstance(err, kind):
-            return err
-        seen.add(id(err))
-        err = err.__cause__ or err.__context__
-    return None
 
 
 def _failure(err: Exception, cpu_capped: bool, deadline_s: float | None = None) -> tuple[str, str]:

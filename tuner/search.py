@@ -29,8 +29,8 @@ import ray
 
 from trainables.config import ConfigError
 from trainables.data import Corpus, DataError, resolve_corpus
+from trainables.errors import find_cause, first_line
 from trainables.gate import open_gates
-from trainables.loop import find_cause, first_line
 from tuner import emit, eta, observe
 from tuner.config import SearchConfig, load_search_config
 from tuner.context import PhaseError, SearchContext, SearchFailed, State, log

@@ -12,7 +12,7 @@ from typing import Any
 from ray import cloudpickle
 from ray.exceptions import RayActorError, RayTaskError
 
-from trainables.loop import first_line
+from trainables.errors import first_line
 from trainables.trainable import LABELS
 
 PLACEMENT_KEYS = ("node", "node_id", "gpu", "pid")  # all a failed trial's row keeps of its metrics

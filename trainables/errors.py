@@ -1,0 +1,26 @@
+"""Reading an exception: its first line, and a cause of a given kind anywhere in its chain. Used by the loop
+and by the search (which must not reach into the loop for them)."""
+
+from __future__ import annotations
+
+from typing import TypeVar
+
+E = TypeVar("E", bound=BaseException)
+
+
+def first_line(err: BaseException) -> str:
+    """The first line of an error's message (some, like a bare MemoryError, have none)."""
+    lines = str(err).splitlines()
+    return lines[0] if lines else type(err).__name__
+
+
+def find_cause(err: BaseException | None, kind: type[E]) -> E | None:
+    """`err` or the first exception in its chain that is a `kind` (Inductor wraps what it catches in
+    InductorError; a library's clean-up may raise over an interrupt), else None."""
+    seen = set()
+    while err is not None and id(err) not in seen:
+        if isinstance(err, kind):
+            return err
+        seen.add(id(err))
+        err = err.__cause__ or err.__context__
+    return None
