@@ -10,7 +10,7 @@ import torch
 
 from model import HybridConfig, HybridLM
 from model.ops import tuning
-from trainables.loop import evaluate
+from trainables.loop import evaluate, first_step_deadline
 from tuner.space import autotune_notice
 
 VERSIONS = {"triton": "3.6.0", "fla-core": "0.6.0", "mamba-ssm": "2.3.2.post1"}
@@ -149,3 +149,9 @@ def test_evaluation_runs_on_the_reference_ops_whatever_trained_the_weights():
     workload = _EvalWorkload()
     assert evaluate(fused, workload, batches) == pytest.approx(evaluate(twin, workload, batches), abs=0)
     assert workload.seen == {("torch", "torch", "torch")} and fused.training
+
+
+def test_a_first_step_that_must_autotune_gets_the_cold_autotune_on_top_of_its_deadline():
+    assert first_step_deadline(180.0, autotunes=True) == 180.0 + tuning.COLD_AUTOTUNE_S
+    assert first_step_deadline(180.0, autotunes=False) == 180.0  # shipped results: compile only
+    assert first_step_deadline(None, autotunes=True) is None  # no deadline stays none

@@ -246,6 +246,14 @@ def _empty_result(device: torch.device) -> dict[str, Any]:
     }
 
 
+def first_step_deadline(compile_deadline_s: float | None, autotunes: bool) -> float | None:
+    """The first step's deadline: `compile_deadline_s`, plus a cold autotune of the fused kernels where no
+    shipped results cover this GPU, so the one process that pays it for the search is not given up on."""
+    if compile_deadline_s is None or not autotunes:
+        return compile_deadline_s
+    return compile_deadline_s + tuning.COLD_AUTOTUNE_S
+
+
 def use_compile_cache(cfg: TrainConfig) -> None:
     """Points Inductor and Triton at `compile_cache`. First thing in a run: they read these when they
     compile, and loading the fused kernels installs their shipped autotune results into Triton's dir."""
@@ -309,22 +317,23 @@ def train(
     workload = workload or load_workload(cfg)
     result = _empty_result(device)
     log(f"workload: {workload.describe()}")
+    deadline_s = cfg.compile_deadline_s
     if cfg.kernels == "fused":
-        log(
-            f"autotune: {tuning.install_for_this_gpu() or 'no shipped results for this GPU: tuned here once'}"
-        )
+        shipped = tuning.install_for_this_gpu()
+        log(f"autotune: {shipped or 'no shipped results for this GPU: tuned here, once per cache dir'}")
+        deadline_s = first_step_deadline(deadline_s, autotunes=shipped is None)
     _prepare(cfg, workload, device)
     state: dict[str, Any] = {}  # the run's model, optimizer and data: dropped before memory is measured
     cache = CacheCount()
     try:
         with _MemoryCap(cfg, device):
             state["training"] = _Training(cfg, workload, device, log, result)
-            state["training"].run(report, timing_gate, step_hook)
+            state["training"].run(report, timing_gate, step_hook, deadline_s)
     except NonFiniteLoss as err:
         result["status"], result["error"] = "nan", str(err)
     except Exception as err:  # noqa: BLE001 - every failure becomes a status the tuner can learn from
         capped = device.type == "cpu" and cfg.memory_cap_mb is not None
-        result["status"], result["error"] = _failure(err, capped, cfg.compile_deadline_s)
+        result["status"], result["error"] = _failure(err, capped, deadline_s)
     finally:
         state.clear()
         result["peak_mem_mb"] = _release(device)
@@ -393,7 +402,9 @@ class _Training:
         if note:
             log(note)
 
-    def run(self, report: Report | None, gate: AbstractContextManager | None, step_hook) -> None:
+    def run(
+        self, report: Report | None, gate: AbstractContextManager | None, step_hook, deadline_s: float | None
+    ) -> None:
         cfg = self.cfg
         self.timer.start()
         self.model.train()
@@ -404,7 +415,7 @@ class _Training:
                 lr = lr_at(cfg, step)
                 for group in self.optimizer.param_groups:
                     group["lr"] = lr * group["lr_mult"]
-                with self.timer.step(), FirstStepDeadline(cfg.compile_deadline_s if step == 0 else None):
+                with self.timer.step(), FirstStepDeadline(deadline_s if step == 0 else None):
                     self._optimizer_step()
                 if step_hook is not None:
                     step_hook()
