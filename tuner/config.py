@@ -68,7 +68,9 @@ class SearchSection(BaseModel):
     )
     seed: int = 0
     time_budget: str | None = Field(
-        None, description="e.g. 20m, 1h30m, 90s: the screen stops proposing after it"
+        None,
+        description="e.g. 20m, 1h30m, 90s: GPU time of the screen, which stops proposing after it; N GPUs "
+        "spend it in 1/N of the wall time (never less than compile_deadline)",
     )
     compile_deadline: str | None = Field(
         None,

@@ -14,7 +14,7 @@ from optuna.trial import TrialState
 from ray.tune.search.optuna import OptunaSearch
 
 from tuner.config import Knob, Range, parse_duration
-from tuner.context import SearchContext
+from tuner.context import SearchContext, log
 from tuner.observe import annotate
 from tuner.records import TrialRow
 from tuner.runner import run_search
@@ -49,11 +49,26 @@ def run(ctx: SearchContext, space: dict[str, Knob]) -> list[TrialRow]:
         trials=s.trials,
         make_searcher=make_searcher,
         stopper_ratio=s.early_stop_ratio,
-        time_budget_s=parse_duration(s.time_budget) if s.time_budget else None,
+        time_budget_s=wall_budget_s(ctx),
     )
     for row in rows:
         row.val_loss = None  # a short run's loss means nothing; the loss check fills it in
     return annotate(ctx, rows)
+
+
+def wall_budget_s(ctx: SearchContext) -> float | None:
+    """`search.time_budget` is GPU time: N GPUs screen N configs at once, so they spend it in 1/N of the
+    wall time, and finish as many proposals as one GPU would in the whole budget. Never less than
+    `compile_deadline`, the longest a cold first step may take, so a config proposed first can finish."""
+    s = ctx.cfg.search
+    if not s.time_budget:
+        return None
+    budget = parse_duration(s.time_budget)
+    gpus = max(1, ctx.hw.gpus)
+    wall = max(budget / gpus, min(budget, _deadline_s(ctx) or 0.0))
+    if gpus > 1:
+        log(f"[screen] time budget {s.time_budget} of GPU time over {gpus} GPUs: {wall:.0f} s of wall time")
+    return wall
 
 
 def _deadline_s(ctx: SearchContext) -> float | None:

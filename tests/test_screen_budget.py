@@ -1,0 +1,37 @@
+"""The screen's time budget is GPU time: more GPUs spend it sooner, never in less than a cold first step."""
+
+from pathlib import Path
+
+import pytest
+
+from tuner.config import load_search_config
+from tuner.context import SearchContext, State
+from tuner.phases.screen import wall_budget_s
+from tuner.records import Hardware
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def context(tmp_path, gpus: int, *sets: str) -> SearchContext:
+    cfg = load_search_config(str(ROOT / "configs" / "default.yaml"), list(sets))
+    return SearchContext(cfg, tmp_path, cfg.baseline().model_dump(), Hardware(gpus=gpus), 16 * max(1, gpus),
+                         State(tmp_path), "")  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "gpus, sets, wall",
+    [
+        (0, (), 360),  # a CPU machine: the budget is wall time
+        (1, (), 360),  # default.yaml: 6m of GPU time
+        (2, (), 180),
+        (4, (), 180),  # 90 s would not let a cold compile (compile_deadline 3m) finish
+        (4, ("search.compile_deadline=1m",), 90),
+        (4, ("search.compile_deadline=10m",), 360),  # the floor never exceeds the budget itself
+    ],
+)
+def test_n_gpus_spend_the_screens_gpu_time_in_a_nth_of_the_wall_time(tmp_path, gpus, sets, wall):
+    assert wall_budget_s(context(tmp_path, gpus, *sets)) == pytest.approx(wall)
+
+
+def test_no_budget_stays_no_budget(tmp_path):
+    assert wall_budget_s(context(tmp_path, 4, "search.time_budget=null")) is None
