@@ -13,7 +13,7 @@ import sys
 from trainables.config import ConfigError, load_config
 from trainables.data import DataError
 from trainables.loop import resolve_device, train
-from trainables.workload import load_workload
+from trainables.workload import check_workload, load_workload
 
 EPILOG = """\
 exit codes:
@@ -57,6 +57,7 @@ def main(argv: list[str] | None = None) -> int:
             cfg.out_dir = args.out
         resolve_device(cfg)
         workload = load_workload(cfg)
+        check_workload(cfg, workload=workload)
     except (ConfigError, DataError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
