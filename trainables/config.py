@@ -290,5 +290,6 @@ def load_config(path: str | Path | None, overrides: list[str] = (), data: str | 
     return make_config(values)
 
 
-def dump_config(cfg: TrainConfig, path: str | Path) -> None:
-    Path(path).write_text(yaml.safe_dump(cfg.model_dump(), sort_keys=False))
+def dump_config(cfg: TrainConfig, path: str | Path, leave_out: Iterable[str] = ()) -> None:
+    """The config as YAML; `leave_out`: knobs its workload does not implement (their defaults stand)."""
+    Path(path).write_text(yaml.safe_dump(cfg.model_dump(exclude=set(leave_out)), sort_keys=False))

@@ -55,9 +55,9 @@ def main(argv: list[str] | None = None) -> int:
         cfg = load_config(args.config, args.overrides, data=args.data)
         if args.out:
             cfg.out_dir = args.out
-        resolve_device(cfg)
         workload = load_workload(cfg)
-        check_workload(cfg, workload=workload)
+        check_workload(cfg, workload=workload)  # first: a knob the workload lacks is refused for that reason
+        resolve_device(cfg)
     except (ConfigError, DataError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -307,6 +307,11 @@ class Summary(Record):
     gpu_population: list[GpuPopulation] = Field(
         default_factory=list, description="hosts whose GPUs re-measured the same configs: do they agree"
     )
+    knobs_left_out: list[str] = Field(
+        default_factory=list,
+        description="knobs the workload does not implement (e.g. kernels): out of the space, best.yaml and "
+        "the report",
+    )
 
 
 def summary_schema() -> dict[str, Any]:
