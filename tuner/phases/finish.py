@@ -11,7 +11,7 @@ from trainables.config import dump_config, make_config
 from tuner import costs
 from tuner.context import SearchContext, log
 from tuner.gpus import gpu_population, gpu_usage, phase_spans
-from tuner.ratio import one_run_ratio_range
+from tuner.ratio import one_run_ratio_range, too_few_runs
 from tuner.records import (
     BASELINE_ID,
     BaselineResult,
@@ -161,6 +161,7 @@ def _best(winner: Finalist, base_runs: list[float]) -> Best:
         val_loss=winner.val_loss,
         speedup=speedup,
         speedup_one_run=[round(v, 3) for v in one_run] if one_run else [],
+        speedup_one_run_note=too_few_runs(winner.runs, base_runs) if speedup else None,
         warmup_s=winner.warmup_s,
         time_to_train_s=winner.time_to_train_s,
     )
