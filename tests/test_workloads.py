@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import ray
 import torch
+import yaml
 
 import model as project_model
 from trainables.config import ConfigError, load_config, make_config
@@ -30,6 +31,7 @@ SMALL = {"seq_len": 16, "batch_size": 4, "tokens": 4 * 16 * 6, "eval_tokens": 64
          "timing_warmup_steps": 2, "log_interval": 2, "eval_interval": 0}  # fmt: skip
 GOOD = """
 import torch
+import yaml
 from torch import nn
 from torch.nn import functional as F
 
@@ -277,3 +279,39 @@ def test_knobs_the_workload_lacks_leave_the_space_with_one_line(tmp_path, corpus
 def test_the_hybrids_search_is_unchanged_by_the_fit():
     cfg = load_search_config(str(REPO / "configs" / "smoke.yaml"))
     assert fit_to_workload(cfg, check_workload(cfg.baseline())) == cfg
+
+
+# --- runs that work where they are printed ------------------------------------------------------------------
+
+
+def test_the_rayjob_ships_a_file_workloads_folder_and_runs_it_from_there(tmp_path, corpus):
+    from tests.k8s import checks
+    from tuner import emit
+
+    cfg = cfg_for(f"{NANOGPT / 'job.py'}:make_workload", corpus, model={"n_layer": 1})
+    best = tmp_path / "best.yaml"
+    best.write_text(yaml.safe_dump(cfg.model_dump()))
+    objects = checks.load(emit.render_rayjob(best))
+    assert [o["kind"] for o in objects] == ["ConfigMap", "ConfigMap", "RayJob"]
+    for obj in objects:
+        assert not checks.problems(obj), (obj["kind"], checks.problems(obj))
+    config, code = objects[0], objects[1]
+    shipped = yaml.safe_load(config["data"]["best.yaml"])
+    assert shipped["workload"] == f"{emit.WORKLOAD_DIR}/job.py:make_workload" and shipped["model"] == {
+        "n_layer": 1
+    }
+    assert set(code["data"]) == {"job.py", "model.py"} and "class GPT" in code["data"]["model.py"]
+    for _, pod in checks.pod_specs(objects):
+        mounts = {m["mountPath"] for m in pod["containers"][0]["volumeMounts"]}
+        assert emit.WORKLOAD_DIR in mounts
+
+
+def test_the_rayjob_refuses_a_workload_too_large_for_a_configmap(tmp_path):
+    from tuner import emit
+
+    job = write_job(tmp_path / "big", GOOD)
+    (job.parent / "weights_as_code.py").write_text("X = 1\n" * 200_000)
+    best = tmp_path / "best.yaml"
+    best.write_text(yaml.safe_dump(cfg_for(f"{job}:make_workload").model_dump()))
+    with pytest.raises(ConfigError, match="more than a ConfigMap carries .* build it into the image"):
+        emit.render_rayjob(best)
