@@ -41,6 +41,8 @@ class Range(BaseModel):
 
 
 Knob = list[Any] | Range
+# TrainConfig fields that say what is trained or where, never searched.
+NOT_KNOBS = ("model", "workload", "workload_path", "data", "out_dir", "device")
 
 
 class SearchSection(BaseModel):
@@ -90,14 +92,7 @@ class SearchSection(BaseModel):
     def _knobs(cls, space: dict[str, Knob]) -> dict[str, Knob]:
         fields = TrainConfig.model_fields
         for name, knob in space.items():
-            if name not in fields or name in (
-                "model",
-                "workload",
-                "workload_path",
-                "data",
-                "out_dir",
-                "device",
-            ):
+            if name not in fields or name in NOT_KNOBS:
                 raise ValueError(f"unknown knob {name!r} (a knob is a train key, e.g. batch_size, precision)")
             if isinstance(knob, list):
                 if not knob:
