@@ -7,6 +7,7 @@ import statistics
 import pytest
 
 from tuner.ratio import one_run_ratio_range, t_975
+from tuner.report.fmt import one_run_text
 
 
 def test_t_quantile_reads_the_table_at_or_below_the_degrees_of_freedom():
@@ -42,14 +43,26 @@ def test_more_baseline_runs_narrow_the_range_and_noisier_ones_widen_it():
 @pytest.mark.parametrize(
     "best, base",
     [
-        ([700.0], [10.0, 11.0]),
-        ([700.0, 710.0], [10.0]),
-        ([700.0, 700.0], [10.0, 10.0]),
-        ([700.0, 0.0], [10.0, 11.0]),
+        ([700.0], [10.0, 11.0, 12.0]),
+        ([700.0, 710.0], [10.0, 11.0, 12.0]),
+        ([700.0, 710.0, 720.0], [10.0, 11.0]),
+        ([700.0, 700.0, 700.0], [10.0, 10.0, 10.0]),
+        ([700.0, 0.0, 710.0], [10.0, 11.0, 12.0]),
     ],
 )
-def test_no_range_without_two_runs_of_each_or_without_any_spread(best, base):
+def test_no_range_without_three_runs_of_each_or_without_any_spread(best, base):
     assert one_run_ratio_range(best, base, 70.0) is None
+
+
+def test_with_two_repeats_the_report_says_there_are_too_few_runs_for_a_range():
+    # issue 23: repeats 2 printed "0.3x-16.6x at 95%", a t interval on one degree of freedom
+    from tuner.ratio import too_few_runs
+    from tuner.records import Best
+
+    note = too_few_runs([700.0, 650.0], [10.0, 11.0, 12.0])
+    assert note.startswith("no range for one run of each outside the search: 2 run(s) of it and 3")
+    assert one_run_text(Best(id="x", speedup=66.0, speedup_one_run_note=note)) == note
+    assert too_few_runs([700.0, 650.0, 690.0], [10.0, 11.0, 12.0]) is None
 
 
 def test_the_winners_record_and_the_report_carry_the_range():

@@ -316,8 +316,8 @@ def test_missing_data_file_fails_before_training(tmp_path):
 @pytest.mark.parametrize(
     "values, expected",
     [
-        ({"workload": "hybridd"}, "'workload': expected 'hybrid' or 'module:function'"),
-        ({"workload": "no_such_module:make"}, "'workload': cannot load"),
+        ({"workload": "hybridd"}, "'workload': expected 'hybrid', 'path/to/file.py:function' or 'package"),
+        ({"workload": "no_such_module:make"}, "'workload': no module named 'no_such_module'"),
         ({"seq_len": 64, "eval_tokens": 32}, "'eval_tokens'.*seq_len"),
     ],
 )

@@ -98,6 +98,17 @@ class SlowCompileWorkload(ToyWorkload):
         return super().loss(model, batch)
 
 
+class BrokenWorkload(ToyWorkload):
+    """Passes every check before a run, and fails in its first step: a baseline that cannot train."""
+
+    def loss(self, model: nn.Module, batch: tuple) -> torch.Tensor:
+        raise RuntimeError("broken on purpose")
+
+
+def make_broken_workload(cfg) -> BrokenWorkload:
+    return BrokenWorkload(cfg)
+
+
 def make_workload(cfg) -> ToyWorkload:
     return ToyWorkload(cfg)
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from model import HybridConfig
 
@@ -40,9 +40,21 @@ class TrainConfig(BaseModel):
 
     # --- workload ---
     workload: str = Field(
-        "hybrid", description="'hybrid' (built-in LM) or 'module:function' returning a Workload"
+        "hybrid",
+        description="'hybrid' (the built-in LM), 'path/to/job.py:function' (a relative path from a config "
+        "file is read from that file's folder; from --set, from the working directory) or "
+        "'package.module:function': the factory of a Workload (trainables/workload.py)",
     )
-    model: dict[str, Any] = Field(default_factory=dict, description="HybridConfig overrides")
+    workload_path: str | None = Field(
+        None,
+        description="folder put on sys.path to import a 'package.module:function' workload (a search sets "
+        "it where its driver found the module, so best.yaml runs from anywhere)",
+    )
+    model: dict[str, Any] = Field(
+        default_factory=dict,
+        description="the model's settings: HybridConfig overrides for the hybrid; for a workload of your "
+        "own, passed to its factory as given (checked by the schema it declares)",
+    )
     data: str | None = Field(
         None, description="corpus file or folder; None = TUNER_DATA / cache / download / embedded"
     )
@@ -120,7 +132,9 @@ class TrainConfig(BaseModel):
 
     @field_validator("model")
     @classmethod
-    def _model_fields(cls, v: dict[str, Any]) -> dict[str, Any]:
+    def _model_fields(cls, v: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        if info.data.get("workload", "hybrid") != "hybrid":
+            return v  # a workload of the user's own checks its settings (trainables/workload.py)
         known = {f.name for f in dataclasses.fields(HybridConfig)} - {
             "vocab_size",
             "kernels",
@@ -243,13 +257,39 @@ def training_section(data: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in data.items() if k not in TUNER_SECTIONS}
 
 
+def is_file_spec(workload: str) -> bool:
+    """'path/to/job.py:function' (a file) as opposed to 'package.module:function'."""
+    target = workload.rpartition(":")[0]
+    return target.endswith(".py") or "/" in target or "\\" in target
+
+
+def absolute(workload: str, base: Path) -> str:
+    """A file workload with its path made absolute against `base`; any other as it is."""
+    if workload == "hybrid" or not is_file_spec(workload):
+        return workload
+    target, _, attr = workload.rpartition(":")
+    return f"{(base / Path(target).expanduser()).resolve()}:{attr}"
+
+
+def with_workload_paths(values: dict[str, Any], base: Path) -> dict[str, Any]:
+    """`values` (a training section) with a relative workload file and workload_path made absolute against
+    `base`: a config file's folder for what the file says, the working directory for --set."""
+    out = dict(values)
+    if isinstance(out.get("workload"), str):
+        out["workload"] = absolute(out["workload"], base)
+    if isinstance(out.get("workload_path"), str):
+        out["workload_path"] = str((base / Path(out["workload_path"]).expanduser()).resolve())
+    return out
+
+
 def load_config(path: str | Path | None, overrides: list[str] = (), data: str | None = None) -> TrainConfig:
-    values = training_section(read_yaml(path)) if path else {}
-    values = apply_overrides(values, list(overrides))
+    values = with_workload_paths(training_section(read_yaml(path)), Path(path).parent) if path else {}
+    values = with_workload_paths(apply_overrides(values, list(overrides)), Path.cwd())
     if data is not None:
         values["data"] = data
     return make_config(values)
 
 
-def dump_config(cfg: TrainConfig, path: str | Path) -> None:
-    Path(path).write_text(yaml.safe_dump(cfg.model_dump(), sort_keys=False))
+def dump_config(cfg: TrainConfig, path: str | Path, leave_out: Iterable[str] = ()) -> None:
+    """The config as YAML; `leave_out`: knobs its workload does not implement (their defaults stand)."""
+    Path(path).write_text(yaml.safe_dump(cfg.model_dump(exclude=set(leave_out)), sort_keys=False))

@@ -30,7 +30,7 @@ from trainables.cache_use import CacheCount, stable_cache_keys
 from trainables.config import ConfigError, TrainConfig, dump_config
 from trainables.errors import find_cause, first_line
 from trainables.timing import CompileDeadline, FirstStepDeadline, StepTimer
-from trainables.workload import Workload, load_workload
+from trainables.workload import Job, as_job, load_workload
 
 Report = Callable[[dict[str, Any]], None]
 
@@ -72,8 +72,9 @@ def resolve_device(cfg: TrainConfig) -> torch.device:
     return device
 
 
-def _param_groups(model: torch.nn.Module, workload: Workload, cfg: TrainConfig) -> list[dict[str, Any]]:
+def _param_groups(model: torch.nn.Module, workload: Any, cfg: TrainConfig) -> list[dict[str, Any]]:
     """Weight decay on matrices only; per-parameter lr multipliers (e.g. Mamba 2x) as separate groups."""
+    workload = as_job(workload, cfg)
     no_decay = set(getattr(model, "no_weight_decay", lambda: set())())
     groups: dict[tuple[float, bool], list[torch.nn.Parameter]] = {}
     for name, p in model.named_parameters():
@@ -187,20 +188,26 @@ def _fmt_eta(seconds: float) -> str:
 
 
 @torch.no_grad()
-def evaluate(model: torch.nn.Module, workload: Workload, batches) -> float:
+def evaluate(model: torch.nn.Module, workload: Job, batches) -> float:
     """Mean val loss over the fixed val windows, in fp32 and eager mode so it reflects the weights only
     (through the workload's `evaluation` scope where it has one: the hybrid LM's reference ops)."""
     was_training = model.training
     model.eval()
     total, count = 0.0, 0
-    scope = getattr(workload, "evaluation", None)
-    with scope(model) if scope else nullcontext():
+    with workload.evaluation(model):
         for batch in batches:
-            n = batch[0].numel()
+            n = _batch_size(batch)
             total += workload.loss(model, batch).float().item() * n
             count += n
     model.train(was_training)
     return total / max(count, 1)
+
+
+def _batch_size(batch: Any) -> int:
+    """The examples in a batch (its first tensor's dim 0): the weight of its mean loss."""
+    while isinstance(batch, list | tuple | dict):
+        batch = next(iter(batch.values())) if isinstance(batch, dict) else batch[0]
+    return batch.shape[0] if batch.ndim else 1
 
 
 def fp32_fused_note(precision: str, kernels: str, on_cuda: bool, triton_f32: str | None) -> str | None:
@@ -262,7 +269,7 @@ def use_compile_cache(cfg: TrainConfig) -> None:
         os.environ["TRITON_CACHE_DIR"] = str(Path(cfg.compile_cache) / "triton")
 
 
-def _prepare(cfg: TrainConfig, workload: Workload, device: torch.device) -> None:
+def _prepare(cfg: TrainConfig, workload: Job, device: torch.device) -> None:
     if cfg.out_dir:
         Path(cfg.out_dir).mkdir(parents=True, exist_ok=True)
         dump_config(cfg, Path(cfg.out_dir) / "config.yaml")
@@ -299,7 +306,7 @@ def _release(device: torch.device) -> float:
 def train(
     cfg: TrainConfig,
     *,
-    workload: Workload | None = None,
+    workload: Any = None,
     report: Report | None = None,
     log: Callable[[str], None] | None = _log,
     timing_gate: AbstractContextManager | None = None,
@@ -314,7 +321,7 @@ def train(
     use_compile_cache(cfg)
     device = resolve_device(cfg)
     started = time.time()
-    workload = workload or load_workload(cfg)
+    workload = as_job(workload or load_workload(cfg), cfg)
     result = _empty_result(device)
     log(f"workload: {workload.describe()}")
     deadline_s = cfg.compile_deadline_s
@@ -346,7 +353,7 @@ def train(
     return result
 
 
-def _build(cfg: TrainConfig, workload: Workload, device: torch.device, log, result: dict):
+def _build(cfg: TrainConfig, workload: Job, device: torch.device, log, result: dict):
     """The model, the module the steps call (compiled or not) and the optimizer."""
     model = workload.build_model().to(device)
     result["params"] = sum(p.numel() for p in model.parameters())
@@ -381,7 +388,7 @@ def _progress_line(cfg: TrainConfig, point: dict[str, Any], rate: float) -> str:
 class _Training:
     """One run's model, optimizer and data, stepped to the token budget by `run` (results into `result`)."""
 
-    def __init__(self, cfg: TrainConfig, workload: Workload, device: torch.device, log, result: dict):
+    def __init__(self, cfg: TrainConfig, workload: Job, device: torch.device, log, result: dict):
         self.cfg, self.workload, self.log, self.result = cfg, workload, log, result
         self.model, self.step_model, self.optimizer = _build(cfg, workload, device, log, result)
         amp_dtype = AMP_DTYPES.get(cfg.precision)

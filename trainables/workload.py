@@ -1,49 +1,83 @@
-"""What the training loop trains: a model, its batches and its loss.
+"""What the training loop trains: a model, its data and its loss.
 
 The hybrid LM is the built-in default workload, not a special case of the loop. A user's own PyTorch job
-plugs in by naming a factory, `workload: "mypkg.jobs:make_workload"`, that takes the TrainConfig and returns
-an object with the methods of `Workload`.
+plugs in by naming a factory, `train.workload: "path/to/job.py:make_workload"` (or "package.module:fn"),
+that returns an object with the methods below. The least it writes is three:
+
+    build_model()                  -> nn.Module
+    loss(model, batch)             -> scalar tensor, the batch's MEAN loss
+    train_dataset()                -> a map-style torch Dataset of examples; the loop batches it (batch_size
+                                      examples a step, seeded) and applies loader / num_workers / pin_memory
+      or train_batches(device, start_step) -> endless iterator of batches (then also val_batches)
+
+Everything else has a default:
+
+    val_dataset()                  the fixed val examples (default: the last tenth of train_dataset, held out)
+    val_batches(device)            the val batches of a train_batches workload (no default there)
+    describe()                     one line for the log (default: the class and where it came from)
+    lr_multiplier(param_name)      per-parameter lr factor (default 1.0)
+    save(out_dir)                  what a run needs besides the weights, e.g. a tokenizer (default: nothing)
+    evaluation(model)              a context manager entered around each eval (default: none)
+    supports                       the workload knobs it implements, of WORKLOAD_KNOBS (default: none; a
+                                   Dataset workload gets the loader knobs from the loop)
+
+The factory takes the TrainConfig, and, when it has a second parameter, the model's settings
+(`train.model`): as the mapping given, or validated into that parameter's annotation when it is a
+dataclass or a pydantic model (`def make_workload(cfg, model: GPTConfig)`), so
+`--set train.model.n_layer=2` reaches the model and a typo is one line. Contracts of the loop: evals run
+the uncompiled model in fp32 under torch.no_grad(); tok/s counts batch_size x seq_len tokens per
+micro-batch; a batch is a tensor or a tuple/list/dict of tensors with the batch on dim 0.
+`check_workload` checks all this before any expensive work (ConfigError: one line, exit 2).
 """
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Iterator
+import dataclasses
+import inspect
+import sys
+import typing
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, nullcontext
-from typing import Protocol
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 import torch
+from pydantic import BaseModel, TypeAdapter, ValidationError
 from torch import nn
+from torch.utils.data._utils.collate import default_collate
 
 from model import HybridLM
-from trainables.config import ConfigError, TrainConfig
-from trainables.data import load_char_data, train_batches, val_batches
+from trainables import datasets
+from trainables.config import ConfigError, TrainConfig, unknown_key
+from trainables.data import DataError, load_char_data, train_batches, val_batches
+from trainables.user_code import WorkloadSpec, load_factory, needs_path, parse_spec
 
-Batch = tuple[torch.Tensor, torch.Tensor]
+Batch = Any  # a tensor, or a tuple / list / dict of tensors, batch on dim 0
+
+# Knobs that work only when the workload implements them; the loop applies every other knob itself.
+WORKLOAD_KNOBS = {
+    "kernels": "fused kernels",
+    "activation_checkpointing": "activation checkpointing",
+    "mamba_lr_mult": "per-group lr",
+    "loader": "device-resident batches",
+    "num_workers": "DataLoader workers",
+    "pin_memory": "pinned host memory",
+}
+LOADER_KNOBS = frozenset({"num_workers", "pin_memory"})  # what the loop applies to any Dataset
 
 
 class Workload(Protocol):
-    def describe(self) -> str: ...
+    """The three methods every workload has (the data: `train_dataset` or `train_batches`, see above)."""
 
     def build_model(self) -> nn.Module: ...
 
-    def train_batches(self, device: torch.device, start_step: int = 0) -> Iterator[Batch]: ...
-
-    def val_batches(self, device: torch.device) -> list[Batch]: ...
-
     def loss(self, model: nn.Module, batch: Batch) -> torch.Tensor: ...
-
-    def lr_multiplier(self, param_name: str) -> float: ...
-
-    def save(self, out_dir: str) -> None: ...
-
-
-# Optional: `evaluation(model) -> context manager`, entered around every eval (the hybrid LM evaluates on its
-# reference ops); a workload without it evaluates with the model as trained.
 
 
 class HybridLMWorkload:
     """The hybrid RWKV6+Mamba2 character LM on a char corpus."""
+
+    supports = frozenset(WORKLOAD_KNOBS)
 
     def __init__(self, cfg: TrainConfig):
         if cfg.eval_tokens < cfg.seq_len:  # refused here, before any work, not when the first eval comes
@@ -100,16 +134,258 @@ class HybridLMWorkload:
         self.data.tokenizer.save(f"{out_dir}/tokenizer.json")
 
 
-def load_workload(cfg: TrainConfig) -> Workload:
+class Job:
+    """A workload with the protocol's defaults filled in: what the loop calls."""
+
+    def __init__(self, workload: Any, cfg: TrainConfig):
+        self.workload, self.cfg = workload, cfg
+        self.gives_dataset = callable(getattr(workload, "train_dataset", None))
+        self._train_set = self._val_set = None
+
+    def describe(self) -> str:
+        own = getattr(self.workload, "describe", None)
+        return own() if own else f"{type(self.workload).__name__} ({self.cfg.workload})"
+
+    def build_model(self) -> nn.Module:
+        return self.workload.build_model()
+
+    def loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
+        return self.workload.loss(model, batch)
+
+    def lr_multiplier(self, param_name: str) -> float:
+        own = getattr(self.workload, "lr_multiplier", None)
+        return own(param_name) if own else 1.0
+
+    def save(self, out_dir: str) -> None:
+        own = getattr(self.workload, "save", None)
+        if own:
+            own(out_dir)
+
+    def evaluation(self, model: nn.Module) -> AbstractContextManager:
+        own = getattr(self.workload, "evaluation", None)
+        return own(model) if own else nullcontext()
+
+    @property
+    def supports(self) -> frozenset[str]:
+        own = frozenset(getattr(self.workload, "supports", ()))
+        if not self.gives_dataset:
+            return own
+        tensors = isinstance(self.train_set(), torch.utils.data.TensorDataset)
+        return own | LOADER_KNOBS | ({"loader"} if tensors else set())
+
+    def train_set(self):
+        if self._train_set is None:
+            self._train_set = self.workload.train_dataset()
+        return self._train_set
+
+    def val_set(self):
+        if self._val_set is None and callable(getattr(self.workload, "val_dataset", None)):
+            self._val_set = self.workload.val_dataset()
+        return self._val_set
+
+    def train_batches(self, device: torch.device, start_step: int = 0) -> Iterator[Batch]:
+        if not self.gives_dataset:
+            return self.workload.train_batches(device, start_step)
+        held_out = self.val_set() is None
+        return datasets.train_batches(self.train_set(), self.cfg, device, start_step, held_out)
+
+    def val_batches(self, device: torch.device) -> list[Batch]:
+        if not self.gives_dataset:
+            return self.workload.val_batches(device)
+        if self.val_set() is not None:
+            return datasets.val_batches(self.val_set(), self.cfg, device)
+        return datasets.val_batches(self.train_set(), self.cfg, device, held_out=True)
+
+
+def as_job(workload: Any, cfg: TrainConfig) -> Job:
+    return workload if isinstance(workload, Job) else Job(workload, cfg)
+
+
+# --- loading ----------------------------------------------------------------------------------------------
+
+
+def load_workload(cfg: TrainConfig, section: str = "") -> Any:
+    """The workload `cfg.workload` names, built for `cfg`; ConfigError (one line) when it cannot be."""
     if cfg.workload == "hybrid":
         return HybridLMWorkload(cfg)
-    module_name, sep, attr = cfg.workload.partition(":")
-    if not sep:
+    key = ".".join(filter(None, (section, "workload")))
+    spec = parse_spec(cfg.workload, key)
+    if cfg.workload_path and cfg.workload_path not in sys.path:
+        sys.path.append(cfg.workload_path)
+    factory = load_factory(spec, key)
+    try:
+        workload = _call_factory(factory, cfg, spec, section)
+    except (ConfigError, DataError):
+        raise
+    except Exception as err:  # noqa: BLE001 - the user's factory failing is bad input, said in one line
+        raise ConfigError(f"workload {spec.text!r}: its factory raised {type(err).__name__}: {err}") from None
+    if workload is None or not callable(getattr(workload, "build_model", None)):
         raise ConfigError(
-            f"config key 'workload': expected 'hybrid' or 'module:function', got {cfg.workload!r}"
+            f"workload {spec.text!r}: {spec.attr}() returned {type(workload).__name__}, expected a workload "
+            "(an object with build_model(), loss(model, batch) and train_dataset() or train_batches())"
+        )
+    return workload
+
+
+def _call_factory(factory: Callable, cfg: TrainConfig, spec: WorkloadSpec, section: str) -> Any:
+    params = [
+        p
+        for p in inspect.signature(factory).parameters.values()
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+    ]
+    key = ".".join(filter(None, (section, "model")))
+    if len(params) < 2:
+        if cfg.model:
+            raise ConfigError(
+                f"config key {key!r}: {spec.text!r} takes no model settings (its factory has no second "
+                f"parameter, e.g. `def {spec.attr}(cfg, model: MyConfig)`), got {sorted(cfg.model)}"
+            )
+        return factory(cfg)
+    try:
+        schema = typing.get_type_hints(factory).get(params[1].name)
+    except Exception:  # noqa: BLE001 - an annotation that does not resolve: the settings go as given
+        schema = None
+    return factory(cfg, settings(schema, cfg.model, key))
+
+
+def settings(schema: Any, values: dict[str, Any], key: str = "model") -> Any:
+    """`values` checked into `schema` (a dataclass or a pydantic model); as given for any other."""
+    is_model = isinstance(schema, type) and issubclass(schema, BaseModel)
+    if not (is_model or dataclasses.is_dataclass(schema)):
+        return dict(values)
+    fields = list(schema.model_fields) if is_model else [f.name for f in dataclasses.fields(schema) if f.init]
+    for name in values:
+        if name not in fields:
+            raise ConfigError(unknown_key(f"{key}.{name}", fields, key))
+    try:
+        return TypeAdapter(schema).validate_python(dict(values))
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join([key, *(str(p) for p in first["loc"])])
+        msg = first["msg"].removeprefix("Value error, ")
+        return _raise(f"config key {where!r}: {msg} (got {first.get('input')!r})")
+    except (TypeError, ValueError) as err:
+        return _raise(f"config key {key!r}: {err}")
+
+
+def _raise(line: str):
+    raise ConfigError(line)
+
+
+# --- the check before any work ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WorkloadInfo:
+    """What checking a workload found: what the search needs to know of it."""
+
+    spec: str
+    description: str
+    supports: frozenset[str]
+    code_root: str | None = None  # where its code is imported from, when a run elsewhere needs that folder
+
+    @property
+    def unsupported(self) -> list[str]:
+        return sorted(set(WORKLOAD_KNOBS) - self.supports)
+
+
+def check_workload(cfg: TrainConfig, section: str = "", workload: Any = None) -> WorkloadInfo:
+    """Loads the workload (or takes `workload`, loaded already) and checks it as the loop will use it, on
+    the meta device where it builds the model (no memory, no compute); ConfigError (one line, naming the
+    method) on the first problem."""
+    if cfg.workload == "hybrid":
+        return WorkloadInfo("hybrid", "the hybrid RWKV6+Mamba2 LM", HybridLMWorkload.supports)
+    spec = parse_spec(cfg.workload)
+    job = as_job(workload if workload is not None else load_workload(cfg, section), cfg)
+    name = spec.text
+    _check_methods(job, name)
+    supports = _check_supports(job, cfg, name, section)
+    batch = _first_batch(job, name)
+    _check_model_and_loss(job, batch, name)
+    root = spec.code_root
+    return WorkloadInfo(name, job.describe(), supports, str(root) if needs_path(root) else None)
+
+
+def _check_methods(job: Job, name: str) -> None:
+    w = job.workload
+    need = ["loss"] + ([] if job.gives_dataset else ["train_batches", "val_batches"])
+    for method in need:
+        if not callable(getattr(w, method, None)):
+            hint = " (or give train_dataset() and let the loop batch it)" if method != "loss" else ""
+            raise ConfigError(f"workload {name!r}: {type(w).__name__} has no method {method}(){hint}")
+    for method in ("val_dataset", "describe", "lr_multiplier", "save", "evaluation"):
+        if getattr(w, method, None) is not None and not callable(getattr(w, method)):
+            raise ConfigError(f"workload {name!r}: {type(w).__name__}.{method} is not a method")
+
+
+def _check_supports(job: Job, cfg: TrainConfig, name: str, section: str) -> frozenset[str]:
+    declared = set(getattr(job.workload, "supports", ()))
+    if declared - set(WORKLOAD_KNOBS):
+        raise ConfigError(
+            f"workload {name!r}: supports names {sorted(declared - set(WORKLOAD_KNOBS))}, not knobs a workload "
+            f"implements ({', '.join(WORKLOAD_KNOBS)})"
+        )
+    if job.gives_dataset:
+        _check_dataset(job.train_set(), "train_dataset", name)
+        if job.val_set() is not None:
+            _check_dataset(job.val_set(), "val_dataset", name)
+    supports = job.supports
+    defaults = TrainConfig.model_fields
+    for knob in sorted(set(WORKLOAD_KNOBS) - supports):
+        if getattr(cfg, knob) != defaults[knob].default:
+            key = ".".join(filter(None, (section, knob)))
+            raise ConfigError(
+                f"config key {key!r}: {getattr(cfg, knob)!r} does nothing for workload {name!r}, which does "
+                f"not implement {WORKLOAD_KNOBS[knob]} (leave it at {defaults[knob].default!r})"
+            )
+    return supports
+
+
+def _check_dataset(dataset: Any, method: str, name: str) -> None:
+    if not (hasattr(dataset, "__getitem__") and hasattr(dataset, "__len__")):
+        raise ConfigError(
+            f"workload {name!r}: {method}() returned {type(dataset).__name__}, expected a map-style "
+            "torch Dataset (with __len__ and __getitem__)"
+        )
+    if len(dataset) < 2:
+        raise ConfigError(f"workload {name!r}: {method}() returned a dataset of {len(dataset)} examples")
+
+
+def _first_batch(job: Job, name: str) -> Batch:
+    cpu = torch.device("cpu")
+    if job.gives_dataset:
+        return default_collate([job.train_set()[0], job.train_set()[1]])
+    batches = job.train_batches(cpu)
+    if not isinstance(batches, Iterator):
+        raise ConfigError(
+            f"workload {name!r}: train_batches() returned {type(batches).__name__}, expected an iterator "
+            "(a generator: yield the batches)"
+        )
+    return next(batches)
+
+
+def _check_model_and_loss(job: Job, batch: Batch, name: str) -> None:
+    """build_model and loss on the meta device: their types, at no cost. A model or a forward that cannot
+    run there is left to the run itself (only a wrong type is refused)."""
+    try:
+        with torch.device("meta"):
+            model = job.build_model()
+    except Exception:  # noqa: BLE001 - not buildable on meta: the run builds it for real
+        return
+    if not isinstance(model, nn.Module):
+        raise ConfigError(
+            f"workload {name!r}: build_model() returned {type(model).__name__}, expected a torch.nn.Module"
         )
     try:
-        factory = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as err:
-        raise ConfigError(f"config key 'workload': cannot load {cfg.workload!r}: {err}") from None
-    return factory(cfg)
+        loss = job.loss(model, datasets.to_device(batch, torch.device("meta")))
+    except Exception:  # noqa: BLE001 - a forward meta tensors cannot run: the run itself will tell
+        return
+    if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+        got = (
+            f"a tensor of shape {tuple(loss.shape)}"
+            if isinstance(loss, torch.Tensor)
+            else type(loss).__name__
+        )
+        raise ConfigError(
+            f"workload {name!r}: loss(model, batch) returned {got}, expected a scalar tensor (the batch's mean loss)"
+        )

@@ -6,6 +6,7 @@ Validated with pydantic before Ray starts; every mistake is one line naming the 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -17,6 +18,7 @@ from trainables.config import (
     make_config,
     read_yaml,
     unknown_key,
+    with_workload_paths,
 )
 
 
@@ -39,6 +41,8 @@ class Range(BaseModel):
 
 
 Knob = list[Any] | Range
+# TrainConfig fields that say what is trained or where, never searched.
+NOT_KNOBS = ("model", "workload", "workload_path", "data", "out_dir", "device")
 
 
 class SearchSection(BaseModel):
@@ -90,7 +94,7 @@ class SearchSection(BaseModel):
     def _knobs(cls, space: dict[str, Knob]) -> dict[str, Knob]:
         fields = TrainConfig.model_fields
         for name, knob in space.items():
-            if name not in fields or name in ("model", "workload", "data", "out_dir", "device"):
+            if name not in fields or name in NOT_KNOBS:
                 raise ValueError(f"unknown knob {name!r} (a knob is a train key, e.g. batch_size, precision)")
             if isinstance(knob, list):
                 if not knob:
@@ -203,7 +207,12 @@ def _reported(errors: list[dict]) -> dict:
 
 def load_search_config(path: str, overrides: list[str] = (), data: str | None = None) -> SearchConfig:
     """Read and validate; `--set` keys address sections: search.trials=8, train.batch_size=16."""
-    values = apply_overrides(read_yaml(path), list(overrides))
+    values = read_yaml(path)
+    if isinstance(values.get("train"), dict):
+        values["train"] = with_workload_paths(values["train"], Path(path).parent)
+    values = apply_overrides(values, list(overrides))
+    if isinstance(values.get("train"), dict):
+        values["train"] = with_workload_paths(values["train"], Path.cwd())
     if data is not None:
         values.setdefault("train", {})["data"] = data
     try:

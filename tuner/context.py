@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 from pydantic import TypeAdapter
 
 from trainables.config import ConfigError
+from trainables.workload import WorkloadInfo
 from tuner.config import SearchConfig
 from tuner.records import Hardware
 from tuner.runner import Placement
@@ -96,6 +97,12 @@ class SearchContext:
     batch_bounds: dict[str, int] = field(default_factory=dict)  # precision -> largest batch (the probe's)
     compile_cache: str | None = None  # the Inductor/Triton caches the trials share, when the search's own
     node_cpus: int = 0  # the CPUs of the largest node (0: as many as the cluster's): what one trial can take
+    workload: WorkloadInfo | None = None  # what the workload implements (the knobs it lacks are left out)
+
+    @property
+    def knobs_left_out(self) -> list[str]:
+        """The workload knobs this search's workload does not implement."""
+        return self.workload.unsupported if self.workload else []
 
     def notice(self, msg: str) -> None:
         self.notices.append(msg)

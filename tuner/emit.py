@@ -22,13 +22,15 @@ from typing import Any
 
 import yaml
 
-from trainables.config import ConfigError, make_config, read_yaml, training_section
+from trainables.config import ConfigError, is_file_spec, make_config, read_yaml, training_section
 
 DEFAULT_IMAGE = "hybrid-tuner:latest"  # what k8s/Dockerfile builds; pass REGISTRY/hybrid-tuner:TAG
 CLAIM = "hybrid-tuner-results"  # the claim k8s/storage makes
 RESULTS = "/results"
 CONFIG_DIR = "/home/ray/best"
 CONFIG_KEY = "best.yaml"
+WORKLOAD_DIR = "/home/ray/workload"  # where a workload of the user's own is mounted in the pods
+MAX_CODE_BYTES = 512 * 1024  # a ConfigMap holds at most 1 MiB; leave room for the YAML around the code
 MAX_NAME = 47  # KubeRay: a RayJob's name, plus the "-xxxxx" of its RayCluster, is at most 53 characters
 DNS1035 = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 
@@ -66,10 +68,14 @@ def render_rayjob(best: str | Path, options: JobOptions = JobOptions()) -> str:
     """The ConfigMap and the RayJob, as one multi-document YAML text."""
     _check_name(options.name)
     config = portable_config(training_section(read_yaml(best)), options)
+    code = workload_code(config)
+    if code:
+        config = shipped_workload(config)
     gpus = options.gpus if options.gpus is not None else _search_gpus(Path(best))
     if gpus < 0:
         raise ConfigError(f"--gpus: expected 0 or more, got {gpus}")
-    docs = [configmap(options, config), rayjob(options, gpus)]
+    docs = [configmap(options, config), *([code_configmap(options, code)] if code else [])]
+    docs.append(rayjob(options, gpus, shipped=tuple(code)))
     return "---\n".join(yaml.dump(d, Dumper=_Dumper, sort_keys=False) for d in docs)
 
 
@@ -107,6 +113,41 @@ def portable_config(values: dict[str, Any], options: JobOptions) -> dict[str, An
     return cfg
 
 
+def workload_code(config: dict[str, Any]) -> dict[str, str]:
+    """{path in WORKLOAD_DIR: source} of a user's workload: the .py files of its file's folder, or of its
+    module's top-level package under workload_path; {} for the hybrid or a module the image must hold.
+    ConfigError when it is too large for a ConfigMap (then the image has to carry it)."""
+    spec = config["workload"]
+    if spec == "hybrid" or not (is_file_spec(spec) or config.get("workload_path")):
+        return {}
+    if is_file_spec(spec):
+        root = Path(spec.rpartition(":")[0]).parent
+        files = sorted(root.glob("*.py"))
+    else:
+        root, top = Path(config["workload_path"]), spec.partition(".")[0].partition(":")[0]
+        files = [root / f"{top}.py"] if (root / f"{top}.py").is_file() else sorted((root / top).rglob("*.py"))
+    files = [f for f in files if "__pycache__" not in f.parts]
+    if not files:
+        raise ConfigError(f"workload {spec!r}: no Python files found in {root} to ship with the RayJob")
+    size = sum(f.stat().st_size for f in files)
+    if size > MAX_CODE_BYTES:
+        raise ConfigError(
+            f"workload {spec!r}: {root} holds {size // 1024} KiB of Python, more than a ConfigMap carries "
+            f"({MAX_CODE_BYTES // 1024} KiB): build it into the image (k8s/Dockerfile) and point "
+            "train.workload at its path there"
+        )
+    return {str(f.relative_to(root)): f.read_text() for f in files}
+
+
+def shipped_workload(config: dict[str, Any]) -> dict[str, Any]:
+    """The config with its workload read from where the pods mount the shipped code."""
+    spec = config["workload"]
+    if is_file_spec(spec):
+        target, _, attr = spec.rpartition(":")
+        return {**config, "workload": f"{WORKLOAD_DIR}/{Path(target).name}:{attr}"}
+    return {**config, "workload_path": WORKLOAD_DIR}
+
+
 def _on_volume(path: str | None) -> bool:
     return bool(path) and Path(path).is_relative_to(RESULTS)
 
@@ -139,6 +180,21 @@ def configmap(options: JobOptions, config: dict[str, Any]) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": {CONFIG_KEY: body}}
 
 
+def code_configmap(options: JobOptions, code: dict[str, str]) -> dict[str, Any]:
+    """The workload's code; keys are paths with '/' as '__' (a key allows no '/'), mounted back as paths."""
+    meta = _metadata(options, f"{options.name}-workload")
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": meta,
+        "data": {_key(p): t for p, t in code.items()},
+    }
+
+
+def _key(path: str) -> str:
+    return path.replace("/", "__")
+
+
 def entrypoint(options: JobOptions) -> str:
     argv = ["python", "-m", "trainables.train", "--config", f"{CONFIG_DIR}/{CONFIG_KEY}", "--json"]
     if options.claim:
@@ -146,7 +202,7 @@ def entrypoint(options: JobOptions) -> str:
     return " ".join(argv)
 
 
-def rayjob(options: JobOptions, gpus: int) -> dict[str, Any]:
+def rayjob(options: JobOptions, gpus: int, shipped: tuple[str, ...] = ()) -> dict[str, Any]:
     cpus = options.cpus or (8 if gpus else 2)
     spec: dict[str, Any] = {"entrypoint": entrypoint(options), "entrypointNumCpus": cpus}
     if gpus:
@@ -156,7 +212,7 @@ def rayjob(options: JobOptions, gpus: int) -> dict[str, Any]:
         "backoffLimit": 0,  # a training run does not resume: a retry would start over
         "shutdownAfterJobFinishes": True,
         "ttlSecondsAfterFinished": 600,
-        "rayClusterSpec": cluster_spec(options, cpus, gpus),
+        "rayClusterSpec": cluster_spec(options, cpus, gpus, shipped),
     }
     return {
         "apiVersion": "ray.io/v1",
@@ -166,9 +222,9 @@ def rayjob(options: JobOptions, gpus: int) -> dict[str, Any]:
     }
 
 
-def cluster_spec(options: JobOptions, cpus: int, gpus: int) -> dict[str, Any]:
-    head = _container(options, "ray-head", {"cpu": "1", "memory": "2Gi"})
-    head_pod = {"containers": [head], "volumes": _volumes(options)}
+def cluster_spec(options: JobOptions, cpus: int, gpus: int, shipped: tuple[str, ...] = ()) -> dict[str, Any]:
+    head = _container(options, "ray-head", {"cpu": "1", "memory": "2Gi"}, shipped)
+    head_pod = {"containers": [head], "volumes": _volumes(options, shipped)}
     return {
         "rayVersion": metadata.version("ray"),
         "authOptions": {"mode": "token"},
@@ -176,17 +232,17 @@ def cluster_spec(options: JobOptions, cpus: int, gpus: int) -> dict[str, Any]:
             "rayStartParams": {"num-cpus": "0", "dashboard-host": "0.0.0.0"},
             "template": {"spec": head_pod},
         },
-        "workerGroupSpecs": [_worker_group(options, cpus, gpus)],
+        "workerGroupSpecs": [_worker_group(options, cpus, gpus, shipped)],
     }
 
 
-def _worker_group(options: JobOptions, cpus: int, gpus: int) -> dict[str, Any]:
+def _worker_group(options: JobOptions, cpus: int, gpus: int, shipped: tuple[str, ...]) -> dict[str, Any]:
     limits = {"cpu": str(cpus), "memory": options.memory or ("32Gi" if gpus else "4Gi")}
     if gpus:
         limits["nvidia.com/gpu"] = str(gpus)
-    container = _container(options, "ray-worker", limits)
+    container = _container(options, "ray-worker", limits, shipped)
     container["volumeMounts"].append({"name": "shm", "mountPath": "/dev/shm"})
-    pod: dict[str, Any] = {"containers": [container], "volumes": _volumes(options)}
+    pod: dict[str, Any] = {"containers": [container], "volumes": _volumes(options, shipped)}
     pod["volumes"].append({"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": "4Gi"}})
     if gpus:
         pod["tolerations"] = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
@@ -194,8 +250,12 @@ def _worker_group(options: JobOptions, cpus: int, gpus: int) -> dict[str, Any]:
     return group | {"rayStartParams": {}, "template": {"spec": pod}}
 
 
-def _container(options: JobOptions, name: str, limits: dict[str, str]) -> dict[str, Any]:
+def _container(
+    options: JobOptions, name: str, limits: dict[str, str], shipped: tuple[str, ...]
+) -> dict[str, Any]:
     mounts = [{"name": "best", "mountPath": CONFIG_DIR, "readOnly": True}]
+    if shipped:
+        mounts.append({"name": "workload", "mountPath": WORKLOAD_DIR, "readOnly": True})
     if options.claim:
         mounts.append({"name": "results", "mountPath": RESULTS})
     return {
@@ -207,8 +267,13 @@ def _container(options: JobOptions, name: str, limits: dict[str, str]) -> dict[s
     }
 
 
-def _volumes(options: JobOptions) -> list[dict[str, Any]]:
+def _volumes(options: JobOptions, shipped: tuple[str, ...]) -> list[dict[str, Any]]:
     volumes: list[dict[str, Any]] = [{"name": "best", "configMap": {"name": f"{options.name}-config"}}]
+    if shipped:  # every key of the workload's ConfigMap back at its path (keys cannot hold '/')
+        items = [{"key": _key(p), "path": p} for p in shipped]
+        volumes.append(
+            {"name": "workload", "configMap": {"name": f"{options.name}-workload", "items": items}}
+        )
     if options.claim:
         volumes.append({"name": "results", "persistentVolumeClaim": {"claimName": options.claim}})
     return volumes

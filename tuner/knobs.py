@@ -17,7 +17,8 @@ SPEED_ONLY_KNOBS = frozenset(
 # memory caps, and `max_steps` (speed screens cut runs short; the loss is judged at the full budget).
 RUN_ONLY_FIELDS = frozenset(
     {"device", "out_dir", "save_model", "log_interval", "progress_s", "timing_warmup_steps",
-     "gpu_memory_fraction", "memory_cap_mb", "max_steps", "compile_cache", "compile_deadline_s"}
+     "gpu_memory_fraction", "memory_cap_mb", "max_steps", "compile_cache", "compile_deadline_s",
+     "workload_path"}
 )  # fmt: skip
 
 

@@ -20,6 +20,10 @@ T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 
          10: 2.228, 11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131, 16: 2.120, 17: 2.110,
          18: 2.101, 19: 2.093, 20: 2.086, 25: 2.060, 30: 2.042, 40: 2.021, 60: 2.000, 120: 1.980}  # fmt: skip
 Z_975 = 1.960
+# Runs of each config a range needs: with two, each spread rests on one degree of freedom and the range
+# spans orders of magnitude (0.3x-16.6x, issue 23); with three or more it says something. The default
+# search.repeats is 3 (baseline_repeats 6 in configs/default.yaml).
+MIN_RUNS = 3
 
 
 def t_975(df: float) -> float:
@@ -34,9 +38,9 @@ def one_run_ratio_range(
     numerator: Sequence[float], denominator: Sequence[float], center: float
 ) -> tuple[float, float] | None:
     """95% prediction interval for one run of each config's tok/s ratio around `center` (the search's
-    speed-up); None with fewer than two positive runs of either, or no spread at all to go on."""
+    speed-up); None with fewer than MIN_RUNS positive runs of either, or no spread at all to go on."""
     logs = [[math.log(v) for v in runs if v and v > 0] for runs in (numerator, denominator)]
-    if any(len(xs) < 2 for xs in logs) or center <= 0:
+    if any(len(xs) < MIN_RUNS for xs in logs) or center <= 0:
         return None
     terms = [statistics.variance(xs) * (1 + 1 / len(xs)) for xs in logs]
     if sum(terms) == 0:
@@ -44,3 +48,14 @@ def one_run_ratio_range(
     df = sum(terms) ** 2 / sum(term**2 / (len(xs) - 1) for term, xs in zip(terms, logs, strict=True))
     half = t_975(df) * math.sqrt(sum(terms))
     return center * math.exp(-half), center * math.exp(half)
+
+
+def too_few_runs(numerator: Sequence[float], denominator: Sequence[float]) -> str | None:
+    """Why there is no range, when it is the number of runs: the line the report prints instead."""
+    counts = [sum(1 for v in runs if v and v > 0) for runs in (numerator, denominator)]
+    if min(counts) >= MIN_RUNS:
+        return None
+    return (
+        f"no range for one run of each outside the search: {counts[0]} run(s) of it and {counts[1]} of the "
+        f"baseline, {MIN_RUNS} of each needed (search.repeats, search.baseline_repeats)"
+    )

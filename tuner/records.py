@@ -197,6 +197,9 @@ class Best(Record):
         description="[low, high]: where one run of it and one of the baseline, outside the search, should "
         "put their tok/s ratio (95% prediction interval from the re-measure runs' spread; tuner/ratio.py)",
     )
+    speedup_one_run_note: str | None = Field(
+        None, description="why there is no such range: too few re-measure runs for a meaningful one"
+    )
     warmup_s: float | None = Field(None, description="compile + warm-up with the search's caches")
     time_to_train_s: float | None = Field(None, description="the planned run, compile + warm-up included")
 
@@ -310,6 +313,11 @@ class Summary(Record):
     gpu_usage: list[GpuUsage] = Field(default_factory=list, description="each GPU's use, per phase")
     gpu_population: list[GpuPopulation] = Field(
         default_factory=list, description="hosts whose GPUs re-measured the same configs: do they agree"
+    )
+    knobs_left_out: list[str] = Field(
+        default_factory=list,
+        description="knobs the workload does not implement (e.g. kernels): out of the space, best.yaml and "
+        "the report",
     )
 
 

@@ -27,10 +27,11 @@ from typing import Any
 import psutil
 import ray
 
-from trainables.config import ConfigError
-from trainables.data import Corpus, DataError, resolve_corpus
+from trainables.config import ConfigError, make_config
+from trainables.data import Corpus, DataError, resolve_corpus, shipped_corpus
 from trainables.errors import find_cause, first_line
 from trainables.gate import open_gates
+from trainables.workload import WorkloadInfo, check_workload
 from tuner import emit, eta, observe
 from tuner.config import SearchConfig, load_search_config
 from tuner.context import PhaseError, SearchContext, SearchFailed, State, log
@@ -38,7 +39,7 @@ from tuner.phases import finish, loss_check, probe, remeasure, screen
 from tuner.records import Hardware, TrialRow
 from tuner.runner import TrialInputs, ship_to_trials
 from tuner.select import propagate_feasibility
-from tuner.space import applicable, autotune_notice, probe_hardware
+from tuner.space import applicable, autotune_notice, fit_to_workload, probe_hardware
 
 EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 1, 2, 130
 
@@ -104,7 +105,13 @@ def _space_for_hardware(ctx: SearchContext):
 
 
 def open_context(
-    cfg: SearchConfig, out: Path, *, resume: bool, command: str, compile_cache: str | None = None
+    cfg: SearchConfig,
+    out: Path,
+    *,
+    resume: bool,
+    command: str,
+    compile_cache: str | None = None,
+    workload: WorkloadInfo | None = None,
 ) -> SearchContext:
     """The context every phase works with: the cluster's resources and the trials' hardware."""
     state = State(out)
@@ -125,6 +132,7 @@ def open_context(
         command=command,
         resume=resume,
         compile_cache=compile_cache,
+        workload=workload,
     )
     hw = ctx.phase("hardware", lambda: Hardware(**ray.get(task.remote())), Hardware)
     ctx.hw = hw.model_copy(update={"gpus": gpus})  # every GPU of the cluster, not just the probed node's
@@ -195,9 +203,10 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def read_config(args: argparse.Namespace, out: Path) -> tuple[SearchConfig, Corpus | None]:
-    """The validated config (a resumed search keeps the one it started with), and the corpus the trials
-    train on (None for a workload of the user's own); ConfigError on bad input."""
+def read_config(args: argparse.Namespace, out: Path) -> tuple[SearchConfig, Corpus, WorkloadInfo]:
+    """The validated config (a resumed search keeps the one it started with), the corpus the trials train
+    on (resolved here, once, for every workload) and what the workload implements; ConfigError on bad
+    input, the workload's included, before Ray starts."""
     overrides = list(args.overrides)
     if args.trials is not None:
         overrides.append(f"search.trials={args.trials}")
@@ -211,17 +220,18 @@ def read_config(args: argparse.Namespace, out: Path) -> tuple[SearchConfig, Corp
         if not Path(data).exists():
             raise ConfigError(f"data path not found: {data}")
         cfg.train["data"] = str(Path(data).resolve())  # trials run in other working directories
-    if args.resume:
-        cfg = _resumable(out, cfg)  # exactly the settings that started it
-    if cfg.train.get("workload", "hybrid") != "hybrid":
-        return cfg, None
     try:  # say which corpus the trials will train on
         corpus = resolve_corpus(cfg.train.get("data"))
     except DataError as err:
         raise ConfigError(str(err)) from None
     log(f"data: {corpus.source}")
+    with shipped_corpus(corpus):  # the workload checked on the text its trials get
+        info = check_workload(make_config({**cfg.train, "data_sha256": corpus.sha256}, "train"), "train")
+    cfg = fit_to_workload(cfg, info)
+    if args.resume:
+        cfg = _resumable(out, cfg)  # exactly the settings that started it
     cfg.train.setdefault("data_sha256", corpus.sha256)  # a resumed search keeps its own
-    return cfg, corpus
+    return cfg, corpus, info
 
 
 def _resumable(out: Path, asked: SearchConfig) -> SearchConfig:
@@ -393,13 +403,15 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _search(args: argparse.Namespace, argv: list[str], out: Path, session: RaySession) -> int:
-    cfg, corpus = read_config(args, out)
+    cfg, corpus, workload = read_config(args, out)
     env, compile_cache = trial_env(cfg, out)
     session.start(args, env)
     ship_to_trials(TrialInputs(corpus=corpus))  # through Ray's object store: no node needs its own copy
     say_where_results_go(out)
     command = "python -m tuner.search " + shlex.join(argv)
-    ctx = open_context(cfg, out, resume=args.resume, command=command, compile_cache=compile_cache)
+    ctx = open_context(
+        cfg, out, resume=args.resume, command=command, compile_cache=compile_cache, workload=workload
+    )
     code = run_search(ctx)
     if args.emit_rayjob:
         emit_rayjob(out, args.emit_rayjob)

@@ -10,7 +10,9 @@ import torch
 from ray import tune
 
 from model.ops import available_backends, tuning
-from tuner.config import Knob, Range
+from trainables.config import is_file_spec
+from trainables.workload import WorkloadInfo
+from tuner.config import Knob, Range, SearchConfig
 
 
 def probe_hardware() -> dict[str, Any]:
@@ -42,6 +44,24 @@ def probe_hardware() -> dict[str, Any]:
         info["bf16"] = "avx512_bf16" in flags or "amx_bf16" in flags
         info["gpus"] = 0
     return info
+
+
+def fit_to_workload(cfg: SearchConfig, info: WorkloadInfo) -> SearchConfig:
+    """The search config with the knobs its workload does not implement out of the space and the start
+    points (one line in search.left_out says so, which the report shows), and, for a module workload, the
+    folder it is imported from in train.workload_path (so best.yaml runs from anywhere)."""
+    off = info.unsupported
+    train = dict(cfg.train)
+    if info.code_root and not is_file_spec(info.spec):
+        train.setdefault("workload_path", info.code_root)
+    if not off:
+        return cfg.model_copy(update={"train": train})
+    space = {k: v for k, v in cfg.search.space.items() if k not in off}
+    points = [p for p in ({k: v for k, v in p.items() if k not in off} for p in cfg.search.start_points) if p]
+    why = f"the workload ({info.spec}) does not implement them; best.yaml and the report leave them out too"
+    left_out = {**cfg.search.left_out, ", ".join(off): why}
+    search = cfg.search.model_copy(update={"space": space, "start_points": points, "left_out": left_out})
+    return cfg.model_copy(update={"train": train, "search": search})
 
 
 def applicable(

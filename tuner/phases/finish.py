@@ -11,7 +11,7 @@ from trainables.config import dump_config, make_config
 from tuner import costs
 from tuner.context import SearchContext, log
 from tuner.gpus import gpu_population, gpu_usage, phase_spans
-from tuner.ratio import one_run_ratio_range
+from tuner.ratio import one_run_ratio_range, too_few_runs
 from tuner.records import (
     BASELINE_ID,
     BaselineResult,
@@ -30,6 +30,7 @@ from tuner.telemetry import fetch_usage
 
 EXIT_OK, EXIT_NO_FEASIBLE = 0, 3
 VERSIONED = ("torch", "ray", "optuna", "hybrid-tuner", "fla-core", "mamba-ssm", "causal-conv1d")
+KERNEL_DISTS = ("fla-core", "mamba-ssm", "causal-conv1d")  # only where the workload has fused kernels
 
 
 def summarize(
@@ -64,7 +65,7 @@ def summarize(
         trials=_without_timelines(trials),
         tolerance=Tolerance(value=ctx.cfg.quality.tolerance, mode=ctx.cfg.quality.mode, limit=limit),
         hardware=ctx.hw.model_dump(),
-        versions=_versions(),
+        versions=_versions(leave_out=KERNEL_DISTS if "kernels" in ctx.knobs_left_out else ()),
         timings=timings,
         selection=selection.to_record(),
         notices=ctx.notices,
@@ -82,6 +83,7 @@ def summarize(
         break_even=costs.break_even(screen, finalists, ctx.base),
         gpu_usage=_gpu_usage(ctx, timings, trials),
         gpu_population=gpu_population(remeasure),
+        knobs_left_out=ctx.knobs_left_out,
     )
 
 
@@ -90,7 +92,7 @@ def write(ctx: SearchContext, summary: Summary) -> int:
     best = summary.best
     config = {**ctx.base, **(best.config if best else {}), "compile_cache": ctx.compile_cache}
     # best.yaml is for training on whatever corpus its user has; the corpus check is the search's own
-    dump_config(make_config({**config, "data_sha256": None}), ctx.out / "best.yaml")
+    dump_config(make_config({**config, "data_sha256": None}), ctx.out / "best.yaml", ctx.knobs_left_out)
     (ctx.out / "summary.json").write_text(summary.model_dump_json(indent=1))
     written = write_reports(ctx.out, summary)
     log("reports: " + ", ".join(str(p) for p in written))
@@ -109,7 +111,8 @@ def write(ctx: SearchContext, summary: Summary) -> int:
         f"({best.speedup}x baseline{one_run}), val loss {best.val_loss}; the planned run "
         f"({summary.planned_tokens:,} tokens) takes ~{best.time_to_train_s:,.0f} s, compile included"
     )
-    log(f"run it: python -m trainables.train --config {Path(summary.best_yaml)}")
+    # absolute: best.yaml names the workload by absolute path too, so the command runs from any folder
+    log(f"run it: python -m trainables.train --config {Path(summary.best_yaml).resolve()}")
     return EXIT_OK
 
 
@@ -158,6 +161,7 @@ def _best(winner: Finalist, base_runs: list[float]) -> Best:
         val_loss=winner.val_loss,
         speedup=speedup,
         speedup_one_run=[round(v, 3) for v in one_run] if one_run else [],
+        speedup_one_run_note=too_few_runs(winner.runs, base_runs) if speedup else None,
         warmup_s=winner.warmup_s,
         time_to_train_s=winner.time_to_train_s,
     )
@@ -204,8 +208,9 @@ def _measurement(ctx: SearchContext) -> dict:
         "repeats": ctx.cfg.search.repeats,
         "baseline_repeats": ctx.cfg.search.baseline_runs,
         "screen": timed,
-        "loss_check": "shared GPU (fractions), full token budget, val loss only; each trained with the "
-        "fastest execution screened for its loss knobs (the baseline too)",
+        "loss_check": ("shared GPU (fractions)" if ctx.on_gpu else "CPU runs side by side")
+        + ", full token budget, val loss only; each trained with the fastest execution screened for its "
+        "loss knobs (the baseline too)",
         "remeasure": f"{timed}, each window also waiting until no run on its GPU is compiling; "
         "repeated; medians"
         if ctx.on_gpu
@@ -214,9 +219,9 @@ def _measurement(ctx: SearchContext) -> dict:
     }
 
 
-def _versions() -> dict[str, str]:
+def _versions(leave_out: tuple[str, ...] = ()) -> dict[str, str]:
     out = {"python": sys.version.split()[0]}
-    for dist in VERSIONED:
+    for dist in (d for d in VERSIONED if d not in leave_out):
         try:
             out[dist] = md.version(dist)
         except md.PackageNotFoundError:

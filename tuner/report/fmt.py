@@ -25,7 +25,7 @@ def fmt_tps(value: Any) -> str:
 def one_run_text(best: Best | None) -> str:
     """Where one run of the winner and one of the baseline should put their speed ratio; "" if unknown."""
     if best is None or len(best.speedup_one_run) != 2:
-        return ""
+        return (best.speedup_one_run_note or "") if best else ""
     lo, hi = best.speedup_one_run
     return f"one run of each outside the search: {lo:.1f}x–{hi:.1f}x at 95%"
 

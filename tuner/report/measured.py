@@ -296,7 +296,8 @@ def _loss_note(facts: Facts, how: str | None) -> str:
     if not facts.twins:
         return (
             "Loss check: the fastest config per set of loss-relevant knobs trained to the full token budget "
-            f"on a shared GPU (its speed is not used). Its val loss {stands}."
+            f"{'on a shared GPU' if facts.gpu_columns else 'on the CPUs'} (its speed is not used). Its val loss "
+            f"{stands}."
         )
     how = how or (
         "the baseline and the fastest config of each set of loss-relevant knobs, full token budget, each "

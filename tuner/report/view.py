@@ -213,8 +213,12 @@ class View:
         return cls(summary, facts, entries)
 
     def columns(self, head: tuple[str, ...]) -> tuple[str, ...]:
-        """The table's columns: `head` without VRAM and J/token where the search ran on CPUs."""
-        return head if self.facts.gpu_columns else tuple(c for c in head if c not in GPU_COLUMNS)
+        """The table's columns: `head` without VRAM and J/token where the search ran on CPUs, and without
+        the knobs the workload does not implement (Kernels for a model without fused kernels)."""
+        knob_of = dict(zip(TABLE_COLUMNS[1:], COLUMN_KNOBS))
+        off = {c for c, k in knob_of.items() if k in self.summary.knobs_left_out}
+        off |= set() if self.facts.gpu_columns else set(GPU_COLUMNS)
+        return tuple(c for c in head if c not in off)
 
     @cached_property
     def gpus(self) -> Gpus | None:

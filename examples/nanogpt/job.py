@@ -1,0 +1,61 @@
+"""The adapter: hybrid-tuner trains the GPT of model.py on the char corpus it resolves and pins.
+
+python -m trainables.train --config examples/nanogpt/search.yaml --set model.n_layer=2
+python -m tuner.search --config examples/nanogpt/search.yaml --out out/nanogpt
+"""
+
+from dataclasses import asdict, dataclass
+
+import torch
+
+from model import GPT, GPTConfig  # this folder's model.py (the tuner loads this file by path)
+from trainables.data import load_char_data
+
+
+@dataclass
+class Settings:  # train.model: what `--set train.model.<key>=...` changes
+    n_layer: int = 4
+    n_head: int = 4
+    n_embd: int = 128
+    dropout: float = 0.0
+
+
+class CharWindows(torch.utils.data.Dataset):
+    """(x, y) windows of seq_len tokens, y shifted by one, starting every `stride` tokens."""
+
+    def __init__(self, tokens: torch.Tensor, seq_len: int, stride: int = 1):
+        self.tokens, self.seq_len, self.stride = tokens, seq_len, stride
+
+    def __len__(self) -> int:
+        return (len(self.tokens) - self.seq_len - 1) // self.stride + 1
+
+    def __getitem__(self, i: int):
+        w = self.tokens[i * self.stride : i * self.stride + self.seq_len + 1].long()
+        return w[:-1], w[1:]
+
+
+class NanoGPT:
+    def __init__(self, cfg, settings: Settings):
+        self.cfg, self.settings = cfg, settings
+        self.data = load_char_data(cfg.data, expect_sha256=cfg.data_sha256)  # the search's pinned corpus
+
+    def build_model(self) -> GPT:
+        vocab = self.data.tokenizer.vocab_size
+        return GPT(GPTConfig(block_size=self.cfg.seq_len, vocab_size=vocab, **asdict(self.settings)))
+
+    def train_dataset(self) -> CharWindows:
+        return CharWindows(self.data.train, self.cfg.seq_len)
+
+    def val_dataset(self) -> CharWindows:
+        return CharWindows(self.data.val, self.cfg.seq_len, stride=self.cfg.seq_len)
+
+    def loss(self, model: GPT, batch) -> torch.Tensor:
+        x, y = batch
+        return model(x, y)[1]
+
+    def save(self, out_dir: str) -> None:
+        self.data.tokenizer.save(f"{out_dir}/tokenizer.json")
+
+
+def make_workload(cfg, model: Settings) -> NanoGPT:
+    return NanoGPT(cfg, model)

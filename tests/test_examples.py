@@ -1,0 +1,81 @@
+"""The two examples a user copies, as the README runs them, from a working directory that is neither the
+repository nor the example's folder: each trains once with `--set model.<own key>=...` changing the built
+model, and (slow) runs a small CPU search to exit 0 or 3 whose best.yaml trains from anywhere."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+SHAKESPEARE = REPO.parent / "shared" / "data" / "tinyshakespeare.txt"
+# (config, a key of its own model, a smaller value, a larger one)
+EXAMPLES = {
+    "nanogpt": ("examples/nanogpt/search.yaml", "n_layer", 1, 2),
+    "hf_llama": ("examples/hf_llama/search.yaml", "num_hidden_layers", 1, 2),
+}
+ENV = {**os.environ, "PYTHONPATH": str(REPO), "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+
+
+@pytest.fixture
+def corpus(tmp_path) -> str:
+    if SHAKESPEARE.is_file():
+        return str(SHAKESPEARE)
+    path = tmp_path / "corpus.txt"
+    path.write_text("First Citizen:\nBefore we proceed any further, hear me speak.\n" * 2000)
+    return str(path)
+
+
+def run(module: str, *args: str, cwd: Path, timeout: int = 900) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", module, *args],
+        cwd=cwd,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+@pytest.mark.parametrize("name", sorted(EXAMPLES))
+def test_each_example_trains_once_and_its_own_model_keys_change_the_model(name, tmp_path, corpus):
+    pytest.importorskip("transformers") if name == "hf_llama" else None
+    config, key, small, large = EXAMPLES[name]
+    params = {}
+    for value in (small, large):
+        proc = run(
+            "trainables.train", "--config", str(REPO / config), "--data", corpus, "--json",
+            "--set", f"model.{key}={value}", "--set", "tokens=4096", cwd=tmp_path,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        params[value] = json.loads(proc.stdout.strip().splitlines()[-1])["params"]
+    assert params[small] < params[large]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(EXAMPLES))
+def test_each_example_searches_on_cpu_and_its_best_yaml_trains_from_anywhere(name, tmp_path, corpus):
+    pytest.importorskip("transformers") if name == "hf_llama" else None
+    config, key, small, _ = EXAMPLES[name]
+    (tmp_path / "here").mkdir()
+    proc = run(
+        "tuner.search", "--config", str(REPO / config), "--data", corpus, "--out", "out",
+        "--set", f"train.model.{key}={small}", "--set", "search.trials=3", cwd=tmp_path / "here",
+    )  # fmt: skip
+    assert proc.returncode in (0, 3), proc.stderr[-3000:]
+    best = yaml.safe_load((tmp_path / "here" / "out" / "best.yaml").read_text())
+    assert best["model"][key] == small and "kernels" not in best
+    assert Path(best["workload"].rpartition(":")[0]).is_absolute()
+    run_it = [line for line in proc.stderr.splitlines() if "run it:" in line or "best.yaml" in line]
+    assert run_it, proc.stderr[-2000:]
+    trained = run(
+        "trainables.train", "--config", str(tmp_path / "here" / "out" / "best.yaml"), "--set", "tokens=2048",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert trained.returncode == 0, trained.stderr[-2000:]

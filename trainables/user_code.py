@@ -1,0 +1,184 @@
+"""Importing a user's workload factory, by file (`path/to/job.py:make_workload`) or by module (`pkg.mod:fn`).
+
+The project's top-level packages are `model`, `trainables` and `tuner`. A user's folder may hold a file of
+the same name (nanoGPT's `model.py`): while their code is imported, such names are taken out of
+`sys.modules` and the user's folder comes first on `sys.path`, so `from model import GPT` finds THEIR
+`model.py`; afterwards the project's packages are put back (the user's modules stay bound where they were
+imported). A file is loaded under a name of its own (`_workload_<hash>`), never as a top-level `job`.
+Where this cannot help (a workload module itself named like a project package), one line says the fix.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import sys
+import sysconfig
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+
+from trainables.config import ConfigError, is_file_spec
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+PROJECT_PACKAGES = ("model", "trainables", "tuner")
+
+
+@dataclass(frozen=True)
+class WorkloadSpec:
+    """`train.workload` taken apart: a file (absolute path) or a module name, and the factory's name."""
+
+    text: str
+    file: Path | None  # the workload's .py file, or None for a module
+    module: str | None  # the module name, or None for a file
+    attr: str
+
+    @property
+    def code_root(self) -> Path:
+        """The folder the workload's code is imported from: the file's folder, or where the top-level
+        package or module lives (what a run elsewhere must have on its path)."""
+        if self.file is not None:
+            return self.file.parent
+        return _module_root(self.module, self.text)
+
+
+def parse_spec(text: str, key: str = "workload") -> WorkloadSpec:
+    """A factory's address; ConfigError (one line) when it is neither form."""
+    target, sep, attr = text.rpartition(":")
+    if not sep or not target or not attr.isidentifier():
+        raise ConfigError(
+            f"config key {key!r}: expected 'hybrid', 'path/to/file.py:function' or 'package.module:function', "
+            f"got {text!r}"
+        )
+    if is_file_spec(text):
+        return WorkloadSpec(text, Path(target).resolve(), None, attr)
+    if not all(part.isidentifier() for part in target.split(".")):
+        raise ConfigError(f"config key {key!r}: {target!r} is not a module name (a file ends in .py)")
+    return WorkloadSpec(text, None, target, attr)
+
+
+def load_factory(spec: WorkloadSpec, key: str = "workload") -> Callable:
+    """The factory the spec names; ConfigError (one line, with the fix where there is one) if it cannot be."""
+    module = _load_file(spec, key) if spec.file is not None else _load_module(spec, key)
+    factory = getattr(module, spec.attr, None)
+    if factory is None:
+        where = spec.file or spec.module
+        raise ConfigError(f"config key {key!r}: {where} has no {spec.attr!r} (in {spec.text!r})")
+    if not callable(factory):
+        raise ConfigError(f"config key {key!r}: {spec.attr!r} in {spec.text!r} is not callable")
+    return factory
+
+
+def _load_file(spec: WorkloadSpec, key: str) -> ModuleType:
+    path = spec.file
+    if not path.is_file():
+        raise ConfigError(f"config key {key!r}: file not found: {path} (in {spec.text!r})")
+    name = "_workload_" + hashlib.sha256(str(path).encode()).hexdigest()[:12]
+    if name in sys.modules:  # Ray reuses worker processes: one import per process
+        return sys.modules[name]
+    module_spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(module_spec)
+    sys.modules[name] = module  # dataclasses and pickling look the module up by name while it runs
+    try:
+        with _user_first(path.parent):
+            module_spec.loader.exec_module(module)
+    except BaseException as err:
+        sys.modules.pop(name, None)
+        if isinstance(err, Exception):
+            raise ConfigError(_import_failed(key, spec, err, path.parent)) from None
+        raise
+    return module
+
+
+def _load_module(spec: WorkloadSpec, key: str) -> ModuleType:
+    top = spec.module.partition(".")[0]
+    if top in PROJECT_PACKAGES:
+        raise ConfigError(
+            f"config key {key!r}: {spec.module!r} is a name of this project's own packages "
+            f"({', '.join(PROJECT_PACKAGES)}); rename it, or name the file: 'path/to/{top}.py:{spec.attr}'"
+        )
+    root = _module_root(spec.module, spec.text, key)
+    try:
+        with _user_first(root):
+            return importlib.import_module(spec.module)
+    except Exception as err:  # noqa: BLE001 - whatever the user's import raised becomes one line
+        raise ConfigError(_import_failed(key, spec, err, root)) from None
+
+
+def _module_root(module: str, text: str, key: str = "workload") -> Path:
+    top = module.partition(".")[0]
+    try:
+        found = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        found = None
+    if found is None or not (found.origin or found.submodule_search_locations):
+        raise ConfigError(
+            f"config key {key!r}: no module named {top!r} (in {text!r}); put its folder on PYTHONPATH "
+            f"or name the file: 'path/to/{top}.py:{text.rpartition(':')[2]}'"
+        )
+    if found.submodule_search_locations:  # a package: its folder's parent
+        return Path(list(found.submodule_search_locations)[0]).resolve().parent
+    return Path(found.origin).resolve().parent
+
+
+def needs_path(root: Path) -> bool:
+    """Whether a run elsewhere must put `root` on sys.path to import the workload (not for installed code
+    or the project's own folder)."""
+    installed = {Path(sysconfig.get_paths()[k]).resolve() for k in ("purelib", "platlib")}
+    return root.resolve() not in installed | {PROJECT_ROOT}
+
+
+@contextmanager
+def _user_first(folder: Path) -> Iterator[None]:
+    """The user's folder first on sys.path, and the project's packages that a file of theirs shadows out of
+    sys.modules, while their code is imported; then the project's back, and the folder last on the path (a
+    later import of their own module still finds it, but never in place of the project's)."""
+    folder_s = str(folder)
+    clashes = [n for n in PROJECT_PACKAGES if (folder / f"{n}.py").exists() or (folder / n).is_dir()]
+    saved = {k: m for k, m in sys.modules.items() if k.partition(".")[0] in clashes}
+    for k in saved:
+        del sys.modules[k]
+    sys.path.insert(0, folder_s)
+    try:
+        yield
+    finally:
+        sys.path.remove(folder_s)
+        if folder_s not in sys.path:
+            sys.path.append(folder_s)
+        for k in [k for k in sys.modules if k.partition(".")[0] in clashes]:
+            del sys.modules[k]  # theirs: bound where their code imported it, out of the project's way
+        sys.modules.update(saved)
+
+
+def _import_failed(key: str, spec: WorkloadSpec, err: Exception, folder: Path) -> str:
+    where = _origin(err)
+    line = f"config key {key!r}: importing {spec.text!r} failed: {type(err).__name__}: {_first(err)}{where}"
+    clashes = [n for n in PROJECT_PACKAGES if (folder / f"{n}.py").exists() or (folder / n).is_dir()]
+    if isinstance(err, ImportError) and (err.name or "").partition(".")[0] in PROJECT_PACKAGES and clashes:
+        line += (
+            f" ({folder} holds {', '.join(clashes)} of its own, which hide this project's packages from "
+            "that code: rename them)"
+        )
+    return line
+
+
+def _origin(err: Exception) -> str:
+    """' (file:line)' of the innermost frame of the user's code that raised, if any."""
+    tb, last = err.__traceback__, None
+    while tb is not None:
+        if "importlib" not in tb.tb_frame.f_code.co_filename:
+            last = tb
+        tb = tb.tb_next
+    if last is None or Path(last.tb_frame.f_code.co_filename).resolve().is_relative_to(
+        PROJECT_ROOT / "trainables"
+    ):
+        return ""
+    return f" ({last.tb_frame.f_code.co_filename}:{last.tb_lineno})"
+
+
+def _first(err: BaseException) -> str:
+    lines = str(err).splitlines()
+    return lines[0] if lines else ""
