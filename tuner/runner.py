@@ -98,11 +98,21 @@ class Ledger:
     def append(self, fields: dict[str, Any]) -> TrialRow:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         row = TrialRow(**fields, phase=self.phase, id=f"{self.phase}-{len(self.rows())}")
-        with self.path.open("a") as f:
-            f.write(row.model_dump_json() + "\n")
+        with self.path.open("ab+") as f:
+            if _ends_cut(f):
+                f.write(b"\n")  # never onto a line cut short: that would lose this row too
+            f.write(row.model_dump_json().encode() + b"\n")
             f.flush()
             os.fsync(f.fileno())
         return row
+
+
+def _ends_cut(f) -> bool:
+    """Whether the file's last line lacks its newline (a crash cut it short)."""
+    if f.seek(0, os.SEEK_END) == 0:
+        return False
+    f.seek(-1, os.SEEK_END)
+    return f.read(1) != b"\n"
 
 
 class Record(Callback):

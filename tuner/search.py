@@ -31,6 +31,7 @@ from trainables.config import ConfigError
 from trainables.data import Corpus, DataError, resolve_corpus
 from trainables.gate import open_gates
 from trainables.loop import find_cause, first_line
+from trainables.preflight import preflight
 from tuner import emit, eta, observe
 from tuner.config import SearchConfig, load_search_config
 from tuner.context import PhaseError, SearchContext, SearchFailed, State, log
@@ -39,6 +40,7 @@ from tuner.records import Hardware, TrialRow
 from tuner.runner import TrialInputs, ship_to_trials
 from tuner.select import propagate_feasibility
 from tuner.space import applicable, probe_hardware
+from tuner.state_files import repair_state_files
 
 EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 1, 2, 130
 
@@ -62,6 +64,9 @@ exit codes:
   2    bad input, found before any trial ran: one line names the key or option
   3    nothing passed the loss check: the baseline is the answer (best.yaml is the baseline)
   130  interrupted (Ctrl-C, SIGTERM): OUT is resumable with --resume
+
+durations (--time-budget, search.time_budget, search.compile_deadline): 90, 1.5 (seconds), 90s, 20m,
+  1h30m; above zero.
 """
 
 
@@ -195,15 +200,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 def read_config(args: argparse.Namespace, out: Path) -> tuple[SearchConfig, Corpus | None]:
     """The validated config (a resumed search keeps the one it started with), and the corpus the trials
-    train on (None for a workload of the user's own); ConfigError on bad input."""
+    train on (None for a workload of the user's own); ConfigError on bad input. Every check runs here,
+    before Ray starts, and OUT is made last, so bad input leaves nothing in it."""
     overrides = list(args.overrides)
     if args.trials is not None:
         overrides.append(f"search.trials={args.trials}")
     if args.time_budget is not None:
         overrides.append(f"search.time_budget={args.time_budget}")
     cfg = load_search_config(args.config, overrides, data=args.data)
-    check_out(out, args.resume)
     check_address(args.address)
+    if args.emit_rayjob:
+        check_writable(Path(args.emit_rayjob), "--emit-rayjob")
     data = cfg.baseline().data
     if data is not None:
         if not Path(data).exists():
@@ -211,15 +218,31 @@ def read_config(args: argparse.Namespace, out: Path) -> tuple[SearchConfig, Corp
         cfg.train["data"] = str(Path(data).resolve())  # trials run in other working directories
     if args.resume:
         cfg = _resumable(out, cfg)  # exactly the settings that started it
-    if cfg.train.get("workload", "hybrid") != "hybrid":
-        return cfg, None
-    try:  # say which corpus the trials will train on
-        corpus = resolve_corpus(cfg.train.get("data"))
-    except DataError as err:
-        raise ConfigError(str(err)) from None
-    log(f"data: {corpus.source}")
-    cfg.train.setdefault("data_sha256", corpus.sha256)  # a resumed search keeps its own
+    corpus = None
+    if cfg.train.get("workload", "hybrid") == "hybrid":
+        try:  # say which corpus the trials will train on
+            corpus = resolve_corpus(cfg.train.get("data"))
+        except DataError as err:
+            raise ConfigError(str(err)) from None
+        cfg.train.setdefault("data_sha256", corpus.sha256)  # a resumed search keeps its own
+    # the checks `python -m trainables.train` makes; the device only where the trials run on this machine
+    preflight(cfg.baseline(), local=args.address in (None, "local"))
+    check_out(out, args.resume)
+    if args.resume and (out / "state.json").exists():
+        repair_state_files(out, log)  # a record cut by the crash is dropped, never appended onto
+    if corpus is not None:
+        log(f"data: {corpus.source}")
     return cfg, corpus
+
+
+def check_writable(path: Path, option: str) -> None:
+    """A file the search writes at its end can be written: checked first, so no search is lost to it."""
+    if path.is_dir():
+        raise ConfigError(f"{option}: {path} is a directory (name a file)")
+    parent = next((p for p in path.absolute().parents if p.exists()), Path("/"))
+    target = path if path.exists() else parent
+    if not parent.is_dir() or not os.access(target, os.W_OK):
+        raise ConfigError(f"{option}: cannot write {path} ({target} is not writable)")
 
 
 def _resumable(out: Path, asked: SearchConfig) -> SearchConfig:
