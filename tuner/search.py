@@ -18,6 +18,7 @@ import os
 import shlex
 import signal
 import socket
+import subprocess
 import sys
 import traceback
 from dataclasses import dataclass
@@ -41,6 +42,7 @@ from tuner.runner import TrialInputs, ship_to_trials
 from tuner.select import propagate_feasibility
 from tuner.space import applicable, probe_hardware
 from tuner.state_files import repair_state_files
+from tuner.streams import guarded_streams, say
 
 EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 1, 2, 130
 
@@ -63,7 +65,8 @@ exit codes:
   1    the search failed (e.g. the baseline itself does not train); the last lines say what to run next
   2    bad input, found before any trial ran: one line names the key or option
   3    nothing passed the loss check: the baseline is the answer (best.yaml is the baseline)
-  130  interrupted (Ctrl-C, SIGTERM): OUT is resumable with --resume
+  130  interrupted (Ctrl-C, SIGTERM): OUT is resumable with --resume; the last line is the command
+       (on the terminal where stdout/stderr was a pipe that closed, e.g. `| tee` ended by Ctrl-C)
 
 durations (--time-budget, search.time_budget, search.compile_deadline): 90, 1.5 (seconds), 90s, 20m,
   1h30m; above zero.
@@ -312,10 +315,14 @@ class RaySession:
     local: bool = False
     others: frozenset[int] = frozenset()  # the driver's descendants before Ray started: not Ray's
     on_sigterm: Any = None  # the SIGTERM handler the search replaced (the default where Ray's C one was)
+    reaper: subprocess.Popen | None = None  # ends the local Ray when the driver dies (tuner/reaper.py)
+    lifeline: int | None = None  # the reaper's pipe: this end closes when the driver ends, however
 
     def start(self, args: argparse.Namespace, env: dict[str, str]) -> None:
-        self.others = frozenset(p.pid for p in _descendants())
         self.local = args.address in (None, "local")
+        if self.local:
+            self._start_reaper()
+        self.others = frozenset(p.pid for p in _descendants())
         start_ray(args, env)
         # after ray.init, whose handler would end the process at once, with a stack dump and no cleanup
         self.on_sigterm = signal.signal(signal.SIGTERM, _terminated) or signal.SIG_DFL
@@ -330,6 +337,20 @@ class RaySession:
             with contextlib.suppress(psutil.Error):
                 proc.kill()
         psutil.wait_procs(alive, timeout=5)
+        if self.lifeline is not None:
+            os.close(self.lifeline)  # the reaper finds nothing left, and ends
+            self.lifeline = None
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.reaper.wait(timeout=10)
+
+    def _start_reaper(self) -> None:
+        read, self.lifeline = os.pipe()  # not inheritable: no Ray process holds the write end open
+        self.reaper = subprocess.Popen(
+            [sys.executable, "-m", "tuner.reaper", str(os.getpid())],
+            stdin=read,
+            start_new_session=True,
+        )
+        os.close(read)
 
 
 def _terminated(signum: int, frame: object) -> None:
@@ -363,7 +384,7 @@ def baseline_command(args: argparse.Namespace) -> str:
 
 def interrupted(err: KeyboardInterrupt, argv: list[str], out: Path) -> int:
     why = f": {err}" if str(err) else ""
-    log(f"interrupted{why}; OUT is resumable: {resume_command(argv, out)}")
+    say(f"interrupted{why}; OUT is resumable: {resume_command(argv, out)}")
     return EXIT_INTERRUPTED
 
 
@@ -386,7 +407,11 @@ def crashed(err: Exception, argv: list[str], out: Path) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    with guarded_streams():  # a pipe closed by Ctrl-C (`| tee`) must not turn the interrupt into a crash
+        return _main(list(sys.argv[1:] if argv is None else argv))
+
+
+def _main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     out = Path(args.out)
     existed = out.exists()
