@@ -57,7 +57,7 @@ def test_smoke_search_writes_everything_and_picks_the_fastest_feasible(tmp_path,
     job = tmp_path / "train-best.yaml"
     proc = search(out, "--config", "configs/smoke.yaml", "--emit-rayjob", str(job))
     wall = time.time() - started
-    assert proc.returncode in (0, 3), proc.stderr[-3000:]
+    assert proc.returncode in (0, 3, 4), proc.stderr[-3000:]  # 4: the machine was busy
     print(f"smoke search wall time: {wall:.0f} s")  # recorded in docs/benchmarks.md, not asserted
     s = load_summary(out)
     for name in ("summary.json", "report.md", "best.yaml", "optuna.journal", "state.json"):
@@ -93,8 +93,10 @@ def test_smoke_search_writes_everything_and_picks_the_fastest_feasible(tmp_path,
     remeasure = [t for t in s["trials"] if t["phase"] == "remeasure"]
     by_id: dict[str, list[float]] = {}
     trust: dict[str, list[bool]] = {}  # a run flagged CPU-shared (another process busy) is not trusted
-    for t in remeasure:
-        by_id.setdefault(t["finalist"], []).append(t["tokens_per_s"])
+    for t in remeasure:  # a contended window counts only where all of a finalist's were contended
+        contended = [bool(r["cpu_shared"]) for r in remeasure if r["finalist"] == t["finalist"]]
+        if not t["cpu_shared"] or all(contended):
+            by_id.setdefault(t["finalist"], []).append(t["tokens_per_s"])
         if t["telemetry_trusted"] is not None:
             trust.setdefault(t["finalist"], []).append(t["telemetry_trusted"])
     screen_by_id = {t["id"]: t for t in screen}
@@ -148,7 +150,7 @@ def test_oom_and_nan_are_infeasible_and_never_chosen(tmp_path):
         "search.repeats=2",
         *SHORT_LOSS_RUNS,
     )
-    assert proc.returncode in (0, 3), proc.stderr[-3000:]
+    assert proc.returncode in (0, 3, 4), proc.stderr[-3000:]  # 4: the machine was busy
     s = load_summary(out)
     screen = [t for t in s["trials"] if t["phase"] == "screen"]
     statuses = {t["status"] for t in screen}
@@ -184,7 +186,7 @@ def test_killed_search_resumes_without_lost_or_duplicated_trials(tmp_path):
     assert "probe" in state["phases"] and "screen" not in state["phases"]
 
     resumed = search(out, *settings, "--resume")
-    assert resumed.returncode in (0, 3), resumed.stderr[-3000:]
+    assert resumed.returncode in (0, 3, 4), resumed.stderr[-3000:]
     assert "[probe] already done" in resumed.stderr
     s = load_summary(out)
     screen = [t for t in s["trials"] if t["phase"] == "screen"]
@@ -319,7 +321,7 @@ def test_the_gpu_path_runs_end_to_end_on_a_cluster_with_fake_gpus(tmp_path, fake
         *SHORT_LOSS_RUNS,
         timeout=900,
     )
-    assert proc.returncode in (0, 3), proc.stderr[-3000:]
+    assert proc.returncode in (0, 3, 4), proc.stderr[-3000:]  # 4: the machine was busy
     s = load_summary(out)
     state = json.loads((out / "state.json").read_text())
     assert s["hardware"]["gpus"] == 2 and not s["hardware"]["cuda"]

@@ -323,16 +323,16 @@ def run_cases(
     repeats: int | Sequence[int] = 1,
 ) -> list[TrialRow]:
     """Each training config in `cases`, `repeats` times (or repeats[i] times for case i); rows in case
-    order, one per (case, repeat)."""
+    order, one per (case, repeat). The runs go round robin (every case's first repeat, then every case's
+    second, ...), so a burst of outside load lands on all the cases alike, not on one case's repeats."""
     ledger = Ledger(out, phase)
     counts = [repeats] * len(cases) if isinstance(repeats, int) else list(repeats)
     total = sum(counts)
     for attempt in range(NODE_LOSS_RERUNS + 1):
         done = {(r.case, r.repeat) for r in ledger.rows()}
         pending = [
-            {**case, LABELS: {"case": i, "repeat": rep}}
-            for i, case in enumerate(cases)
-            for rep in range(counts[i])
+            {**cases[i], LABELS: {"case": i, "repeat": rep}}
+            for i, rep in round_robin(counts)
             if (i, rep) not in done
         ]
         if not pending:
@@ -353,6 +353,11 @@ def run_cases(
     if len(rows) < total:  # Ray Tune returns from fit() on Ctrl-C with trials unfinished
         raise Interrupted(f"{phase}: {len(rows)} of {total} trials finished")
     return sorted(rows, key=lambda r: (r.case, r.repeat))
+
+
+def round_robin(counts: Sequence[int]) -> list[tuple[int, int]]:
+    """(case, repeat) pairs, repeat by repeat: [2, 1] -> (0, 0), (1, 0), (0, 1)."""
+    return [(i, rep) for rep in range(max(counts, default=0)) for i, n in enumerate(counts) if rep < n]
 
 
 def _say_going_on(phase: str, attempt: int, done: int, total: int) -> None:

@@ -65,6 +65,9 @@ exit codes:
   1    the search failed (e.g. the baseline itself does not train); the last lines say what to run next
   2    bad input, found before any trial ran: one line names the key or option
   3    nothing passed the loss check: the baseline is the answer (best.yaml is the baseline)
+  4    the speed figures are not trusted: other processes contended for the machine during the
+       re-measure, also when its windows were timed again, so no winner was crowned on them; the
+       baseline is the answer (best.yaml), and the report says so at the top
   130  interrupted (Ctrl-C, SIGTERM): OUT is resumable with --resume; the last line is the command
        (on the terminal where stdout/stderr was a pipe that closed, e.g. `| tee` ended by Ctrl-C)
 

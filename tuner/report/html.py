@@ -35,7 +35,7 @@ from tuner.report.fmt import (
 )
 from tuner.report.gpus import USAGE_HEAD
 from tuner.report.measured import Facts, measurement_notes
-from tuner.report.view import COLUMN_KNOBS, TABLE_COLUMNS, Entry, View, loss_cell
+from tuner.report.view import COLUMN_KNOBS, TABLE_COLUMNS, Entry, View, loss_cell, tps_text
 
 HERE = Path(__file__).parent
 TABLE_HEAD = (*TABLE_COLUMNS, "J/token", "Status")
@@ -112,7 +112,7 @@ def _row(e: Entry, facts: Facts, columns: tuple[str, ...]) -> Row:
     cells = [
         Cell(e.label, e.label, e.tooltip, "text", extra),
         *knobs,
-        Cell(fmt_tps(e.tps), _sort_key(e.tps), e.how["tps"]),
+        Cell(tps_text(e), _sort_key(e.tps), e.how["tps"]),  # how["tps"] says how many runs were contended
         Cell(fmt_warmup(e.warmup), _sort_key(e.warmup), e.how["warmup"]),
         Cell(fmt_mem(e.mem), _sort_key(e.mem), e.how["mem"]),
         Cell(loss, _sort_key(e.loss), e.how["loss"], "loss", trained),
