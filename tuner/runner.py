@@ -363,8 +363,10 @@ def round_robin(counts: Sequence[int]) -> list[tuple[int, int]]:
 def _say_going_on(phase: str, attempt: int, done: int, total: int) -> None:
     if attempt > 0:
         print(f"[{phase}] rerunning the trials lost with their nodes", file=sys.stderr, flush=True)
-    elif done:
-        print(f"[{phase}] resuming: {done} of {total} trials already done", file=sys.stderr, flush=True)
+    elif done:  # a resume, or the re-measure timing contended windows again
+        print(
+            f"[{phase}] {done} of {total} trials already done; running the rest", file=sys.stderr, flush=True
+        )
 
 
 def run_search(

@@ -15,6 +15,7 @@ from typing import Any
 from tuner.records import BASELINE_ID, FAILED_STATUSES, Summary, TrialRow
 from tuner.report.costs import finish_first_loser, planned_run
 from tuner.report.fmt import (
+    DASH,
     as_summary,
     changed,
     fmt_loss,
@@ -53,8 +54,9 @@ FAILED_IN = {"loss_check": " in its loss check", "remeasure": " while re-measure
 
 CONTENDED = " (contended)"  # after a speed taken while other processes used the CPUs or the GPU
 CONTENDED_NOTE = (
-    "(contended): every timed window of that figure was shared with other processes (CPUs or GPU), so it "
-    "says more about the load than about the config; it is not trusted."
+    "(contended): every timed window behind that figure (for a ratio: its own or the baseline's) was shared "
+    "with other processes (CPUs or GPU), so it says more about the load than about the config; it is not "
+    "trusted."
 )
 UNTRUSTED_ANSWER = (
     "**Not trusted: the speed figures were taken while other processes kept the machine busy.** The "
@@ -66,6 +68,13 @@ UNTRUSTED_ANSWER = (
 def tps_text(e: Entry) -> str:
     """The entry's tok/s as the tables show it, marked when contended."""
     return fmt_tps(e.tps) + (CONTENDED if e.tps_contended and e.tps is not None else "")
+
+
+def speedup_text(e: Entry, base: Entry, times: str = "x") -> str:
+    """The entry's speed-up, marked when its figure or the baseline's (the denominator) is contended."""
+    if e.speedup is None:
+        return DASH
+    return f"{e.speedup:.2f}{times}" + (CONTENDED if e.tps_contended or base.tps_contended else "")
 
 
 # --- why a config lost --------------------------------------------------------------------------------------
