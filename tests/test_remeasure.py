@@ -50,7 +50,14 @@ def one_cpu_ray(monkeypatch):
 def remeasured(fid: str, *speeds: float, contended: tuple[bool, ...] = ()) -> list[TrialRow]:
     flags = contended or (False,) * len(speeds)
     return [
-        make_row(f"{fid}-{n}", "remeasure", finalist=fid, tokens_per_s=tps, cpu_shared=flag or None)
+        make_row(
+            f"{fid}-{n}",
+            "remeasure",
+            finalist=fid,
+            tokens_per_s=tps,
+            cpu_shared=flag or None,
+            telemetry_trusted=False if flag else None,  # as observe.annotate flags a contended window
+        )
         for n, (tps, flag) in enumerate(zip(speeds, flags, strict=True))
     ]
 
@@ -88,6 +95,7 @@ def test_a_burst_on_some_windows_is_left_out_and_the_clean_runs_decide():
     by_id = {f.id: f for f in finalists}
     assert by_id[BASELINE_ID].runs == [1000.0, 1010.0] and by_id[BASELINE_ID].contended_runs == [300.0]
     assert all(f.speed_trusted for f in finalists)
+    assert all(f.telemetry_trusted is not False for f in finalists)  # the left-out windows don't count
     sel = pick_winner(finalists, {})
     assert not refuse_untrusted(sel, finalists)
     assert sel.winner.id == "screen-1"

@@ -133,12 +133,13 @@ def _finalists(
     out = []
     for fid, rows in runs.items():
         src = screened.get(fid, baseline)
-        joules = [r.joules_per_token for r in rows if r.joules_per_token]
-        trusted = [r.telemetry_trusted for r in rows if r.telemetry_trusted is not None]
         timed = [r for r in rows if r.status == "ok" and r.tokens_per_s]
         clean = [r.tokens_per_s for r in timed if not r.contended]
         contended = [r.tokens_per_s for r in timed if r.contended]
         runs = clean or contended  # contended figures only where no others were had
+        rows = [r for r in rows if not r.contended] if clean else rows  # the runs its figures come from
+        joules = [r.joules_per_token for r in rows if r.joules_per_token]
+        trusted = [r.telemetry_trusted for r in rows if r.telemetry_trusted is not None]
         warm = costs.warm_warmup(rows)
         out.append(
             Finalist(
