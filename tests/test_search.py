@@ -201,6 +201,38 @@ def test_killed_search_resumes_without_lost_or_duplicated_trials(tmp_path):
     assert load_summary(out)["trials"] == s["trials"]
 
 
+def test_a_resume_after_the_journal_and_a_ledger_were_cut_short_loses_nothing_finished(tmp_path):
+    """`truncate -s -60 OUT/optuna.journal` and `-200 OUT/trials/screen.jsonl` after a kill: --resume drops
+    the two partial records (one line each) and finishes, with every screen trial once."""
+    out = tmp_path / "cut"
+    trials = 8
+    data = ["--data", DATA[0]] if DATA else []
+    settings = ["--config", "configs/smoke.yaml", *SHORT_LOSS_RUNS, "--set", "search.repeats=1"]
+    cmd = [sys.executable, "-m", "tuner.search", *settings, "--out", str(out), *data, "--trials", str(trials)]
+    log = (tmp_path / "first.log").open("w")
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=ENV, stdout=log, stderr=log, start_new_session=True)
+    deadline = time.time() + 300
+    while time.time() < deadline and proc.poll() is None:
+        if "[screen] 4/" in (tmp_path / "first.log").read_text():
+            break
+        time.sleep(0.5)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    ledger, journal = out / "trials" / "screen.jsonl", out / "optuna.journal"
+    kept = ledger.read_text().splitlines()[:-1]  # the rows before the one the cut reaches
+    os.truncate(journal, journal.stat().st_size - 60)
+    os.truncate(ledger, ledger.stat().st_size - 200)
+
+    resumed = search(out, *settings, "--resume")
+    assert resumed.returncode in (0, 3, 4), resumed.stderr[-3000:]
+    assert f"{journal}: dropped its last record" in resumed.stderr
+    assert f"{ledger}: dropped its last record" in resumed.stderr
+    rows = ledger.read_text().splitlines()
+    assert rows[: len(kept)] == kept  # nothing finished before the cut was lost
+    screen = [t for t in load_summary(out)["trials"] if t["phase"] == "screen"]
+    assert len(screen) == trials and len({t["ray_trial_id"] for t in screen}) == trials
+
+
 @pytest.mark.parametrize(
     "args, needle",
     [
