@@ -263,17 +263,34 @@ def test_a_failure_before_anything_was_written_leaves_no_out_and_no_ray(tmp_path
 
 @pytest.mark.slow
 def test_a_baseline_that_cannot_train_ends_with_the_command_that_shows_why(tmp_path):
+    # A workload that loads (the preflight passes it: a missing one is exit 2 before Ray) but whose loss
+    # fails in training.
+    (tmp_path / "broken_workload.py").write_text(BROKEN_WORKLOAD)
     config = str(write_config(tmp_path))
-    argv = ["--config", config, "--out", "out", "--set", "train.workload=toy_workload:gone"]
+    argv = ["--config", config, "--out", "out", "--set", "train.workload=broken_workload:make"]
     rc, text, seen = run_search(tmp_path, argv)  # every trial fails, the baseline's loss run too
     assert rc == 1, text[-3000:]
     assert not left_running(seen), left_running(seen)
     error, hint = text.strip().splitlines()[-2:]
-    assert error.startswith("error: the baseline run failed") and "toy_workload:gone" in error, text[-2000:]
+    assert error.startswith("error: the baseline run failed") and "the loss is broken" in error, text[-2000:]
     command = shlex.split(hint[hint.index("python -m trainables.train") :])
-    assert command[3:] == ["--config", config, "--set", "workload=toy_workload:gone"]
+    assert command[3:] == ["--config", config, "--set", "workload=broken_workload:make"]
     alone = subprocess.run(command, cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=120)
-    assert alone.returncode == 2 and "cannot load 'toy_workload:gone'" in alone.stderr, alone.stderr
+    assert alone.returncode == 1 and "the loss is broken" in alone.stdout + alone.stderr, alone.stderr
+
+
+BROKEN_WORKLOAD = """
+from toy_workload import ToyWorkload
+
+
+class Broken(ToyWorkload):
+    def loss(self, model, batch):
+        raise RuntimeError("the loss is broken")
+
+
+def make(cfg):
+    return Broken(cfg)
+"""
 
 
 def test_cases_can_have_repeats_of_their_own(tmp_path, one_cpu_ray):
