@@ -124,3 +124,20 @@ def test_time_budget_option_takes_plain_seconds():
 def test_a_zero_budget_is_refused(capsys, tmp_path, corpus, no_ray, value):
     line = refused_by_search(capsys, tmp_path / "out", corpus, "--time-budget", value)
     assert "config key 'search.time_budget'" in line and "no time at all" in line, line
+
+
+def test_a_cluster_driver_leaves_the_device_to_the_trials_hardware_probe(tmp_path, corpus, monkeypatch):
+    """A Ray Job's driver (RAY_ADDRESS set) or --address: the head may have no GPU its workers have."""
+    monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:6379")
+    argv = [
+        "--config",
+        SMOKE,
+        "--out",
+        str(tmp_path / "out"),
+        "--data",
+        str(corpus),
+        "--set",
+        "train.device=cuda",
+    ]
+    cfg, _ = search.read_config(search.build_parser().parse_args(argv), tmp_path / "out")
+    assert cfg.train["device"] == "cuda"

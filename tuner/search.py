@@ -232,13 +232,21 @@ def read_config(args: argparse.Namespace, out: Path) -> tuple[SearchConfig, Corp
             raise ConfigError(str(err)) from None
         cfg.train.setdefault("data_sha256", corpus.sha256)  # a resumed search keeps its own
     # the checks `python -m trainables.train` makes; the device only where the trials run on this machine
-    preflight(cfg.baseline(), local=args.address in (None, "local"))
+    preflight(cfg.baseline(), local=not joins_cluster(args))
     check_out(out, args.resume)
     if args.resume and (out / "state.json").exists():
         repair_state_files(out, log)  # a record cut by the crash is dropped, never appended onto
     if corpus is not None:
         log(f"data: {corpus.source}")
     return cfg, corpus
+
+
+def joins_cluster(args: argparse.Namespace) -> bool:
+    """Whether the trials run on a cluster, not (only) here: --address, or a Ray Job's driver (RAY_ADDRESS),
+    whose head may lack the GPUs its workers have."""
+    return args.address not in (None, "local") or (
+        args.address is None and bool(os.environ.get("RAY_ADDRESS"))
+    )
 
 
 def check_writable(path: Path, option: str) -> None:
@@ -323,7 +331,7 @@ class RaySession:
 
     def start(self, args: argparse.Namespace, env: dict[str, str]) -> None:
         self.local = args.address in (None, "local")
-        if self.local:
+        if not joins_cluster(args):  # a Ray of its own: it must end with the driver, however that ends
             self._start_reaper()
         self.others = frozenset(p.pid for p in _descendants())
         start_ray(args, env)
