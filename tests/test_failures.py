@@ -263,6 +263,8 @@ def test_a_failure_before_anything_was_written_leaves_no_out_and_no_ray(tmp_path
 
 @pytest.mark.slow
 def test_a_baseline_that_cannot_train_ends_with_the_command_that_shows_why(tmp_path):
+    # A workload that loads (the preflight passes it: a missing one is exit 2 before Ray) but whose loss
+    # fails in training.
     config = str(write_config(tmp_path))
     argv = ["--config", config, "--out", "out", "--set", "train.workload=toy_workload:make_broken_workload"]
     rc, text, seen = run_search(tmp_path, argv)  # every trial fails, the baseline's loss run too

@@ -57,7 +57,7 @@ def test_smoke_search_writes_everything_and_picks_the_fastest_feasible(tmp_path,
     job = tmp_path / "train-best.yaml"
     proc = search(out, "--config", "configs/smoke.yaml", "--emit-rayjob", str(job))
     wall = time.time() - started
-    assert proc.returncode in (0, 3), proc.stderr[-3000:]
+    assert proc.returncode in (0, 3, 4), proc.stderr[-3000:]  # 4: the machine was busy
     print(f"smoke search wall time: {wall:.0f} s")  # recorded in docs/benchmarks.md, not asserted
     s = load_summary(out)
     for name in ("summary.json", "report.md", "best.yaml", "optuna.journal", "state.json"):
@@ -93,8 +93,10 @@ def test_smoke_search_writes_everything_and_picks_the_fastest_feasible(tmp_path,
     remeasure = [t for t in s["trials"] if t["phase"] == "remeasure"]
     by_id: dict[str, list[float]] = {}
     trust: dict[str, list[bool]] = {}  # a run flagged CPU-shared (another process busy) is not trusted
-    for t in remeasure:
-        by_id.setdefault(t["finalist"], []).append(t["tokens_per_s"])
+    for t in remeasure:  # a contended window counts only where all of a finalist's were contended
+        contended = [bool(r["cpu_shared"]) for r in remeasure if r["finalist"] == t["finalist"]]
+        if not t["cpu_shared"] or all(contended):
+            by_id.setdefault(t["finalist"], []).append(t["tokens_per_s"])
         if t["telemetry_trusted"] is not None:
             trust.setdefault(t["finalist"], []).append(t["telemetry_trusted"])
     screen_by_id = {t["id"]: t for t in screen}
@@ -148,7 +150,7 @@ def test_oom_and_nan_are_infeasible_and_never_chosen(tmp_path):
         "search.repeats=2",
         *SHORT_LOSS_RUNS,
     )
-    assert proc.returncode in (0, 3), proc.stderr[-3000:]
+    assert proc.returncode in (0, 3, 4), proc.stderr[-3000:]  # 4: the machine was busy
     s = load_summary(out)
     screen = [t for t in s["trials"] if t["phase"] == "screen"]
     statuses = {t["status"] for t in screen}
@@ -184,7 +186,7 @@ def test_killed_search_resumes_without_lost_or_duplicated_trials(tmp_path):
     assert "probe" in state["phases"] and "screen" not in state["phases"]
 
     resumed = search(out, *settings, "--resume")
-    assert resumed.returncode in (0, 3), resumed.stderr[-3000:]
+    assert resumed.returncode in (0, 3, 4), resumed.stderr[-3000:]
     assert "[probe] already done" in resumed.stderr
     s = load_summary(out)
     screen = [t for t in s["trials"] if t["phase"] == "screen"]
@@ -197,6 +199,38 @@ def test_killed_search_resumes_without_lost_or_duplicated_trials(tmp_path):
     again = search(out, *settings, "--resume")  # a finished search just re-reports
     assert again.returncode == resumed.returncode
     assert load_summary(out)["trials"] == s["trials"]
+
+
+def test_a_resume_after_the_journal_and_a_ledger_were_cut_short_loses_nothing_finished(tmp_path):
+    """`truncate -s -60 OUT/optuna.journal` and `-200 OUT/trials/screen.jsonl` after a kill: --resume drops
+    the two partial records (one line each) and finishes, with every screen trial once."""
+    out = tmp_path / "cut"
+    trials = 8
+    data = ["--data", DATA[0]] if DATA else []
+    settings = ["--config", "configs/smoke.yaml", *SHORT_LOSS_RUNS, "--set", "search.repeats=1"]
+    cmd = [sys.executable, "-m", "tuner.search", *settings, "--out", str(out), *data, "--trials", str(trials)]
+    log = (tmp_path / "first.log").open("w")
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=ENV, stdout=log, stderr=log, start_new_session=True)
+    deadline = time.time() + 300
+    while time.time() < deadline and proc.poll() is None:
+        if "[screen] 4/" in (tmp_path / "first.log").read_text():
+            break
+        time.sleep(0.5)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    ledger, journal = out / "trials" / "screen.jsonl", out / "optuna.journal"
+    kept = ledger.read_text().splitlines()[:-1]  # the rows before the one the cut reaches
+    os.truncate(journal, journal.stat().st_size - 60)
+    os.truncate(ledger, ledger.stat().st_size - 200)
+
+    resumed = search(out, *settings, "--resume")
+    assert resumed.returncode in (0, 3, 4), resumed.stderr[-3000:]
+    assert f"{journal}: dropped its last record" in resumed.stderr
+    assert f"{ledger}: dropped its last record" in resumed.stderr
+    rows = ledger.read_text().splitlines()
+    assert rows[: len(kept)] == kept  # nothing finished before the cut was lost
+    screen = [t for t in load_summary(out)["trials"] if t["phase"] == "screen"]
+    assert len(screen) == trials and len({t["ray_trial_id"] for t in screen}) == trials
 
 
 @pytest.mark.parametrize(
@@ -319,7 +353,7 @@ def test_the_gpu_path_runs_end_to_end_on_a_cluster_with_fake_gpus(tmp_path, fake
         *SHORT_LOSS_RUNS,
         timeout=900,
     )
-    assert proc.returncode in (0, 3), proc.stderr[-3000:]
+    assert proc.returncode in (0, 3, 4), proc.stderr[-3000:]  # 4: the machine was busy
     s = load_summary(out)
     state = json.loads((out / "state.json").read_text())
     assert s["hardware"]["gpus"] == 2 and not s["hardware"]["cuda"]

@@ -12,8 +12,8 @@ import sys
 
 from trainables.config import ConfigError, load_config
 from trainables.data import DataError
-from trainables.loop import resolve_device, train
-from trainables.workload import check_workload, load_workload
+from trainables.loop import train
+from trainables.preflight import preflight
 
 EPILOG = """\
 exit codes:
@@ -55,9 +55,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg = load_config(args.config, args.overrides, data=args.data)
         if args.out:
             cfg.out_dir = args.out
-        workload = load_workload(cfg)
-        check_workload(cfg, workload=workload)  # first: a knob the workload lacks is refused for that reason
-        resolve_device(cfg)
+        workload = preflight(cfg).workload  # the search runs the same checks (tuner/search.py)
     except (ConfigError, DataError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

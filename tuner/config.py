@@ -115,11 +115,13 @@ class SearchSection(BaseModel):
                     raise ValueError(f"start point knob {name!r} is not in the search space")
         return self
 
-    @field_validator("time_budget", "compile_deadline")
+    @field_validator("time_budget", "compile_deadline", mode="before")
     @classmethod
-    def _duration(cls, v: str | None) -> str | None:
-        if v is not None:
-            parse_duration(v)
+    def _duration(cls, v: Any) -> str | None:
+        if isinstance(v, int | float) and not isinstance(v, bool):
+            v = str(v)  # plain seconds: `--time-budget 90` and YAML's `compile_deadline: 120` are numbers
+        if isinstance(v, str) and parse_duration(v) <= 0:
+            raise ValueError(f"{v!r} is no time at all (give a duration above zero, e.g. 90s, 20m)")
         return v
 
     @property
@@ -172,14 +174,14 @@ SECTIONS: dict[str, type[BaseModel]] = {
 
 
 def parse_duration(text: str) -> float:
-    """'90s', '20m', '1h30m', '45' (seconds) -> seconds."""
+    """'90s', '20m', '1h30m', '45' or '1.5' (seconds), '2.5s' -> seconds."""
     text = text.strip()
     if re.fullmatch(r"\d+(\.\d+)?", text):
         return float(text)
-    parts = re.fullmatch(r"(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?", text)
+    parts = re.fullmatch(r"(?:(\d+)h)?(?:(\d+)m)?(?:(\d+(?:\.\d+)?)s)?", text)
     if not parts or not any(parts.groups()):
-        raise ValueError(f"bad duration {text!r} (use e.g. 90s, 20m, 1h30m)")
-    h, m, s = (int(g or 0) for g in parts.groups())
+        raise ValueError(f"bad duration {text!r} (use e.g. 90s, 20m, 1h30m, or plain seconds: 90)")
+    h, m, s = (float(g or 0) for g in parts.groups())
     return h * 3600 + m * 60 + s
 
 

@@ -116,6 +116,13 @@ class TrialRow(Record):
     def failed(self) -> bool:
         return self.status in FAILED_STATUSES
 
+    @property
+    def contended(self) -> bool:
+        """Its timed window was shared with other work (CPUs or its GPU): its speed says more about the
+        load than about its config, so the answer is never taken from it (a throttled clock or too few
+        telemetry samples make only its energy figure untrusted)."""
+        return bool(self.cpu_shared or self.shared)
+
 
 class Hardware(Record):
     """What the trials' machine can do (probed on a trial worker, so it describes a GPU node)."""
@@ -141,7 +148,17 @@ class Finalist(Record):
 
     id: str
     config: dict[str, Any] = Field(default_factory=dict)
-    runs: list[float] = Field(default_factory=list, description="tok/s of each successful re-measure run")
+    runs: list[float] = Field(
+        default_factory=list,
+        description="tok/s of each successful re-measure run whose window was not contended; only when "
+        "every window was contended, those (and speed_trusted is false)",
+    )
+    contended_runs: list[float] = Field(
+        default_factory=list, description="tok/s of the runs left out of `runs`: their window was contended"
+    )
+    speed_trusted: bool = Field(
+        True, description="false: every timed window of it was contended, so `runs` are those figures"
+    )
     val_loss: float | None = None
     feasible: bool | None = None
     joules_per_token: float | None = None
@@ -293,6 +310,11 @@ class Summary(Record):
 
     baseline: BaselineResult = Field(default_factory=BaselineResult)
     best: Best | None = None
+    untrusted: bool = Field(
+        False,
+        description="the re-measure could not get uncontended figures for every feasible finalist: no "
+        "winner was crowned on them, the baseline stays the answer (exit 4)",
+    )
     trials: list[TrialRow] = Field(default_factory=list)
     tolerance: Tolerance = Field(default_factory=Tolerance)
     hardware: dict[str, Any] = Field(default_factory=dict)

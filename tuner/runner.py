@@ -98,11 +98,21 @@ class Ledger:
     def append(self, fields: dict[str, Any]) -> TrialRow:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         row = TrialRow(**fields, phase=self.phase, id=f"{self.phase}-{len(self.rows())}")
-        with self.path.open("a") as f:
-            f.write(row.model_dump_json() + "\n")
+        with self.path.open("ab+") as f:
+            if _ends_cut(f):
+                f.write(b"\n")  # never onto a line cut short: that would lose this row too
+            f.write(row.model_dump_json().encode() + b"\n")
             f.flush()
             os.fsync(f.fileno())
         return row
+
+
+def _ends_cut(f) -> bool:
+    """Whether the file's last line lacks its newline (a crash cut it short)."""
+    if f.seek(0, os.SEEK_END) == 0:
+        return False
+    f.seek(-1, os.SEEK_END)
+    return f.read(1) != b"\n"
 
 
 class Record(Callback):
@@ -313,16 +323,16 @@ def run_cases(
     repeats: int | Sequence[int] = 1,
 ) -> list[TrialRow]:
     """Each training config in `cases`, `repeats` times (or repeats[i] times for case i); rows in case
-    order, one per (case, repeat)."""
+    order, one per (case, repeat). The runs go round robin (every case's first repeat, then every case's
+    second, ...), so a burst of outside load lands on all the cases alike, not on one case's repeats."""
     ledger = Ledger(out, phase)
     counts = [repeats] * len(cases) if isinstance(repeats, int) else list(repeats)
     total = sum(counts)
     for attempt in range(NODE_LOSS_RERUNS + 1):
         done = {(r.case, r.repeat) for r in ledger.rows()}
         pending = [
-            {**case, LABELS: {"case": i, "repeat": rep}}
-            for i, case in enumerate(cases)
-            for rep in range(counts[i])
+            {**cases[i], LABELS: {"case": i, "repeat": rep}}
+            for i, rep in round_robin(counts)
             if (i, rep) not in done
         ]
         if not pending:
@@ -345,11 +355,18 @@ def run_cases(
     return sorted(rows, key=lambda r: (r.case, r.repeat))
 
 
+def round_robin(counts: Sequence[int]) -> list[tuple[int, int]]:
+    """(case, repeat) pairs, repeat by repeat: [2, 1] -> (0, 0), (1, 0), (0, 1)."""
+    return [(i, rep) for rep in range(max(counts, default=0)) for i, n in enumerate(counts) if rep < n]
+
+
 def _say_going_on(phase: str, attempt: int, done: int, total: int) -> None:
     if attempt > 0:
         print(f"[{phase}] rerunning the trials lost with their nodes", file=sys.stderr, flush=True)
-    elif done:
-        print(f"[{phase}] resuming: {done} of {total} trials already done", file=sys.stderr, flush=True)
+    elif done:  # a resume, or the re-measure timing contended windows again
+        print(
+            f"[{phase}] {done} of {total} trials already done; running the rest", file=sys.stderr, flush=True
+        )
 
 
 def run_search(

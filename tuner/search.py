@@ -18,6 +18,7 @@ import os
 import shlex
 import signal
 import socket
+import subprocess
 import sys
 import traceback
 from dataclasses import dataclass
@@ -31,7 +32,8 @@ from trainables.config import ConfigError, make_config
 from trainables.data import Corpus, DataError, resolve_corpus, shipped_corpus
 from trainables.errors import find_cause, first_line
 from trainables.gate import open_gates
-from trainables.workload import WorkloadInfo, check_workload
+from trainables.preflight import preflight
+from trainables.workload import WorkloadInfo
 from tuner import emit, eta, observe
 from tuner.config import SearchConfig, load_search_config
 from tuner.context import PhaseError, SearchContext, SearchFailed, State, log
@@ -40,6 +42,8 @@ from tuner.records import Hardware, TrialRow
 from tuner.runner import TrialInputs, ship_to_trials
 from tuner.select import propagate_feasibility
 from tuner.space import applicable, autotune_notice, fit_to_workload, probe_hardware
+from tuner.state_files import repair_state_files
+from tuner.streams import guarded_streams, say
 
 EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 1, 2, 130
 
@@ -62,7 +66,14 @@ exit codes:
   1    the search failed (e.g. the baseline itself does not train); the last lines say what to run next
   2    bad input, found before any trial ran: one line names the key or option
   3    nothing passed the loss check: the baseline is the answer (best.yaml is the baseline)
-  130  interrupted (Ctrl-C, SIGTERM): OUT is resumable with --resume
+  4    the speed figures are not trusted: other processes contended for the machine during the
+       re-measure, also when its windows were timed again, so no winner was crowned on them; the
+       baseline is the answer (best.yaml), and the report says so at the top
+  130  interrupted (Ctrl-C, SIGTERM): OUT is resumable with --resume; the last line is the command
+       (on the terminal where stdout/stderr was a pipe that closed, e.g. `| tee` ended by Ctrl-C)
+
+durations (--time-budget, search.time_budget, search.compile_deadline): 90, 1.5 (seconds), 90s, 20m,
+  1h30m; above zero.
 """
 
 
@@ -206,15 +217,16 @@ def build_parser() -> argparse.ArgumentParser:
 def read_config(args: argparse.Namespace, out: Path) -> tuple[SearchConfig, Corpus, WorkloadInfo]:
     """The validated config (a resumed search keeps the one it started with), the corpus the trials train
     on (resolved here, once, for every workload) and what the workload implements; ConfigError on bad
-    input, the workload's included, before Ray starts."""
+    input. Every check runs here, before Ray starts, and OUT is made last, so bad input leaves nothing in it."""
     overrides = list(args.overrides)
     if args.trials is not None:
         overrides.append(f"search.trials={args.trials}")
     if args.time_budget is not None:
         overrides.append(f"search.time_budget={args.time_budget}")
     cfg = load_search_config(args.config, overrides, data=args.data)
-    check_out(out, args.resume)
     check_address(args.address)
+    if args.emit_rayjob:
+        check_writable(Path(args.emit_rayjob), "--emit-rayjob")
     data = cfg.baseline().data
     if data is not None:
         if not Path(data).exists():
@@ -224,14 +236,39 @@ def read_config(args: argparse.Namespace, out: Path) -> tuple[SearchConfig, Corp
         corpus = resolve_corpus(cfg.train.get("data"))
     except DataError as err:
         raise ConfigError(str(err)) from None
-    log(f"data: {corpus.source}")
-    with shipped_corpus(corpus):  # the workload checked on the text its trials get
-        info = check_workload(make_config({**cfg.train, "data_sha256": corpus.sha256}, "train"), "train")
-    cfg = fit_to_workload(cfg, info)
+    with shipped_corpus(corpus):  # the checks `python -m trainables.train` makes, on the trials' text
+        found = preflight(
+            make_config({**cfg.train, "data_sha256": corpus.sha256}, "train"),
+            local=not joins_cluster(args),  # the device only where the trials run on this machine
+            section="train",
+        )
+    cfg = fit_to_workload(cfg, found.info)
     if args.resume:
         cfg = _resumable(out, cfg)  # exactly the settings that started it
     cfg.train.setdefault("data_sha256", corpus.sha256)  # a resumed search keeps its own
-    return cfg, corpus, info
+    check_out(out, args.resume)
+    if args.resume and (out / "state.json").exists():
+        repair_state_files(out, log)  # a record cut by the crash is dropped, never appended onto
+    log(f"data: {corpus.source}")
+    return cfg, corpus, found.info
+
+
+def joins_cluster(args: argparse.Namespace) -> bool:
+    """Whether the trials run on a cluster, not (only) here: --address, or a Ray Job's driver (RAY_ADDRESS),
+    whose head may lack the GPUs its workers have."""
+    return args.address not in (None, "local") or (
+        args.address is None and bool(os.environ.get("RAY_ADDRESS"))
+    )
+
+
+def check_writable(path: Path, option: str) -> None:
+    """A file the search writes at its end can be written: checked first, so no search is lost to it."""
+    if path.is_dir():
+        raise ConfigError(f"{option}: {path} is a directory (name a file)")
+    parent = next((p for p in path.absolute().parents if p.exists()), Path("/"))
+    target = path if path.exists() else parent
+    if not parent.is_dir() or not os.access(target, os.W_OK):
+        raise ConfigError(f"{option}: cannot write {path} ({target} is not writable)")
 
 
 def _resumable(out: Path, asked: SearchConfig) -> SearchConfig:
@@ -301,10 +338,14 @@ class RaySession:
     local: bool = False
     others: frozenset[int] = frozenset()  # the driver's descendants before Ray started: not Ray's
     on_sigterm: Any = None  # the SIGTERM handler the search replaced (the default where Ray's C one was)
+    reaper: subprocess.Popen | None = None  # ends the local Ray when the driver dies (tuner/reaper.py)
+    lifeline: int | None = None  # the reaper's pipe: this end closes when the driver ends, however
 
     def start(self, args: argparse.Namespace, env: dict[str, str]) -> None:
-        self.others = frozenset(p.pid for p in _descendants())
         self.local = args.address in (None, "local")
+        if not joins_cluster(args):  # a Ray of its own: it must end with the driver, however that ends
+            self._start_reaper()
+        self.others = frozenset(p.pid for p in _descendants())
         start_ray(args, env)
         # after ray.init, whose handler would end the process at once, with a stack dump and no cleanup
         self.on_sigterm = signal.signal(signal.SIGTERM, _terminated) or signal.SIG_DFL
@@ -319,6 +360,20 @@ class RaySession:
             with contextlib.suppress(psutil.Error):
                 proc.kill()
         psutil.wait_procs(alive, timeout=5)
+        if self.lifeline is not None:
+            os.close(self.lifeline)  # the reaper finds nothing left, and ends
+            self.lifeline = None
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.reaper.wait(timeout=10)
+
+    def _start_reaper(self) -> None:
+        read, self.lifeline = os.pipe()  # not inheritable: no Ray process holds the write end open
+        self.reaper = subprocess.Popen(
+            [sys.executable, "-m", "tuner.reaper", str(os.getpid())],
+            stdin=read,
+            start_new_session=True,
+        )
+        os.close(read)
 
 
 def _terminated(signum: int, frame: object) -> None:
@@ -352,7 +407,7 @@ def baseline_command(args: argparse.Namespace) -> str:
 
 def interrupted(err: KeyboardInterrupt, argv: list[str], out: Path) -> int:
     why = f": {err}" if str(err) else ""
-    log(f"interrupted{why}; OUT is resumable: {resume_command(argv, out)}")
+    say(f"interrupted{why}; OUT is resumable: {resume_command(argv, out)}")
     return EXIT_INTERRUPTED
 
 
@@ -375,7 +430,11 @@ def crashed(err: Exception, argv: list[str], out: Path) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    with guarded_streams():  # a pipe closed by Ctrl-C (`| tee`) must not turn the interrupt into a crash
+        return _main(list(sys.argv[1:] if argv is None else argv))
+
+
+def _main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     out = Path(args.out)
     existed = out.exists()

@@ -302,3 +302,22 @@ def spread_or_none(values: Iterable[float]) -> tuple[float, float, float] | None
         return spread(values)
     except ValueError:
         return None
+
+
+def refuse_untrusted(sel: Selection, finalists: list[Finalist]) -> bool:
+    """No winner crowned on contended figures: when the baseline or a feasible finalist has only figures
+    from contended windows (the re-measure repeated them, bounded, and load stayed), their order says more
+    about the load than about the configs, so the baseline stays the answer. Returns whether it refused."""
+    contenders = [f for f in finalists if f.feasible is True and f.id != BASELINE_ID and f.runs]
+    shaky = [f.id for f in finalists if not f.speed_trusted and (f.id == BASELINE_ID or f in contenders)]
+    if not contenders or not shaky:
+        return False
+    why = (
+        f"{', '.join(shaky)}: every timed window was contended (other processes used the CPUs or the GPU), "
+        "also when repeated"
+    )
+    sel.reasons.append(f"no winner crowned on untrusted figures ({why}): the baseline stays the answer")
+    if sel.winner is not None and sel.winner.id != BASELINE_ID:
+        sel.rejected[sel.winner.id] = f"would have won on untrusted figures ({why})"
+    sel.winner = None
+    return True

@@ -25,10 +25,10 @@ from tuner.records import (
 )
 from tuner.report import write_reports
 from tuner.report.fmt import one_run_text
-from tuner.select import finish_first, pick_winner, spread
+from tuner.select import finish_first, pick_winner, refuse_untrusted, spread
 from tuner.telemetry import fetch_usage
 
-EXIT_OK, EXIT_NO_FEASIBLE = 0, 3
+EXIT_OK, EXIT_NO_FEASIBLE, EXIT_UNTRUSTED = 0, 3, 4
 VERSIONED = ("torch", "ray", "optuna", "hybrid-tuner", "fla-core", "mamba-ssm", "causal-conv1d")
 KERNEL_DISTS = ("fla-core", "mamba-ssm", "causal-conv1d")  # only where the workload has fused kernels
 
@@ -48,6 +48,7 @@ def summarize(
     # The baseline competes too: when nothing beats it beyond noise, the simplest (it) wins; and a planned
     # run too short to pay for a winner's compile goes to the config that finishes it first.
     selection = finish_first(pick_winner(finalists, ctx.base), finalists, tokens)
+    untrusted = refuse_untrusted(selection, finalists)  # exit 4: the baseline stays, the figures said why
     winner = selection.winner
     if not any(f.feasible for f in finalists if f.id != BASELINE_ID):
         winner = None  # nothing but the baseline itself passed: exit 3, the baseline is the answer
@@ -62,6 +63,7 @@ def summarize(
             loss_execution=baseline.execution,
         ),
         best=_best(winner, base_runs) if winner else None,
+        untrusted=untrusted,
         trials=_without_timelines(trials),
         tolerance=Tolerance(value=ctx.cfg.quality.tolerance, mode=ctx.cfg.quality.mode, limit=limit),
         hardware=ctx.hw.model_dump(),
@@ -96,6 +98,14 @@ def write(ctx: SearchContext, summary: Summary) -> int:
     (ctx.out / "summary.json").write_text(summary.model_dump_json(indent=1))
     written = write_reports(ctx.out, summary)
     log("reports: " + ", ".join(str(p) for p in written))
+    if not best and summary.untrusted:
+        log(
+            "the speed figures are not trusted: other processes contended for the machine during the "
+            "re-measure, also when its windows were repeated; no winner is crowned on them, the baseline "
+            "stays the answer (best.yaml is the baseline); run the search again, with a new --out, when the "
+            "machine is quiet"
+        )
+        return EXIT_UNTRUSTED
     if not best:
         log("no config passed the loss check: the baseline stays the answer (best.yaml is the baseline)")
         return EXIT_NO_FEASIBLE
@@ -126,15 +136,21 @@ def _finalists(
     out = []
     for fid, rows in runs.items():
         src = screened.get(fid, baseline)
+        timed = [r for r in rows if r.status == "ok" and r.tokens_per_s]
+        clean = [r.tokens_per_s for r in timed if not r.contended]
+        contended = [r.tokens_per_s for r in timed if r.contended]
+        runs = clean or contended  # contended figures only where no others were had
+        rows = [r for r in rows if not r.contended] if clean else rows  # the runs its figures come from
         joules = [r.joules_per_token for r in rows if r.joules_per_token]
         trusted = [r.telemetry_trusted for r in rows if r.telemetry_trusted is not None]
-        runs = [r.tokens_per_s for r in rows if r.status == "ok" and r.tokens_per_s]
         warm = costs.warm_warmup(rows)
         out.append(
             Finalist(
                 id=fid,
                 config=src.config if fid in screened else {},
                 runs=runs,
+                contended_runs=contended if clean else [],
+                speed_trusted=bool(clean) or not contended,
                 val_loss=src.val_loss,
                 feasible=src.feasible,
                 # a J/token figure for every run, or none: a partial median would favour the lucky

@@ -1,14 +1,21 @@
 """The re-measure: the fastest feasible configs and the baseline, each timed alone on its GPU several times,
 so the answer rests on medians and spreads of exclusive timed windows, not on one brief screen. Their
 compiles overlap each other (the caches are warm by now), but a timed window waits until no run on its GPU
-is compiling: a launch-bound config loses speed to compiles on the CPUs it launches from."""
+is compiling: a launch-bound config loses speed to compiles on the CPUs it launches from.
+
+Load from outside the search must not pick the answer: the repeats go round robin over the configs and the
+baseline (runner.round_robin), so a burst lands on all of them alike, and a window that was contended
+(TrialRow.contended) is timed again, up to as many extra runs as the config was asked for. What stays
+contended after that is left to selection, which crowns no winner on it (select.refuse_untrusted)."""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from tuner.context import SearchContext
 from tuner.observe import annotate
 from tuner.records import BASELINE_ID, TrialRow
-from tuner.runner import run_cases
+from tuner.runner import Placement, run_cases
 
 
 def run(ctx: SearchContext, screen: list[TrialRow]) -> list[TrialRow]:
@@ -21,11 +28,42 @@ def run(ctx: SearchContext, screen: list[TrialRow]) -> list[TrialRow]:
         if case not in cases and len(finalists) <= ctx.cfg.search.remeasure_top:
             finalists.append((t.id, t.config))
             cases.append(case)
-    placement = ctx.speed_placement(quiet=True)
     s = ctx.cfg.search
-    repeats = [s.baseline_runs] + [s.repeats] * (len(cases) - 1)
-    rows = run_cases("remeasure", ctx.out, cases, placement, repeats=repeats)
+    asked = [s.baseline_runs] + [s.repeats] * (len(cases) - 1)
+    rows = measure(ctx, cases, asked, ctx.speed_placement(quiet=True))
     for row in rows:
         row.finalist, row.config = finalists[row.case]
         row.val_loss = None
-    return annotate(ctx, rows)
+    return rows
+
+
+def measure(
+    ctx: SearchContext, cases: list[dict], asked: Sequence[int], placement: Placement
+) -> list[TrialRow]:
+    """Every case timed `asked[i]` times in uncontended windows where that can be had: contended windows
+    are timed again (bounded by `more_runs`); the counts follow from the ledger, so --resume goes on."""
+    counts, seen = list(asked), {}
+    while True:
+        rows = run_cases("remeasure", ctx.out, cases, placement, repeats=counts)
+        new = [r for r in rows if r.id not in seen]
+        seen.update((r.id, r) for r in annotate(ctx, new))  # contention is known once joined
+        rows = [seen[r.id] for r in rows]
+        wanted = more_runs(rows, asked)
+        if all(w <= c for w, c in zip(wanted, counts, strict=True)):
+            return rows
+        again = sum(w - c for w, c in zip(wanted, counts, strict=True) if w > c)
+        ctx.notice(
+            f"remeasure: {again} contended timed window{'s' if again != 1 else ''} timed again "
+            "(each config at most twice its repeats)"
+        )
+        counts = [max(w, c) for w, c in zip(wanted, counts, strict=True)]
+
+
+def more_runs(rows: list[TrialRow], asked: Sequence[int]) -> list[int]:
+    """How many runs each case needs so that `asked[i]` of them are uncontended, at most 2 x asked[i]."""
+    out = []
+    for i, want in enumerate(asked):
+        mine = [r for r in rows if r.case == i]
+        clean = sum(1 for r in mine if not r.contended)
+        out.append(min(2 * want, len(mine) + max(0, want - clean)))
+    return out

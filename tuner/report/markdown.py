@@ -10,7 +10,7 @@ import tuner.report.gpus as gpus
 import tuner.report.view as view
 from tuner.records import Summary
 from tuner.report.costs import BREAK_EVEN_HEAD, FINALIST_HEAD, costs
-from tuner.report.fmt import DASH, fmt_mem, fmt_seconds, fmt_tps, fmt_warmup
+from tuner.report.fmt import DASH, fmt_mem, fmt_seconds, fmt_warmup
 from tuner.report.measured import measurement_notes
 
 
@@ -24,12 +24,12 @@ def _label(e: view.Entry) -> str:
     return e.label if e.role == "baseline" or e.status == "ok" else f"{e.label} ({e.status})"
 
 
-def _cells(e: view.Entry, facts: view.Facts) -> dict[str, Any]:
+def _cells(e: view.Entry, report: view.View) -> dict[str, Any]:
     """The entry's cell under each of view.TABLE_COLUMNS."""
-    loss, trained = view.loss_cell(e, facts)
-    ratio = f"{e.speedup:.2f}x" if e.speedup is not None else DASH
+    loss, trained = view.loss_cell(e, report.facts)
+    ratio = view.speedup_text(e, report.baseline)
     knobs = [e.config[k] for k in view.COLUMN_KNOBS]
-    cells = [_label(e), *knobs, fmt_tps(e.tps), fmt_warmup(e.warmup), fmt_mem(e.mem)]
+    cells = [_label(e), *knobs, view.tps_text(e), fmt_warmup(e.warmup), fmt_mem(e.mem)]
     return dict(zip(view.TABLE_COLUMNS, [*cells, f"{loss}, {trained}" if trained else loss, ratio]))
 
 
@@ -43,8 +43,9 @@ def _grid(head: tuple[str, ...], rows: list[list[Any]]) -> list[str]:
 
 def _table(report: view.View) -> list[str]:
     columns = report.columns(view.TABLE_COLUMNS)
-    rows = [_cells(e, report.facts) for e in report.entries]
-    return _grid(columns, [[cells[c] for c in columns] for cells in rows])
+    rows = [_cells(e, report) for e in report.entries]
+    note = ["", view.CONTENDED_NOTE] if any(e.tps_contended for e in report.entries) else []
+    return _grid(columns, [[cells[c] for c in columns] for cells in rows]) + note
 
 
 def _changes(report: view.View) -> list[str]:

@@ -203,6 +203,15 @@ def _how(runs: list[TrialRow], field: str, facts: Facts, show: Callable[[Any], s
     return f"{text}; {_sharing(runs, facts)}"
 
 
+def _left_out(row: ConfigRow) -> str:
+    n = row.left_out("tokens_per_s")
+    return (
+        f"; {n} contended run{'s' if n != 1 else ''} left out (other processes shared the window)"
+        if n
+        else ""
+    )
+
+
 def _warmup_how(runs: list[TrialRow]) -> str:
     if not runs:
         return "compile + warm-up not measured"
@@ -238,7 +247,7 @@ def hows(row: ConfigRow, role: str, facts: Facts, trained: Trained | None) -> di
     memory = "torch.cuda.max_memory_allocated" if facts.on_gpu else "process peak RSS"
     energy = _how(row.runs("joules_per_token"), "joules_per_token", facts, fmt_jpt)
     return {
-        "tps": _how(row.runs("tokens_per_s"), "tokens_per_s", facts, fmt_tps),
+        "tps": _how(row.runs("tokens_per_s"), "tokens_per_s", facts, fmt_tps) + _left_out(row),
         "warmup": _warmup_how(row.runs("warmup_s")),
         "loss": _loss_how(row, role, facts, trained),
         "mem": f"peak over all runs of this config: {memory}",

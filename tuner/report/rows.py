@@ -67,8 +67,22 @@ class ConfigRow:
         for phases in SPEED_PHASES:
             runs = [t for t in self._measured(field, phases) if is_speed_run(t)]
             if runs:
-                return runs
+                return [t for t in runs if not t.contended] or runs  # contended ones only where all are
         return []
+
+    def left_out(self, field: str) -> int:
+        """How many contended runs `runs(field)` left out (uncontended ones gave the figure)."""
+        for phases in SPEED_PHASES:
+            runs = [t for t in self._measured(field, phases) if is_speed_run(t)]
+            if runs:
+                return len(runs) - len(self.runs(field))
+        return 0
+
+    @property
+    def speed_contended(self) -> bool:
+        """Its speed figure comes from contended windows only (the reports mark it)."""
+        runs = self.runs("tokens_per_s")
+        return bool(runs) and all(t.contended for t in runs)
 
     def median(self, field: str) -> float | None:
         values = [getattr(t, field) for t in self.runs(field)]

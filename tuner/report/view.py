@@ -15,6 +15,7 @@ from typing import Any
 from tuner.records import BASELINE_ID, FAILED_STATUSES, Summary, TrialRow
 from tuner.report.costs import finish_first_loser, planned_run
 from tuner.report.fmt import (
+    DASH,
     as_summary,
     changed,
     fmt_loss,
@@ -49,6 +50,31 @@ TABLE_COLUMNS = (
 COLUMN_KNOBS = ("batch_size", "num_workers", "precision", "compile", "kernels")
 GPU_COLUMNS = ("VRAM", "J/token")  # left out of a search on CPUs: no GPU memory, no GPU energy
 FAILED_IN = {"loss_check": " in its loss check", "remeasure": " while re-measured"}
+
+
+CONTENDED = " (contended)"  # after a speed taken while other processes used the CPUs or the GPU
+CONTENDED_NOTE = (
+    "(contended): every timed window behind that figure (for a ratio: its own or the baseline's) was shared "
+    "with other processes (CPUs or GPU), so it says more about the load than about the config; it is not "
+    "trusted."
+)
+UNTRUSTED_ANSWER = (
+    "**Not trusted: the speed figures were taken while other processes kept the machine busy.** The "
+    "re-measure timed its contended windows again and the load stayed, so no winner is crowned on them "
+    "(exit 4); run the search again on a quiet machine."
+)
+
+
+def tps_text(e: Entry) -> str:
+    """The entry's tok/s as the tables show it, marked when contended."""
+    return fmt_tps(e.tps) + (CONTENDED if e.tps_contended and e.tps is not None else "")
+
+
+def speedup_text(e: Entry, base: Entry, times: str = "x") -> str:
+    """The entry's speed-up, marked when its figure or the baseline's (the denominator) is contended."""
+    if e.speedup is None:
+        return DASH
+    return f"{e.speedup:.2f}{times}" + (CONTENDED if e.tps_contended or base.tps_contended else "")
 
 
 # --- why a config lost --------------------------------------------------------------------------------------
@@ -105,6 +131,7 @@ class Entry:
     status: str
     feasible: bool | None
     tps: float | None
+    tps_contended: bool  # its speed comes from contended windows only: marked wherever it is shown
     warmup: float | None  # compile + warm-up seconds: warm (re-measure) where it has them, else its screen's
     loss: float | None
     trained: Trained | None  # the execution its loss figure was trained with (None: not recorded)
@@ -177,6 +204,7 @@ def _entry(summary: Summary, facts: Facts, row: ConfigRow, role: str, reason: st
         status=row.status,
         feasible=True if role == "baseline" else row.feasible,
         tps=tps,
+        tps_contended=row.speed_contended,
         warmup=_warmup(summary, row, label),
         loss=_first_num(loss),
         trained=trained,
@@ -275,6 +303,10 @@ class View:
         limit = f"limit {fmt_loss(tol.limit)}: {tolerance_text(tol)}"
         base_tps, base_loss = fmt_tps(base.tps), fmt_loss(summary.baseline.val_loss)
         after = planned_run(summary)
+        if summary.untrusted:
+            return (
+                f"{UNTRUSTED_ANSWER} The baseline ({base_tps} tok/s, val loss {base_loss}) stays the answer."
+            )
         if not best or not changed(best.config, summary.baseline.config):
             trained = f" Its loss run was {base.trained.sentence}." if base.trained else ""
             return (
