@@ -251,7 +251,8 @@ def test_a_search_on_two_nodes_gathers_every_trials_results_on_the_driver(cluste
     out = cluster.driver_dir / "out"
     proc = start_search(cluster, out)
     assert not corpus_there.exists(), "the worker sees the driver's folder: the test would prove nothing"
-    assert proc.wait(timeout=400) in (0, 3), search_log(cluster)[-4000:]
+    # 4: both nodes share this machine's cores, so its timed windows may all be contended
+    assert proc.wait(timeout=400) in (0, 3, 4), search_log(cluster)[-4000:]
     log = search_log(cluster)
     assert f"trial results: gathered by this driver into {out}" in log
 
@@ -308,7 +309,8 @@ def test_a_node_lost_mid_search_costs_its_running_trial_a_rerun_and_nothing_else
     # screen runs of a few seconds, none stopped early: the kill finds one mid-run
     proc = start_search(cluster, out, "--set", "search.screen_steps=80", "--set", "search.early_stop_ratio=0")
     before = kill_raylet_mid_trial(cluster.nodes[1], out, proc)
-    assert proc.wait(timeout=400) in (0, 3), search_log(cluster)[-4000:]
+    # 4: both nodes share this machine's cores, so its timed windows may all be contended
+    assert proc.wait(timeout=400) in (0, 3, 4), search_log(cluster)[-4000:]
     log = search_log(cluster)
     lost = re.findall(r"\[(\w+)\] Ray trial (\w+) was lost with its node \w+: reruns", log)
     assert lost, log[-4000:]

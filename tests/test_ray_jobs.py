@@ -280,11 +280,15 @@ def run(request) -> Iterator[Run]:
 def test_the_search_runs_as_a_ray_job_and_its_logs_show_its_progress(run):
     out = run.submit.stdout + run.submit.stderr
     print(f"ray job submit wall time: {run.wall_s:.0f} s")
-    assert run.submit.returncode == 0, out[-4000:]
-    assert f"Job '{run.job_id}' succeeded" in out, out[-4000:]
     job = run.head.get(f"/api/jobs/{run.job_id}")
-    assert job["status"] == "SUCCEEDED" and job["type"] == "SUBMISSION", job
     logs = run.head.get(f"/api/jobs/{run.job_id}/logs")["logs"]
+    if "the speed figures are not trusted" in logs:  # exit 4: other work kept this machine's cores busy
+        assert job["status"] == "FAILED" and "exit code 4" in (job.get("message") or ""), job
+    else:
+        assert run.submit.returncode == 0, out[-4000:]
+        assert f"Job '{run.job_id}' succeeded" in out, out[-4000:]
+        assert job["status"] == "SUCCEEDED", job
+    assert job["type"] == "SUBMISSION", job
     for line in ("[hardware] starting", "[screen] 2/2 done", "[remeasure] starting", "reports: "):
         assert line in logs, f"{line!r} not in the job's logs:\n{logs[-3000:]}"
     assert "GPU telemetry unavailable" not in logs  # the job's python found its packages and the fake NVML
