@@ -30,7 +30,7 @@ def command(out: Path) -> list[str]:
 def wait_for(log: Path, needle: str, proc: subprocess.Popen, timeout: float = 180) -> None:
     deadline = time.time() + timeout
     while time.time() < deadline and proc.poll() is None:
-        if needle in log.read_text(errors="replace"):
+        if log.exists() and needle in log.read_text(errors="replace"):  # tee may not have made it yet
             return
         time.sleep(0.2)
     raise AssertionError(f"never printed {needle!r}: {log.read_text(errors='replace')[-2000:]}")
