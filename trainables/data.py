@@ -330,6 +330,21 @@ def split_tokens(tokens: torch.Tensor, val_frac: float = 0.1) -> tuple[torch.Ten
     return tokens[:n_train], tokens[n_train:]
 
 
+class CharWindows(torch.utils.data.Dataset):
+    """A char corpus as a Dataset for a workload of the user's own: (x, y) windows of seq_len tokens, y
+    shifted by one, starting every `stride` tokens (1 for training, seq_len for disjoint val windows)."""
+
+    def __init__(self, tokens: torch.Tensor, seq_len: int, stride: int = 1):
+        self.tokens, self.seq_len, self.stride = tokens, seq_len, stride
+
+    def __len__(self) -> int:
+        return (len(self.tokens) - self.seq_len - 1) // self.stride + 1
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        w = self.tokens[i * self.stride : i * self.stride + self.seq_len + 1].long()
+        return w[:-1], w[1:]
+
+
 @dataclass
 class CharData:
     corpus: Corpus

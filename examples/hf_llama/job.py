@@ -11,7 +11,7 @@ import torch
 from torch.nn import functional as F
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from trainables.data import load_char_data
+from trainables.data import CharWindows, load_char_data
 
 
 @dataclass
@@ -21,20 +21,6 @@ class Settings:  # train.model: LlamaConfig fields that `--set train.model.<key>
     num_hidden_layers: int = 2
     num_attention_heads: int = 4
     num_key_value_heads: int = 4
-
-
-class CharWindows(torch.utils.data.Dataset):
-    """(x, y) windows of seq_len tokens, y shifted by one, starting every `stride` tokens."""
-
-    def __init__(self, tokens: torch.Tensor, seq_len: int, stride: int = 1):
-        self.tokens, self.seq_len, self.stride = tokens, seq_len, stride
-
-    def __len__(self) -> int:
-        return (len(self.tokens) - self.seq_len - 1) // self.stride + 1
-
-    def __getitem__(self, i: int):
-        w = self.tokens[i * self.stride : i * self.stride + self.seq_len + 1].long()
-        return w[:-1], w[1:]
 
 
 class HFLlama:

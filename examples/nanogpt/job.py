@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 from model import GPT, GPTConfig  # this folder's model.py (the tuner loads this file by path)
-from trainables.data import load_char_data
+from trainables.data import CharWindows, load_char_data
 
 
 @dataclass
@@ -18,20 +18,6 @@ class Settings:  # train.model: what `--set train.model.<key>=...` changes
     n_head: int = 4
     n_embd: int = 128
     dropout: float = 0.0
-
-
-class CharWindows(torch.utils.data.Dataset):
-    """(x, y) windows of seq_len tokens, y shifted by one, starting every `stride` tokens."""
-
-    def __init__(self, tokens: torch.Tensor, seq_len: int, stride: int = 1):
-        self.tokens, self.seq_len, self.stride = tokens, seq_len, stride
-
-    def __len__(self) -> int:
-        return (len(self.tokens) - self.seq_len - 1) // self.stride + 1
-
-    def __getitem__(self, i: int):
-        w = self.tokens[i * self.stride : i * self.stride + self.seq_len + 1].long()
-        return w[:-1], w[1:]
 
 
 class NanoGPT:
