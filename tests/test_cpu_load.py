@@ -119,6 +119,12 @@ def test_a_busy_child_counts_as_our_own():
         (1.9, 0.1, 2, False),  # Ray's daemons beside a run that uses both cores
         (1.0, 1.0, 2, True),  # another run on the other core
         (0.9, 0.4, 2, False),  # the machine had room
+        (
+            0.03,
+            1.75,
+            2,
+            True,
+        ),  # two busy loops starving the run (seen under tests/test_remeasure.py's burner)
         (4.0, 50.0, 128, False),  # a big node's unrelated load, with idle cores to spare
         (4.0, 120.0, 128, True),
         (None, None, 2, False),  # no /proc
