@@ -22,6 +22,7 @@ import psutil
 import pytest
 import ray
 import yaml
+from toy_workload import TOY
 
 from trainables.trainable import LABELS
 from tuner.runner import Ledger, Placement, Record, run_cases
@@ -30,18 +31,6 @@ TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
 ENV = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0", "TUNER_OFFLINE": "1"}
 ENV["PYTHONPATH"] = os.pathsep.join(filter(None, (str(TESTS), str(ROOT), os.environ.get("PYTHONPATH"))))
-TOY = {
-    "workload": "toy_workload:make_workload",
-    "seq_len": 16,
-    "batch_size": 8,
-    "tokens": 8 * 16 * 40,
-    "eval_interval": 0,
-    "eval_tokens": 256,
-    "eval_batch_size": 8,
-    "timing_warmup_steps": 2,
-    "log_interval": 5,
-    "progress_s": 0.5,
-}
 
 
 class FakeTrial:

@@ -14,6 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 import ray
+from toy_workload import TOY
 
 from tests.factories import make_row, synthetic_summary, without_best, without_telemetry
 from tuner.context import Telemetry
@@ -24,18 +25,6 @@ from tuner.runner import Placement, round_robin, run_cases
 from tuner.select import pick_winner, refuse_untrusted
 
 TESTS = Path(__file__).resolve().parent
-TOY = {
-    "workload": "toy_workload:make_workload",
-    "seq_len": 16,
-    "batch_size": 8,
-    "tokens": 8 * 16 * 40,
-    "eval_interval": 0,
-    "eval_tokens": 256,
-    "eval_batch_size": 8,
-    "timing_warmup_steps": 2,
-    "log_interval": 5,
-    "progress_s": 0.5,
-}
 BUSY_LOOP = "import time\nend = time.time() + 600\nwhile time.time() < end: pass\n"
 
 

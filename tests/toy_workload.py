@@ -119,3 +119,19 @@ def make_slow_start_workload(cfg) -> SlowStartWorkload:
 
 def make_slow_compile_workload(cfg) -> SlowCompileWorkload:
     return SlowCompileWorkload(cfg)
+
+
+# A search trial's training config for the toy workload: a few dozen steps, shared by the failure and
+# re-measure tests.
+TOY = {
+    "workload": "toy_workload:make_workload",
+    "seq_len": 16,
+    "batch_size": 8,
+    "tokens": 8 * 16 * 40,
+    "eval_interval": 0,
+    "eval_tokens": 256,
+    "eval_batch_size": 8,
+    "timing_warmup_steps": 2,
+    "log_interval": 5,
+    "progress_s": 0.5,
+}
