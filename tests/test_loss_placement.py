@@ -1,16 +1,23 @@
-"""Loss runs spread evenly over the GPUs: each asks for at least 1/ceil(runs / GPUs) of one."""
+"""Loss runs spread evenly over the GPUs (each asks for at least 1/ceil(runs / GPUs) of one), and so do the
+re-measure's runs, all at once where the CPUs allow."""
 
 from __future__ import annotations
 
 import collections
 import math
 import time
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import ray
 
+from trainables.trainable import LABELS
+from tuner.config import load_search_config
+from tuner.context import SearchContext, State
 from tuner.phases.loss_check import spread
+from tuner.records import Hardware
+from tuner.runner import round_robin
 
 
 def ctx(gpus: int, on_gpu: bool = True):
@@ -54,3 +61,62 @@ def test_ray_places_the_spread_shares_evenly_on_two_gpus(runs):
     finally:
         ray.shutdown()
     assert sorted(per_gpu.values()) == sorted([runs // 2, math.ceil(runs / 2)])
+
+
+# --- the re-measure: every run at once where CPUs and memory allow, each GPU an even part ---------------------
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def search_context(tmp_path, gpus: int, cpus: int, gpu_mem_mb: int = 81_559) -> SearchContext:
+    cfg = load_search_config(str(ROOT / "configs" / "default.yaml"), [])
+    hw = Hardware(gpus=gpus, gpu_mem_mb=gpu_mem_mb)
+    return SearchContext(cfg, tmp_path, cfg.baseline().model_dump(), hw, cpus, State(tmp_path), "")
+
+
+def trial(case: int, batch: int = 8) -> dict:
+    return {"train": {"batch_size": batch, "precision": "bf16", LABELS: {"case": case, "repeat": 0}}}
+
+
+def test_one_gpu_warms_all_fifteen_remeasure_runs_up_at_once(tmp_path):
+    # Run J's re-measure on a 16-core H100: the baseline 6 times, three finalists 3 times each.
+    ctx = search_context(tmp_path, gpus=1, cpus=16)
+    placement = ctx.remeasure_placement(15, [None, 3_839.0, 7_858.0, 1_200.0])
+    assert placement.concurrent == 15 and placement.gate == "quiet"
+    assert placement.resources(trial(1, 128)) == {"cpu": 1, "gpu": pytest.approx(1 / 15)}
+    # 7.9 GB with 25% headroom is 0.12 of 80 GB: two fifteenths
+    assert placement.resources(trial(2, 128))["gpu"] == pytest.approx(2 / 15)
+    ctx.batch_bounds = {"bf16": 512}  # the unscreened baseline: its batch against the probe's bound
+    assert placement.resources(trial(0, 8))["gpu"] == pytest.approx(1 / 15)
+
+
+def test_four_gpus_take_four_remeasure_runs_each(tmp_path):
+    ctx = search_context(tmp_path, gpus=4, cpus=64)
+    placement = ctx.remeasure_placement(15, [None, 3_839.0])
+    assert placement.concurrent == 16
+    assert placement.resources(trial(1, 128)) == {"cpu": 2, "gpu": pytest.approx(1 / 4)}
+
+
+def test_the_remeasure_waits_in_waves_only_when_the_cpus_run_out(tmp_path):
+    ctx = search_context(tmp_path, gpus=1, cpus=8)
+    assert ctx.remeasure_placement(15, [None]).concurrent == 8
+
+
+@pytest.mark.parametrize("gpus", [2, 4])
+def test_ray_spreads_each_finalists_repeats_over_several_gpus(tmp_path, gpus):
+    counts = [6, 3, 3, 3]  # the baseline, three finalists
+    ctx = search_context(tmp_path, gpus=gpus, cpus=16 * gpus)
+    placement = ctx.remeasure_placement(sum(counts), [None, 3_839.0, 3_839.0, 3_839.0])
+    ray.init(num_cpus=16 * gpus, num_gpus=gpus, include_dashboard=False, log_to_driver=False)
+    try:
+        order = round_robin(counts)  # the order run_cases launches them in
+        refs = [
+            _which_gpu.options(num_gpus=placement.resources(trial(case))["gpu"]).remote(1.0)
+            for case, _ in order
+        ]
+        where = ray.get(refs, timeout=60)
+    finally:
+        ray.shutdown()
+    for case in range(len(counts)):
+        assert len({g for (c, _), g in zip(order, where) if c == case}) > 1, f"case {case} ran on one GPU"
+    assert set(where) == set(range(gpus)), "every GPU re-measured"

@@ -11,7 +11,7 @@ import json
 import math
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 from pydantic import TypeAdapter
 
 from trainables.config import ConfigError
+from trainables.trainable import LABELS
 from trainables.workload import WorkloadInfo
 from tuner.config import SearchConfig
 from tuner.records import Hardware
@@ -137,22 +138,51 @@ class SearchContext:
         trees left by one compiled run fail an assertion in the next run's in the same process."""
         return not self.on_gpu and not self.base.get("memory_cap_mb")
 
-    def speed_placement(self, quiet: bool = False) -> Placement:
-        """Speed runs (screen, re-measure). On GPUs, `speed_runs_per_gpu` share each GPU so their compile and
-        warm-up overlap, while the timing gate lets only one at a time be timed; a batch near the probe's
-        bound gets the GPU's memory to itself; `quiet` windows also wait until no run on their GPU is
-        compiling (the re-measure: launch-bound runs lose speed to compiles on the CPUs they launch from).
-        On CPUs, one run at a time with every core of a node (a trial cannot span nodes)."""
+    def speed_placement(self) -> Placement:
+        """Screen runs. On GPUs, `speed_runs_per_gpu` share each GPU so their compile and warm-up overlap,
+        while the timing gate lets only one at a time be timed; a batch near the probe's bound gets the GPU's
+        memory to itself. On CPUs, one run at a time with every core of a node (a trial cannot span nodes)."""
         if not self.on_gpu:
-            return Placement({"cpu": max(1, self.node_cpus or self.cluster_cpus)}, 1, self.reuse_actors())
-        per_gpu = self._speed_runs_per_gpu()
-        cpus = self.cfg.resources.cpus_per_trial
+            return self._cpu_speed_placement()
+        per_gpu, cpus = self._speed_runs_per_gpu(), self.cfg.resources.cpus_per_trial
         return Placement(
             lambda config: {"cpu": cpus, "gpu": self._speed_share(config, per_gpu)},
             per_gpu * self.hw.gpus,
             self.reuse_actors(),
-            gate="quiet" if quiet else "turns",
+            gate="turns",
         )
+
+    def remeasure_placement(self, runs: int, peaks_mb: Sequence[float | None]) -> Placement:
+        """The re-measure's `runs` (of cases whose screen runs peaked at `peaks_mb`), all at once where the
+        CPUs and memory allow: their warm-ups (cache hits) overlap, then their `quiet` windows take turns,
+        each waiting until no run on its GPU is compiling (a launch-bound run loses speed to compiles on the
+        CPUs it launches from). In waves of `speed_runs_per_gpu`, every wave waited for its slowest warm-up:
+        186 s for 15 runs on one H100 (run J, docs/benchmarks.md). Each GPU takes an even part, so a
+        config's repeats land on several GPUs; a case's share is its measured peak memory, not the probe's
+        bound (which is the space's largest batch when everything fits: 4x the memory at batch 128)."""
+        if not self.on_gpu:
+            return self._cpu_speed_placement()
+        gpus = max(1, self.hw.gpus)
+        cpus_per_gpu = max(1, int(self.cluster_cpus / gpus))
+        per_gpu = max(1, min(math.ceil(runs / gpus), cpus_per_gpu))
+        cpus = max(1, min(self.cfg.resources.cpus_per_trial, cpus_per_gpu // per_gpu))
+        shares = [self._memory_share(peak, per_gpu) for peak in peaks_mb]
+
+        def resources(config: dict[str, Any]) -> dict[str, float]:
+            case = config["train"][LABELS]["case"]
+            return {"cpu": cpus, "gpu": shares[case] or self._speed_share(config, per_gpu)}
+
+        return Placement(resources, per_gpu * gpus, self.reuse_actors(), gate="quiet")
+
+    def _memory_share(self, peak_mb: float | None, per_gpu: int) -> float | None:
+        """The multiple of 1/per_gpu that holds `peak_mb` with 25% headroom (None: not measured)."""
+        if not peak_mb or not self.hw.gpu_mem_mb:
+            return None
+        slots = math.ceil(peak_mb * 1.25 / self.hw.gpu_mem_mb * per_gpu)
+        return min(per_gpu, max(1, slots)) / per_gpu
+
+    def _cpu_speed_placement(self) -> Placement:
+        return Placement({"cpu": max(1, self.node_cpus or self.cluster_cpus)}, 1, self.reuse_actors())
 
     def _speed_runs_per_gpu(self) -> int:
         cpus_per_gpu = self.cluster_cpus / max(1, self.hw.gpus)

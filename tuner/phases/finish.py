@@ -227,8 +227,9 @@ def _measurement(ctx: SearchContext) -> dict:
         "loss_check": ("shared GPU (fractions)" if ctx.on_gpu else "CPU runs side by side")
         + ", full token budget, val loss only; each trained with the fastest execution screened for its "
         "loss knobs (the baseline too)",
-        "remeasure": f"{timed}, each window also waiting until no run on its GPU is compiling; "
-        "repeated; medians"
+        "remeasure": "all its runs at once where the CPUs and memory allow, spread evenly over the GPUs "
+        "(their cached warm-ups overlap); timed windows take turns, one per GPU at a time, each also waiting "
+        "until no run on its GPU is compiling; repeated; medians"
         if ctx.on_gpu
         else f"{timed}; repeated; medians",
         "loss_check_gpu_fraction": ctx.cfg.resources.loss_check_gpu_fraction,

@@ -22,15 +22,16 @@ def run(ctx: SearchContext, screen: list[TrialRow]) -> list[TrialRow]:
     feasible = [t for t in screen if t.feasible and t.status == "ok"]
     feasible.sort(key=lambda t: -(t.tokens_per_s or 0))
     finalists: list[tuple[str, dict]] = [(BASELINE_ID, {})]
-    cases = [ctx.short_run({})]
+    cases, peaks = [ctx.short_run({})], [None]  # the baseline is not screened (its twin is)
     for t in feasible:  # distinct configs only
         case = ctx.short_run(t.config)
         if case not in cases and len(finalists) <= ctx.cfg.search.remeasure_top:
             finalists.append((t.id, t.config))
             cases.append(case)
+            peaks.append(t.peak_mem_mb)
     s = ctx.cfg.search
     asked = [s.baseline_runs] + [s.repeats] * (len(cases) - 1)
-    rows = measure(ctx, cases, asked, ctx.speed_placement(quiet=True))
+    rows = measure(ctx, cases, asked, ctx.remeasure_placement(sum(asked), peaks))
     for row in rows:
         row.finalist, row.config = finalists[row.case]
         row.val_loss = None
