@@ -536,11 +536,17 @@ def test_the_gpus_section_shows_each_gpus_use_per_phase_and_whether_they_agree()
     one = rendered(synthetic_summary())
     gpus = section(one, "GPUs").strip()
     assert gpus.startswith(f"How busy each GPU on node {NODE_ID[:8]} was in each phase")
-    assert "| Phase | GPU | Util mean | Util median | Memory mean | Memory median | Readings |" in gpus
-    assert "| screen | GPU 0 | 86% | 90% | 8.8 GiB | 9.7 GiB | 3,055 |" in gpus
+    head = (
+        "| Phase | GPU | Runs finished | Util mean | Util median | Memory mean | Memory median | Readings |"
+    )
+    assert head in gpus
+    # 8 ok and 1 stopped screen runs, an oom and an error; the baseline's loss run counts in the loss check
+    assert "| screen | GPU 0 | 9 (+2 failed) | 86% | 90% | 8.8 GiB | 9.7 GiB | 3,055 |" in gpus
+    assert "| loss_check | GPU 0 | 5 (+1 failed) |" in gpus
     assert "| whole search | GPU 0 |" in gpus and "population" not in gpus  # one GPU: nothing to compare
     alike = rendered(on_two_gpus(synthetic_summary()))
-    assert "| screen | GPU 1 | 41% |" in section(alike, "GPUs")
+    assert "| screen | GPU 1 | 0 | 41% |" in section(alike, "GPUs")
+    assert "| remeasure | GPU 1 | 4 |" in section(alike, "GPUs")  # the runs the test moved to GPU 1
     assert "GPUs 0 and 1: one population. The same configs ran 0.2% faster on GPU 0" in section(alike, "GPUs")
     assert "one population" not in section(alike, "Notices")
     apart = rendered(on_two_gpus(synthetic_summary(), gpu1_factor=1.05))

@@ -452,6 +452,7 @@ def test_the_gpus_section_says_how_busy_each_gpu_was_and_whether_they_agree(page
     assert plain_table(one, "gpu-usage")[1] == [
         "screen",
         "GPU 0",
+        "9 (+2 failed)",
         "86%",
         "90%",
         "8.8 GiB",

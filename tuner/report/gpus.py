@@ -5,11 +5,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tuner.gpus import POOLED, SEARCH
-from tuner.records import GpuComparison, GpuPopulation, GpuUsage, Summary, UsageStats, short_node_id
+from tuner.gpus import POOLED, RAN_IN, SEARCH
+from tuner.records import (
+    GpuComparison,
+    GpuPopulation,
+    GpuUsage,
+    Summary,
+    TrialRow,
+    UsageStats,
+    short_node_id,
+)
 from tuner.report.fmt import DASH, fmt_mem, fmt_tps, is_num
 
-USAGE_HEAD = ("Phase", "GPU", "Util mean", "Util median", "Memory mean", "Memory median", "Readings")
+USAGE_HEAD = (
+    "Phase", "GPU", "Runs finished", "Util mean", "Util median", "Memory mean", "Memory median", "Readings"
+)  # fmt: skip
 SPAN_NAMES = {SEARCH: "whole search"}
 WELL_COVERED = (
     0.9  # readings spanning less of a phase than this are pointed out (the sampler's history ran out)
@@ -59,7 +69,20 @@ def _readings(stats: UsageStats) -> str:
     return f"{stats.samples:,}{part}"
 
 
-def _usage_rows(usage: list[GpuUsage], one_node: bool) -> list[list[str]]:
+def _finished(trials: list[TrialRow], span: str, u: GpuUsage) -> str:
+    """How many runs of the span ended on this GPU (the screen's: the proposals it finished), failures apart."""
+    mine = [
+        t for t in trials
+        if t.gpu == u.gpu and (t.node_id == u.node_id or u.node_id is None)
+        and span in (SEARCH, RAN_IN.get(t.phase_name, t.phase_name))
+    ]  # fmt: skip
+    if span == "probe":
+        return DASH  # the probe leaves no rows
+    failed = sum(1 for t in mine if t.failed)
+    return f"{len(mine) - failed}" + (f" (+{failed} failed)" if failed else "")
+
+
+def _usage_rows(usage: list[GpuUsage], trials: list[TrialRow], one_node: bool) -> list[list[str]]:
     spans = list(dict.fromkeys(name for u in usage for name in u.spans))
     spans = [s for s in spans if s != SEARCH] + [s for s in spans if s == SEARCH]
     rows = []
@@ -71,6 +94,7 @@ def _usage_rows(usage: list[GpuUsage], one_node: bool) -> list[list[str]]:
                     [
                         SPAN_NAMES.get(span, span),
                         _gpu_label(u.gpu, u.node_id, one_node),
+                        _finished(trials, span, u),
                         _pct(stats.util_mean),
                         _pct(stats.util_median),
                         fmt_mem(stats.mem_used_mean_mb),
@@ -156,12 +180,13 @@ def gpus(summary: Summary) -> Gpus | None:
     intro = (
         f"How busy each GPU{where} was in each phase: NVML readings over the phase's wall time, idle "
         "stretches between runs included (a phase ends with its last timed window). Util: share of time a "
-        "kernel ran; memory: used on the GPU, by any process."
+        "kernel ran; memory: used on the GPU, by any process. Runs finished: the phase's runs that ended "
+        "on that GPU (in the screen, the proposals it measured), failed ones counted apart."
         if summary.gpu_usage
         else f"The GPUs{where} that re-measured the same finalists."
     )
     return Gpus(
         intro,
-        _usage_rows(summary.gpu_usage, one_node),
+        _usage_rows(summary.gpu_usage, summary.trials, one_node),
         [_population(p, one_node) for p in summary.gpu_population],
     )
