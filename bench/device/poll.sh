@@ -9,4 +9,6 @@ for i in $(seq 1 $((W / 10))); do
   sleep 10
 done
 tail -8 /tmp/final/search.log | cut -c1-250
+LATEST=$(ls -t /tmp/final/*.log 2>/dev/null | grep -v search.log | head -1)
+[ -n "$LATEST" ] && { echo "== $LATEST"; tail -4 "$LATEST" | cut -c1-400; }
 pack

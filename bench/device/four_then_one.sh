@@ -1,0 +1,41 @@
+# Issue 24 (and 20) on a 4-GPU machine, in one sitting: the README's command exactly, cold, on all four GPUs;
+# then the same command on GPU 0 alone (CUDA_VISIBLE_DEVICES=0), cold again (each search compiles into its
+# own OUT/compile-cache; the first one's is moved aside); then, side by side on separate GPUs, the seed
+# baseline (300 steps) and best.yaml alone on GPU 0, the GPU tests on GPU 1, and the rest of the ceiling
+# sweep (batch 512 and 64, fused and torch, profile of the fastest) on GPU 2 with the one-GPU search's
+# caches. Output in /tmp/final (one folder per search); `bash bench/device/poll.sh 540 ALLDONE` waits.
+set -u
+R=/tmp/final; mkdir -p $R
+rm -rf /tmp/p && mkdir /tmp/p && tar xf .gpu/src.tar -C /tmp/p && cp .gpu/tinyshakespeare.txt .gpu/gitrev /tmp/p/
+cat > /tmp/four_inner.sh <<'INNER'
+cd /tmp/p
+export PYTHONPATH=/tmp/site:/tmp/p PYTHONUNBUFFERED=1
+R=/tmp/final
+search() {  # $1: the label; the README's command exactly, on the GPUs CUDA_VISIBLE_DEVICES leaves
+  local T=$(date +%s)
+  echo "START $1 $(date -u +%FT%TZ) $(cat gitrev) $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1) x$(nvidia-smi -L | wc -l) $(nproc) cpus CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-all}" >> $R/search.log
+  python3 -m tuner.search --config configs/default.yaml --data tinyshakespeare.txt > $R/$1.log 2>&1
+  echo "EXIT $1 $? after $(( $(date +%s) - T )) s" >> $R/search.log
+  mkdir -p $R/$1 && cp out/search/summary.json out/search/report.md out/search/report.html out/search/best.yaml $R/$1/
+}
+search four
+mv out/search out/search-four
+export CUDA_VISIBLE_DEVICES=0
+search one
+TR="python3 -m trainables.train --data tinyshakespeare.txt --json"
+( $TR --config configs/default.yaml --set max_steps=300 > $R/one/train_baseline.json 2> $R/one/train_baseline.err
+  $TR --config out/search/best.yaml > $R/one/train_best.json 2> $R/one/train_best.err
+  echo "PAIR $(date -u +%FT%TZ)" >> $R/search.log ) &
+( export CUDA_VISIBLE_DEVICES=1
+  python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_fused_gpu.py > $R/gpu_tests.log 2>&1
+  echo "GPUTESTS exit $? $(date -u +%FT%TZ)" >> $R/search.log ) &
+( export CUDA_VISIBLE_DEVICES=2 CC=$PWD/out/search/compile-cache
+  export TORCHINDUCTOR_CACHE_DIR=$CC/inductor TRITON_CACHE_DIR=$CC/triton
+  python3 bench/ceiling.py --data tinyshakespeare.txt --batches 512,64 --precisions bf16 \
+    --compiles reduce-overhead --kernels fused,torch --steps 40 --profile --out $R/ceiling > $R/ceiling.md 2> $R/ceiling.err
+  echo "CEILING $(date -u +%FT%TZ)" >> $R/search.log ) &
+wait
+echo "ALLDONE $(date -u +%FT%TZ)" >> $R/search.log
+INNER
+(setsid nohup bash /tmp/four_inner.sh > /tmp/four_driver.log 2>&1 &)
+sleep 1; echo started
