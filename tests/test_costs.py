@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.factories import make_row
-from tuner.costs import break_even, break_even_tokens, cold_warmup
+from tuner.costs import break_even, break_even_tokens, cold_warmup, warm_warmup
 from tuner.records import BASELINE_ID, Finalist
 
 BASE = {"batch_size": 8, "precision": "fp32", "compile": "none", "kernels": "torch", "lr": 3e-4}
@@ -30,6 +30,23 @@ def test_cold_warm_up_is_the_longest_screen_run_of_the_same_graph():
     # Precision is part of the graph: the same batch and mode in fp32 is a different compile.
     fp32 = screened("fp32", {**RO32, "precision": "fp32"}, 100_000.0, 9.0)
     assert cold_warmup(fp32, [*screen, fp32], BASE) == 9.0
+
+
+def test_warm_warm_up_is_the_shortest_cache_hit_of_the_graph_as_runs_side_by_side_only_add_time():
+    # The one-GPU search on a 4x H200 machine: 15 re-measure runs warming up at once took 22-23 s for the
+    # fused batch-128 graph, which a screen run (another lr) had found in the cache in 10.7 s.
+    fused = {"batch_size": 128, "precision": "bf16", "compile": "reduce-overhead", "kernels": "fused"}
+    hit = screened("screen-10", {**fused, "lr": 6e-4}, 1_390_485.0, 10.687)
+    hit.compile_cache_use = "hit"
+    cold = screened("screen-3", fused, 1_396_538.0, 93.4)
+    other = screened("screen-8", {**fused, "kernels": "torch", "precision": "fp16"}, 831_866.0, 9.9)
+    other.compile_cache_use = "hit"
+    rows = [
+        make_row(f"remeasure-{i}", "remeasure", fused, warmup_s=w) for i, w in enumerate((23.3, 22.3, 22.7))
+    ]
+    assert warm_warmup(rows, [cold, hit, other], BASE) == 10.7  # not the other graph's 9.9, not cold's 93.4
+    assert warm_warmup(rows, [cold, other], BASE) == 22.3  # no hit of its graph: its own shortest
+    assert warm_warmup([], [], BASE) is None
 
 
 def baseline_finalist(runs: list[float], warmup: float = 2.0) -> Finalist:

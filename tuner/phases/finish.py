@@ -143,7 +143,7 @@ def _finalists(
         rows = [r for r in rows if not r.contended] if clean else rows  # the runs its figures come from
         joules = [r.joules_per_token for r in rows if r.joules_per_token]
         trusted = [r.telemetry_trusted for r in rows if r.telemetry_trusted is not None]
-        warm = costs.warm_warmup(rows)
+        warm = costs.warm_warmup(rows, screen if fid in screened else [], base_config)
         out.append(
             Finalist(
                 id=fid,
