@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import os
 import tempfile
+import uuid
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Protocol
@@ -98,7 +99,7 @@ def write_files(root: Path, files: dict[str, bytes]) -> int:
         if not safe(rel) or dest.exists():
             continue
         dest.parent.mkdir(parents=True, exist_ok=True)
-        tmp = dest.with_name(f".{dest.name}.{os.getpid()}.partial")
+        tmp = dest.with_name(f".{dest.name}.{uuid.uuid4().hex[:12]}.partial")  # one per writer, threads too
         tmp.write_bytes(data)
         os.replace(tmp, dest)
         written += 1
