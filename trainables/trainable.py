@@ -4,12 +4,15 @@ The tuner passes the baseline training config as `config["train"]` and the trial
 top-level keys (so they show in Ray's tables and the dashboard); the trainable needs nothing from the tuner. Interim reports let Ray stop clearly slow
 trials; the last report carries the run's full result (status, speed, loss, memory, telemetry window).
 The search hands every trial the corpus its driver resolved (`corpus`, through Ray's object store), so a
-node of a cluster needs no copy of the data, and no share of OUT (see `_own_compile_caches`).
+node of a cluster needs no copy of the data, and no share of OUT: a trial on a node other than the
+driver's trains against its node's copy of the search's compile caches, fetched from the driver before it
+trains and sent back after (`_follow_driver_caches`, trainables/compile_cache.py).
 """
 
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -17,14 +20,56 @@ from typing import Any
 import ray
 from ray import tune
 
+from trainables.compile_cache import Manifest, NodeCache, node_cache_root
 from trainables.config import ConfigError, TrainConfig, make_config
 from trainables.data import Corpus, shipped_corpus
-from trainables.gate import GateClient
+from trainables.gate import NAMESPACE, GateClient
 from trainables.loop import WINDOW_KEYS, train
 
 # The key under `config["train"]` where the tuner labels a trial (its case and repeat); not a knob.
 LABELS = "_labels"
 CACHE_VARS = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
+# The name of the actor that serves the driver's compile caches (tuner/cache_server.py).
+SERVER_VAR = "HYBRID_TUNER_CACHE_SERVER"
+SYNC_TIMEOUT_S = 300.0  # one call of a cache sync; one that takes longer is a failed sync
+
+
+class _DriverCache:
+    """The driver's cache server, reached through Ray (the `Driver` of trainables/compile_cache.py)."""
+
+    def __init__(self, actor):
+        self.actor = actor
+
+    def _get(self, ref):
+        return ray.get(ref, timeout=SYNC_TIMEOUT_S)
+
+    def manifest(self) -> Manifest:
+        return self._get(self.actor.manifest.remote())
+
+    def read(self, root: str, paths: list[str]) -> dict[str, bytes]:
+        return self._get(self.actor.read.remote(root, paths))
+
+    def missing(self, root: str, paths: list[str]) -> list[str]:
+        return self._get(self.actor.missing.remote(root, paths))
+
+    def write(self, root: str, files: dict[str, bytes]) -> int:
+        return self._get(self.actor.write.remote(root, files))
+
+
+def _follow_driver_caches(node_id: str) -> tuple[NodeCache | None, str | None]:
+    """On a node other than the driver's, this node's copy of the search's compile caches (None on the
+    driver's node, or where no server was started), and a notice when the server cannot be reached."""
+    name = os.environ.get(SERVER_VAR)
+    if not name:
+        return None, None
+    try:
+        actor = ray.get_actor(name, namespace=NAMESPACE)
+        driver_node, driver_cache = ray.get(actor.where.remote(), timeout=SYNC_TIMEOUT_S)
+    except Exception as err:  # noqa: BLE001 - without the driver's caches the run compiles cold, never fails
+        return None, f"compile cache: the driver's is out of reach ({type(err).__name__}); compiling cold"
+    if driver_node == node_id:
+        return None, None  # the driver's own node: the search's caches are right here
+    return NodeCache(_DriverCache(actor), node_cache_root(driver_cache)), None
 
 
 def _own_compile_caches() -> None:
@@ -67,7 +112,6 @@ def train_trial(config: dict[str, Any], timing_gate: str | None = None, corpus: 
     two trials on one GPU are ever timed at once (trainables/gate.py). `corpus`: the driver's, trained on
     when the config is pinned to its sha256 (trainables/data.py:shipped_corpus)."""
     placement = _placement()
-    _own_compile_caches()
     try:
         cfg = trial_config(config)
     except ConfigError as err:
@@ -76,6 +120,13 @@ def train_trial(config: dict[str, Any], timing_gate: str | None = None, corpus: 
     # Where it runs, at once: a trial lost with its node before its first step (a compile takes minutes)
     # is still known to have run there, and is rerun rather than blamed.
     tune.report({"status": "running", "tokens_per_s": 0.0, **placement})
+    node_cache, notice = _follow_driver_caches(placement["node_id"])
+    notices = [notice] if notice else []
+    if not node_cache:
+        _own_compile_caches()
+    else:
+        cfg = cfg.model_copy(update={"compile_cache": str(node_cache.local)})
+        notices.append(node_cache.pull())
 
     def interim(metrics: dict[str, Any]) -> None:
         if not metrics.get("done"):
@@ -100,6 +151,11 @@ def train_trial(config: dict[str, Any], timing_gate: str | None = None, corpus: 
     finally:
         if gate:
             gate.close()
+        if node_cache:
+            notices.append(node_cache.push())
+        for line in notices:
+            print(line, file=sys.stderr, flush=True)  # the trial's worker log
+    result["cache_sync"] = "; ".join(notices) or None
     result["gate_wait_s"] = round(gate.waited_s, 3) if gate else None
     result["compiling_beside"] = gate.compiling_beside if gate else None
     result.pop("history", None)

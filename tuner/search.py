@@ -33,8 +33,9 @@ from trainables.data import Corpus, DataError, resolve_corpus, shipped_corpus
 from trainables.errors import find_cause, first_line
 from trainables.gate import open_gates
 from trainables.preflight import preflight
+from trainables.trainable import SERVER_VAR
 from trainables.workload import WorkloadInfo
-from tuner import emit, eta, observe
+from tuner import cache_server, emit, eta, observe
 from tuner.config import SearchConfig, load_search_config
 from tuner.context import PhaseError, SearchContext, SearchFailed, State, log
 from tuner.phases import finish, loss_check, probe, remeasure, screen
@@ -309,6 +310,7 @@ def trial_env(cfg: SearchConfig, out: Path) -> tuple[dict[str, str], str | None]
         "TORCHINDUCTOR_CACHE_DIR": os.environ.get("TORCHINDUCTOR_CACHE_DIR", str(cache / "inductor")),
         "TORCHINDUCTOR_COMPILE_THREADS": os.environ["TORCHINDUCTOR_COMPILE_THREADS"],
         "RAY_USAGE_STATS_ENABLED": "0",
+        SERVER_VAR: cache_server.server_name(),  # trials on other nodes get these caches from the driver
     }
     return env, str(cache) if own else None
 
@@ -465,6 +467,7 @@ def _search(args: argparse.Namespace, argv: list[str], out: Path, session: RaySe
     cfg, corpus, workload = read_config(args, out)
     env, compile_cache = trial_env(cfg, out)
     session.start(args, env)
+    cache_server.serve(env)
     ship_to_trials(TrialInputs(corpus=corpus))  # through Ray's object store: no node needs its own copy
     say_where_results_go(out)
     command = "python -m tuner.search " + shlex.join(argv)

@@ -1,0 +1,72 @@
+"""The search's compile caches, served from the driver's node to trials on other nodes.
+
+A search keeps one Inductor and one Triton cache dir (tuner/search.py:trial_env, in OUT on the driver's
+disk). Trials on the driver's node share them directly; a trial on another node reaches them through this
+actor, pinned to the driver's node: it fetches what its node lacks before it trains and sends back what it
+compiled (trainables/compile_cache.py, through trainables/trainable.py). The trials find the actor by the
+name in `SERVER_VAR` of their environment; without it they compile into their node's own cache.
+"""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from trainables.compile_cache import ROOTS, Manifest, manifest, read_files, safe, write_files
+from trainables.gate import NAMESPACE
+from trainables.trainable import SERVER_VAR
+
+_ENV_DIRS = {"inductor": "TORCHINDUCTOR_CACHE_DIR", "triton": "TRITON_CACHE_DIR"}
+_server = None  # the driver holds its handle for the search's lifetime
+
+
+@ray.remote(num_cpus=0, max_concurrency=8)
+class CacheServer:
+    """Reads and writes the driver's cache dirs for trials elsewhere; only files, matched by path."""
+
+    def __init__(self, dirs: dict[str, str]):
+        self.dirs = {root: Path(path) for root, path in dirs.items()}
+
+    def where(self) -> tuple[str, str]:
+        """This node's Ray id, and the cache it serves (a node keeps one copy of each: compile_cache.py)."""
+        return ray.get_runtime_context().get_node_id(), str(self.dirs["inductor"].parent)
+
+    def manifest(self) -> Manifest:
+        return {root: manifest(path) for root, path in self.dirs.items()}
+
+    def read(self, root: str, paths: list[str]) -> dict[str, bytes]:
+        return read_files(self.dirs[root], paths)
+
+    def missing(self, root: str, paths: list[str]) -> list[str]:
+        return [rel for rel in paths if safe(rel) and not (self.dirs[root] / rel).exists()]
+
+    def write(self, root: str, files: dict[str, bytes]) -> int:
+        return write_files(self.dirs[root], files)
+
+
+def server_name() -> str:
+    """A name of its own for each search, so two searches on one cluster never share a server."""
+    return f"compile-cache:{uuid.uuid4().hex[:12]}"
+
+
+def serve(env: dict[str, str]) -> None:
+    """Starts the server of the cache dirs `env` gives the trials, on this (the driver's) node, under the
+    name `env[SERVER_VAR]`. Call after Ray is up."""
+    global _server
+    if SERVER_VAR not in env:
+        return
+    dirs = {root: env[var] for root, var in _ENV_DIRS.items() if env.get(var)}
+    if set(dirs) != set(ROOTS):
+        return
+    for path in dirs.values():
+        Path(path).mkdir(parents=True, exist_ok=True)
+    _server = CacheServer.options(
+        name=env[SERVER_VAR],
+        namespace=NAMESPACE,
+        scheduling_strategy=NodeAffinitySchedulingStrategy(
+            ray.get_runtime_context().get_node_id(), soft=False
+        ),
+    ).remote(dirs)
