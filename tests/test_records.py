@@ -53,3 +53,15 @@ def test_gpu_use_and_populations_round_trip_and_older_summaries_lack_them():
     )  # fmt: skip
     older = make_summary(baseline={"config": {}})
     assert older.gpu_usage == [] and older.gpu_population == []
+
+
+def test_a_summary_from_before_the_loss_gate_migrates_its_tolerance_into_the_gate():
+    older = {"baseline": {"val_loss": 1.5}, "tolerance": {"value": 0.05, "mode": "relative", "limit": 1.575}}
+    gate = Summary.model_validate(older).loss_gate
+    assert (gate.baseline_loss, gate.tolerance, gate.mode, gate.limit) == (1.5, 0.05, "relative", 1.575)
+    no_limit = {
+        "baseline": {"val_loss": 1.5},
+        "tolerance": {"value": 0.05, "mode": "absolute", "limit": None},
+    }
+    assert Summary.model_validate(no_limit).loss_gate is None
+    assert "tolerance" not in Summary.model_validate(older).model_dump()

@@ -361,7 +361,7 @@ def test_failed_trials_only_and_minimal_summaries_render():
             ),
             search_row("screen-1", "screen", {"precision": "fp16"}, "nan", feasible=False),
         ],
-        "tolerance": {"value": 0.05, "mode": "absolute", "limit": 1.55},
+        "tolerance": {"value": 0.05, "mode": "absolute", "limit": 1.55},  # as before the loss gate
     }
     page = render_html(failed)
     parse(page)

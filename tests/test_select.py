@@ -10,9 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.factories import make_row
+from tuner.config import QualitySection
 from tuner.knobs import knob_diff, loss_key
 from tuner.phases.loss_check import _in_reach
-from tuner.records import BASELINE_ID, Finalist
+from tuner.records import BASELINE_ID, Finalist, LossGate
 from tuner.select import (
     Selection,
     could_be_remeasured,
@@ -35,6 +36,7 @@ BASELINE = {
     "max_steps": None,
     "out_dir": None,
 }
+GATE = LossGate(baseline_loss=1.50, tolerance=0.05, mode="absolute", limit=1.55)
 
 
 def screen(tid: str, tps: float | None, status: str = "ok", **config):
@@ -155,6 +157,22 @@ def test_a_candidate_is_in_reach_until_enough_distinct_passed_configs_screened_f
     ]
 
 
+# --- the loss gate ----------------------------------------------------------------------------------------
+
+
+def test_the_gate_adds_the_tolerance_to_the_baseline_loss_absolute_or_relative():
+    absolute = QualitySection(tolerance=0.05).gate(1.5)
+    relative = QualitySection(tolerance=0.1, mode="relative").gate(2.0)
+    assert (absolute.limit, absolute.mode, absolute.baseline_loss) == (1.5 + 0.05, "absolute", 1.5)
+    assert relative.limit == pytest.approx(2.2) and relative.tolerance == 0.1
+
+
+def test_the_gate_passes_a_finite_loss_up_to_its_limit_and_only_runs_that_trained():
+    assert GATE.passes(1.55) and GATE.passes(1.2) and not GATE.passes(1.5501)
+    assert not any(GATE.passes(x) for x in (None, math.nan, math.inf))
+    assert GATE.verdict(check("a", {}, 1.52)) and not GATE.verdict(check("b", {}, 1.52, status="error"))
+
+
 # --- propagate_feasibility --------------------------------------------------------------------------------
 
 
@@ -174,7 +192,7 @@ def test_propagate_feasibility_cases():
         check("over", {"batch_size": 512}, 1.70),
         check("nan-check", {"lr": 3e-3}, math.nan, status="nan"),
     ]
-    propagate_feasibility(trials, checked, baseline_loss=1.50, limit=1.55, baseline=BASELINE)
+    propagate_feasibility(trials, checked, GATE, baseline=BASELINE)
     got = {t.id: (t.feasible, t.val_loss, t.loss_checked_by) for t in trials}
     assert got == {
         "ok-checked": (True, 1.52, "ok-checked"),
@@ -191,7 +209,7 @@ def test_propagate_feasibility_cases():
 def test_propagate_feasibility_a_check_that_errored_is_infeasible_even_with_a_loss():
     trials = [screen("t", 300.0, batch_size=64)]
     checked = [check("t", {"batch_size": 64}, 1.40, status="error")]
-    propagate_feasibility(trials, checked, baseline_loss=1.50, limit=1.55, baseline=BASELINE)
+    propagate_feasibility(trials, checked, GATE, baseline=BASELINE)
     assert trials[0].feasible is False
 
 
@@ -203,7 +221,7 @@ def test_propagate_feasibility_without_the_baseline_compares_the_named_knobs():
         screen("batch-fused", 240.0, compile="default", kernels="fused", batch_size=64),
     ]
     checked = [check("lc-1", {"batch_size": 64, "compile": "none"}, 1.6)]
-    propagate_feasibility(trials, checked, 1.5, 1.55)
+    propagate_feasibility(trials, checked, GATE)
     got = {t.id: (t.feasible, t.loss_checked_by) for t in trials}
     assert got == {"speed": (True, BASELINE_ID), "batch": (False, "lc-1"), "batch-fused": (False, "lc-1")}
 

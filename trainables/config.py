@@ -1,6 +1,7 @@
 """The training job's configuration: every knob the tuner can search is one field here.
 
-A knob is added in one place (this model) and becomes searchable by naming it in a search-space YAML.
+A knob is added in one place (this model, its class declared on the field: `KnobClass`) and becomes
+searchable by naming it in a search-space YAML.
 Validation happens before any expensive work and fails with one line that names the key and what is
 allowed (`ConfigError`); the CLIs turn that into exit code 2.
 """
@@ -12,7 +13,7 @@ import dataclasses
 import difflib
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
@@ -29,6 +30,25 @@ LrScaling = Literal["none", "sqrt", "linear"]
 TUNER_SECTIONS = ("search", "quality", "resources", "budget")
 
 
+@dataclasses.dataclass(frozen=True)
+class KnobClass:
+    """What a TrainConfig field is to the search, declared on the field (`Annotated[type, KnobClass(...)]`)
+    so every list that tells knobs apart is derived from here (tuner/knobs.py). `kind`: "loss" changes what
+    is trained (one loss run per distinct set of these), "execution" only how it runs (a loss run stands
+    for every config that differs only in these), "run" is bookkeeping or a cap, never judged. `graph`: it
+    changes the graph torch.compile builds. `needs`: (value, capability) pairs, a value that runs only where
+    the trials' hardware has "cuda", "bf16" or "fused" (tuner/space.py drops it elsewhere, saying `why`)."""
+
+    kind: Literal["loss", "execution", "run"]
+    graph: bool = False
+    needs: tuple[tuple[Any, str], ...] = ()
+    why: str = ""
+
+
+LOSS, EXECUTION, RUN = KnobClass("loss"), KnobClass("execution"), KnobClass("run")
+LOSS_GRAPH, EXECUTION_GRAPH = KnobClass("loss", graph=True), KnobClass("execution", graph=True)
+
+
 class ConfigError(ValueError):
     """A bad configuration value; its message is one line that names the key."""
 
@@ -39,89 +59,132 @@ class TrainConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
     # --- workload ---
-    workload: str = Field(
+    workload: Annotated[str, LOSS_GRAPH] = Field(
         "hybrid",
         description="'hybrid' (the built-in LM), 'path/to/job.py:function' (a relative path from a config "
         "file is read from that file's folder; from --set, from the working directory) or "
         "'package.module:function': the factory of a Workload (trainables/workload.py)",
     )
-    workload_path: str | None = Field(
+    workload_path: Annotated[str | None, RUN] = Field(
         None,
         description="folder put on sys.path to import a 'package.module:function' workload (a search sets "
         "it where its driver found the module, so best.yaml runs from anywhere)",
     )
-    model: dict[str, Any] = Field(
+    model: Annotated[dict[str, Any], LOSS_GRAPH] = Field(
         default_factory=dict,
         description="the model's settings: HybridConfig overrides for the hybrid; for a workload of your "
         "own, passed to its factory as given (checked by the schema it declares)",
     )
-    data: str | None = Field(
+    data: Annotated[str | None, LOSS] = Field(
         None, description="corpus file or folder; None = TUNER_DATA / cache / download / embedded"
     )
-    data_sha256: str | None = Field(
+    data_sha256: Annotated[str | None, LOSS] = Field(
         None,
         description="sha256 of the corpus text a run must train on; the search sets it so that every "
         "node of a cluster trains on the text its driver resolved (None = no check)",
     )
-    seq_len: int = Field(256, gt=1)
+    seq_len: Annotated[int, LOSS_GRAPH] = Field(256, gt=1)
 
     # --- budget ---
-    tokens: int = Field(5000 * 8 * 256, gt=0, description="training token budget")
-    max_steps: int | None = Field(
+    tokens: Annotated[int, LOSS] = Field(5000 * 8 * 256, gt=0, description="training token budget")
+    max_steps: Annotated[int | None, RUN] = Field(
         None,
         gt=0,
         description="run exactly this many optimizer steps, whatever the token budget (speed screens)",
     )
-    eval_interval: int = Field(
+    eval_interval: Annotated[int, LOSS] = Field(
         500, ge=0, description="optimizer steps between val evals; 0 = only at the end"
     )
-    eval_tokens: int = Field(64 * 256, gt=0, description="val tokens per eval (fixed windows)")
-    eval_batch_size: int = Field(16, gt=0)
+    eval_tokens: Annotated[int, LOSS] = Field(
+        64 * 256, gt=0, description="val tokens per eval (fixed windows)"
+    )
+    eval_batch_size: Annotated[int, LOSS] = Field(16, gt=0)
 
     # --- optimisation (seed schedule) ---
-    batch_size: int = Field(8, gt=0, description="micro-batch, sequences per forward")
-    grad_accum: int = Field(1, gt=0)
-    lr: float = Field(3e-4, gt=0)
-    min_lr: float = Field(3e-5, ge=0)
-    lr_scaling: LrScaling = "none"
-    lr_base_batch: int = Field(8, gt=0, description="effective batch at which lr applies unscaled")
-    warmup_frac: float = Field(0.1, ge=0, lt=1, description="share of the token budget spent warming up")
-    mamba_lr_mult: float = Field(2.0, gt=0)
-    weight_decay: float = Field(0.1, ge=0)
-    beta1: float = Field(0.9, ge=0, lt=1)
-    beta2: float = Field(0.95, ge=0, lt=1)
-    grad_clip: float = Field(1.0, ge=0, description="0 = off")
-    fused_adamw: bool = False
+    batch_size: Annotated[int, LOSS_GRAPH] = Field(8, gt=0, description="micro-batch, sequences per forward")
+    grad_accum: Annotated[int, LOSS] = Field(1, gt=0)
+    lr: Annotated[float, LOSS] = Field(3e-4, gt=0)
+    min_lr: Annotated[float, LOSS] = Field(3e-5, ge=0)
+    lr_scaling: Annotated[LrScaling, LOSS] = "none"
+    lr_base_batch: Annotated[int, LOSS] = Field(
+        8, gt=0, description="effective batch at which lr applies unscaled"
+    )
+    warmup_frac: Annotated[float, LOSS] = Field(
+        0.1, ge=0, lt=1, description="share of the token budget spent warming up"
+    )
+    mamba_lr_mult: Annotated[float, LOSS] = Field(2.0, gt=0)
+    weight_decay: Annotated[float, LOSS] = Field(0.1, ge=0)
+    beta1: Annotated[float, LOSS] = Field(0.9, ge=0, lt=1)
+    beta2: Annotated[float, LOSS] = Field(0.95, ge=0, lt=1)
+    grad_clip: Annotated[float, LOSS] = Field(1.0, ge=0, description="0 = off")
+    fused_adamw: Annotated[bool, EXECUTION] = False
 
     # --- speed knobs ---
-    precision: Precision = "fp32"
-    compile: CompileMode = "none"
-    kernels: Kernels = "torch"
-    loader: Loader = "dataloader"
-    num_workers: int = Field(0, ge=0)
-    pin_memory: bool = False
-    activation_checkpointing: bool = False
+    precision: Annotated[
+        Precision,
+        KnobClass(
+            "loss",
+            graph=True,
+            needs=(("tf32", "cuda"), ("bf16", "bf16")),
+            why="no CUDA tensor cores / no native bf16 here",
+        ),
+    ] = "fp32"
+    compile: Annotated[
+        CompileMode,
+        KnobClass(
+            "execution",
+            graph=True,
+            needs=(("reduce-overhead", "cuda"), ("max-autotune", "cuda")),
+            why="these modes use CUDA graphs",
+        ),
+    ] = "none"
+    kernels: Annotated[
+        Kernels,
+        KnobClass(
+            "execution",
+            graph=True,
+            needs=(("fused", "fused"), ("auto", "cuda")),
+            why="fused kernels need CUDA with fla and mamba_ssm importable",
+        ),
+    ] = "torch"
+    loader: Annotated[Loader, EXECUTION] = "dataloader"
+    num_workers: Annotated[int, EXECUTION] = Field(0, ge=0)
+    pin_memory: Annotated[
+        bool,
+        KnobClass("execution", needs=((True, "cuda"),), why="pinned memory only helps host-to-GPU copies"),
+    ] = False
+    activation_checkpointing: Annotated[bool, EXECUTION_GRAPH] = False
 
     # --- run ---
-    seed: int = 1337
-    device: str = Field("auto", description="auto | cpu | cuda | cuda:N")
-    timing_warmup_steps: int = Field(5, ge=1, description="steps excluded from steady-state timing")
-    log_interval: int = Field(50, gt=0, description="optimizer steps between progress lines / NaN checks")
-    compile_deadline_s: float | None = Field(
+    seed: Annotated[int, LOSS] = 1337
+    device: Annotated[str, RUN] = Field("auto", description="auto | cpu | cuda | cuda:N")
+    timing_warmup_steps: Annotated[int, RUN] = Field(
+        5, ge=1, description="steps excluded from steady-state timing"
+    )
+    log_interval: Annotated[int, RUN] = Field(
+        50, gt=0, description="optimizer steps between progress lines / NaN checks"
+    )
+    compile_deadline_s: Annotated[float | None, RUN] = Field(
         None,
         gt=0,
         description="give up (status timeout) when the first step, which compiles, takes longer (speed screens)",
     )
-    progress_s: float = Field(20.0, gt=0, description="at most this many seconds between progress lines")
-    gpu_memory_fraction: float | None = Field(None, gt=0, le=1, description="cap for a shared GPU")
-    memory_cap_mb: int | None = Field(None, gt=0, description="hard memory cap (CUDA fraction or CPU rlimit)")
-    compile_cache: str | None = Field(
+    progress_s: Annotated[float, RUN] = Field(
+        20.0, gt=0, description="at most this many seconds between progress lines"
+    )
+    gpu_memory_fraction: Annotated[float | None, RUN] = Field(
+        None, gt=0, le=1, description="cap for a shared GPU"
+    )
+    memory_cap_mb: Annotated[int | None, RUN] = Field(
+        None, gt=0, description="hard memory cap (CUDA fraction or CPU rlimit)"
+    )
+    compile_cache: Annotated[str | None, RUN] = Field(
         None,
         description="folder for Inductor and Triton caches (a search's best.yaml names the search's, so "
         "its run reuses the kernels the search compiled); None = the environment's / torch's default",
     )
-    out_dir: str | None = Field(None, description="write tokenizer, config and metrics here")
-    save_model: bool = False
+    out_dir: Annotated[str | None, RUN] = Field(None, description="write tokenizer, config and metrics here")
+    save_model: Annotated[bool, RUN] = False
 
     @field_validator("device")
     @classmethod
@@ -148,6 +211,14 @@ class TrainConfig(BaseModel):
         return v
 
     # --- derived ---
+    @classmethod
+    def knob_classes(cls) -> dict[str, KnobClass | None]:
+        """Each field's declared class, in field order (None: not declared; a test keeps there being none)."""
+        return {
+            name: next((m for m in field.metadata if isinstance(m, KnobClass)), None)
+            for name, field in cls.model_fields.items()
+        }
+
     @property
     def tokens_per_step(self) -> int:
         return self.batch_size * self.grad_accum * self.seq_len

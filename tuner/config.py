@@ -20,6 +20,7 @@ from trainables.config import (
     unknown_key,
     with_workload_paths,
 )
+from tuner.records import LossGate
 
 
 class Range(BaseModel):
@@ -135,9 +136,9 @@ class QualitySection(BaseModel):
     tolerance: float = Field(0.05, ge=0, description="allowed val-loss increase over the baseline")
     mode: Literal["absolute", "relative"] = "absolute"
 
-    def limit(self, baseline_loss: float) -> float:
-        extra = self.tolerance if self.mode == "absolute" else self.tolerance * abs(baseline_loss)
-        return baseline_loss + extra
+    def gate(self, baseline_loss: float) -> LossGate:
+        """The loss gate the baseline's val loss sets: every loss verdict of the search is its verdict."""
+        return LossGate.of(baseline_loss, self.tolerance, self.mode)
 
 
 class ResourcesSection(BaseModel):

@@ -8,18 +8,24 @@ from __future__ import annotations
 
 from typing import Any
 
+from trainables.config import KnobClass, TrainConfig
+
+# Every list below is derived from the class each TrainConfig field declares (trainables/config.py).
+CLASSES: dict[str, KnobClass | None] = TrainConfig.knob_classes()
+
+
+def _of_kind(kind: str) -> frozenset[str]:
+    return frozenset(name for name, c in CLASSES.items() if c and c.kind == kind)
+
+
 # Knobs that change speed but not the loss curve (up to float noise): one loss run stands for every
 # config that differs from it only in these.
-SPEED_ONLY_KNOBS = frozenset(
-    {"compile", "kernels", "loader", "num_workers", "pin_memory", "fused_adamw", "activation_checkpointing"}
-)
-# TrainConfig fields that neither change the loss at the full token budget nor are searched: bookkeeping,
-# memory caps, and `max_steps` (speed screens cut runs short; the loss is judged at the full budget).
-RUN_ONLY_FIELDS = frozenset(
-    {"device", "out_dir", "save_model", "log_interval", "progress_s", "timing_warmup_steps",
-     "gpu_memory_fraction", "memory_cap_mb", "max_steps", "compile_cache", "compile_deadline_s",
-     "workload_path"}
-)  # fmt: skip
+SPEED_ONLY_KNOBS = _of_kind("execution")
+# Fields that neither change the loss at the full token budget nor are searched: bookkeeping, memory caps,
+# and `max_steps` (speed screens cut runs short; the loss is judged at the full budget).
+RUN_ONLY_FIELDS = _of_kind("run")
+# Fields whose values run only on some hardware: the space drops those values elsewhere (tuner/space.py).
+HARDWARE_KNOBS = {name: c for name, c in CLASSES.items() if c and c.needs}
 
 
 def is_loss_knob(name: str) -> bool:
@@ -42,8 +48,7 @@ def loss_key(config: dict, baseline: dict) -> tuple:
 
 # TrainConfig fields that change the graph torch.compile builds (shapes, dtypes, modules, mode): two configs
 # equal in these compile the same graph, so the second finds it in the search's compile cache.
-GRAPH_FIELDS = ("workload", "model", "seq_len", "batch_size", "precision", "compile", "kernels",
-                "activation_checkpointing")  # fmt: skip
+GRAPH_FIELDS = tuple(name for name, c in CLASSES.items() if c and c.graph)
 
 
 def graph_key(config: dict, baseline: dict) -> tuple:

@@ -8,10 +8,11 @@ and the reports read a `Summary` only, so a report can be rebuilt from a saved s
 from __future__ import annotations
 
 import json
+import math
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from trainables.cache_use import CacheUse
 
@@ -221,10 +222,27 @@ class Best(Record):
     time_to_train_s: float | None = Field(None, description="the planned run, compile + warm-up included")
 
 
-class Tolerance(Record):
-    value: float | None = None
-    mode: Literal["absolute", "relative"] = "absolute"
-    limit: float | None = None
+class LossGate(Record):
+    """The loss gate, the one home of the rule: a run passes when it trained (status ok) to a finite val loss
+    at most `limit`, the baseline's val loss plus the tolerance (tuner/config.py:QualitySection.gate)."""
+
+    baseline_loss: float = Field(description="the baseline's val loss at the full token budget")
+    tolerance: float = Field(ge=0, description="allowed val-loss increase over the baseline")
+    mode: Literal["absolute", "relative"] = Field(description="relative: tolerance times the baseline loss")
+    limit: float = Field(description="the highest val loss that passes")
+
+    @classmethod
+    def of(cls, baseline_loss: float, tolerance: float, mode: Literal["absolute", "relative"]) -> LossGate:
+        extra = tolerance if mode == "absolute" else tolerance * abs(baseline_loss)
+        return cls(baseline_loss=baseline_loss, tolerance=tolerance, mode=mode, limit=baseline_loss + extra)
+
+    def passes(self, val_loss: float | None) -> bool:
+        """Whether a val loss is within the limit (None or NaN never is)."""
+        return isinstance(val_loss, int | float) and math.isfinite(val_loss) and val_loss <= self.limit
+
+    def verdict(self, run: TrialRow) -> bool:
+        """A loss run's verdict: it trained without failing, to a loss that passes."""
+        return run.status == "ok" and self.passes(run.val_loss)
 
 
 class SelectionResult(Record):
@@ -316,7 +334,7 @@ class Summary(Record):
         "winner was crowned on them, the baseline stays the answer (exit 4)",
     )
     trials: list[TrialRow] = Field(default_factory=list)
-    tolerance: Tolerance = Field(default_factory=Tolerance)
+    loss_gate: LossGate | None = Field(None, description="the limit every loss verdict was given against")
     hardware: dict[str, Any] = Field(default_factory=dict)
     versions: dict[str, str] = Field(default_factory=dict)
     timings: dict[str, float] = Field(default_factory=dict, description="seconds per phase")
@@ -341,6 +359,21 @@ class Summary(Record):
         description="knobs the workload does not implement (e.g. kernels): out of the space, best.yaml and "
         "the report",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _older_tolerance(cls, data: Any) -> Any:
+        """summary.json from before the loss gate kept `tolerance` {value, mode, limit}: the same gate, its
+        baseline loss read from `baseline` (no gate where any of them is missing)."""
+        if not isinstance(data, dict) or "tolerance" not in data:
+            return data
+        data = dict(data)
+        tol, base = data.pop("tolerance") or {}, data.get("baseline") or {}
+        base_loss = base.get("val_loss") if isinstance(base, dict) else base.val_loss
+        old = {"baseline_loss": base_loss, "tolerance": tol.get("value"), "limit": tol.get("limit")}
+        if "loss_gate" not in data and None not in old.values():
+            data["loss_gate"] = {**old, "mode": tol.get("mode", "absolute")}
+        return data
 
 
 def summary_schema() -> dict[str, Any]:

@@ -90,11 +90,11 @@ def run_search(ctx: SearchContext) -> int:
 
     checked = ctx.phase("loss_check", lambda: loss_check.run(ctx, screened), list[TrialRow])
     base_row, checked = checked[0], checked[1:]
-    limit = ctx.cfg.quality.limit(base_row.val_loss)
-    propagate_feasibility(screened, checked, base_row.val_loss, limit, baseline=ctx.base)
+    gate = ctx.cfg.quality.gate(base_row.val_loss)  # the loss check's gate (the phase may be resumed)
+    propagate_feasibility(screened, checked, gate, baseline=ctx.base)
     measured = ctx.phase("remeasure", lambda: remeasure.run(ctx, screened), list[TrialRow])
 
-    summary = finish.summarize(ctx, base_row, screened, checked, measured, limit)
+    summary = finish.summarize(ctx, base_row, screened, checked, measured, gate)
     del gates
     return finish.write(ctx, summary)
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tuner.knobs import freeze, knob_diff, loss_key
-from tuner.records import BASELINE_ID, FAILED_STATUSES, Finalist, SelectionResult, TrialRow
+from tuner.records import BASELINE_ID, FAILED_STATUSES, Finalist, LossGate, SelectionResult, TrialRow
 
 ENERGY_MARGIN = 0.02  # J/token must be this much lower than the fastest's to outweigh simplicity
 
@@ -74,23 +74,16 @@ def could_be_remeasured(pick: Candidate, passed: Iterable[Candidate], top: int) 
     return len(faster) < top
 
 
-def _check_verdict(check: TrialRow, limit: float) -> bool:
-    return check.status == "ok" and _finite(check.val_loss) and check.val_loss <= limit
-
-
 def propagate_feasibility(
-    screen_trials: list[TrialRow],
-    checked: list[TrialRow],
-    baseline_loss: float,
-    limit: float,
-    baseline: dict | None = None,
+    screen_trials: list[TrialRow], checked: list[TrialRow], gate: LossGate, baseline: dict | None = None
 ) -> None:
     """Set `feasible`, `val_loss` and `loss_checked_by` on each screen trial, in place.
 
-    A trial shares the verdict of the loss run with its loss key (the baseline's own run for the baseline's
-    key); never checked -> feasible None; a trial that itself failed (oom/nan/error) -> False. The first check
-    of a key stands (the search checks each key once). Without `baseline`, configs are compared on the knobs
-    they name (enough when all come from one search space) and those naming only speed knobs inherit.
+    A trial shares the gate's verdict on the loss run with its loss key (the baseline's own loss for the
+    baseline's key); never checked -> feasible None; a trial that itself failed (oom/nan/error) -> False. The
+    first check of a key stands (the search checks each key once). Without `baseline`, configs are compared
+    on the knobs they name (enough when all come from one search space) and those naming only speed knobs
+    inherit.
     """
     baseline = baseline or {}
     verdicts: dict[tuple, TrialRow] = {}
@@ -104,11 +97,11 @@ def propagate_feasibility(
             continue
         key = loss_key(trial.config, baseline)
         if key == base_key:
-            trial.feasible, trial.val_loss = baseline_loss <= limit, baseline_loss
+            trial.feasible, trial.val_loss = gate.passes(gate.baseline_loss), gate.baseline_loss
             trial.loss_checked_by = BASELINE_ID
         elif key in verdicts:
             check = verdicts[key]
-            trial.feasible = _check_verdict(check, limit)
+            trial.feasible = gate.verdict(check)
             trial.val_loss = check.val_loss if _finite(check.val_loss) else None
             trial.loss_checked_by = check.id
         else:

@@ -13,6 +13,7 @@ from model.ops import available_backends, tuning
 from trainables.config import is_file_spec
 from trainables.workload import WorkloadInfo
 from tuner.config import Knob, Range, SearchConfig
+from tuner.knobs import HARDWARE_KNOBS
 
 
 def probe_hardware() -> dict[str, Any]:
@@ -68,23 +69,7 @@ def applicable(
     space: dict[str, Knob], hw: dict[str, Any]
 ) -> tuple[dict[str, Knob], dict[str, Any], list[str]]:
     """Drop choices that do not apply here. Returns (searchable knobs, knobs fixed to one value, notices)."""
-    cuda = hw.get("cuda", False)
-    fused_ok = (
-        cuda and hw.get("backends", {}).get("fla") is True and hw.get("backends", {}).get("mamba_ssm") is True
-    )
-    drop: dict[str, set[Any]] = {
-        # tf32 is fp32 off NVIDIA tensor cores; pinned memory and CUDA graphs need a GPU.
-        "precision": ({"tf32"} if not cuda else set()) | ({"bf16"} if not hw.get("bf16") else set()),
-        "kernels": ({"fused"} if not fused_ok else set()) | ({"auto"} if not cuda else set()),
-        "pin_memory": {True} if not cuda else set(),
-        "compile": {"reduce-overhead", "max-autotune"} if not cuda else set(),
-    }
-    why = {
-        "precision": "no CUDA tensor cores / no native bf16 here",
-        "kernels": "fused kernels need CUDA with fla and mamba_ssm importable",
-        "pin_memory": "pinned memory only helps host-to-GPU copies",
-        "compile": "these modes use CUDA graphs",
-    }
+    drop = _hardware_drops(hw)
     out: dict[str, Knob] = {}
     fixed: dict[str, Any] = {}
     notices: list[str] = []
@@ -98,7 +83,7 @@ def applicable(
         removed = [c for c in choices if c in drop.get(name, set())]
         kept = [c for c in choices if c not in removed]
         if removed:
-            notices.append(f"dropped {name}={removed}: {why[name]}")
+            notices.append(f"dropped {name}={removed}: {HARDWARE_KNOBS[name].why}")
         if not kept:
             continue
         if len(kept) == 1:
@@ -106,6 +91,22 @@ def applicable(
         else:
             out[name] = kept
     return out, fixed, notices
+
+
+def capabilities(hw: dict[str, Any]) -> dict[str, bool]:
+    """What a knob value can need of the trials' hardware (trainables.config.KnobClass.needs)."""
+    cuda, backends = bool(hw.get("cuda", False)), hw.get("backends", {})
+    return {
+        "cuda": cuda,  # tf32 is fp32 off NVIDIA tensor cores; pinned memory and CUDA graphs need a GPU
+        "bf16": bool(hw.get("bf16")),
+        "fused": cuda and backends.get("fla") is True and backends.get("mamba_ssm") is True,
+    }
+
+
+def _hardware_drops(hw: dict[str, Any]) -> dict[str, set[Any]]:
+    """Per hardware-dependent knob, the values whose capability this hardware lacks."""
+    has = capabilities(hw)
+    return {name: {v for v, need in c.needs if not has[need]} for name, c in HARDWARE_KNOBS.items()}
 
 
 def bound_batch(space: dict[str, Knob], max_batch: int) -> tuple[dict[str, Knob], list[str]]:

@@ -9,7 +9,7 @@ from typing import Any
 
 from tuner.context import SearchContext, SearchFailed, log
 from tuner.knobs import execution, loss_key
-from tuner.records import BASELINE_ID, TrialRow
+from tuner.records import BASELINE_ID, LossGate, TrialRow
 
 # A run the early stopper or the time budget stopped after steady steps has proven its execution works and
 # how fast: the baseline under CUDA graphs is slow next to large batches and is often stopped early, and
@@ -56,14 +56,14 @@ def as_baseline(row: TrialRow, twin: TrialRow | None) -> TrialRow:
     )
 
 
-def checked(ctx: SearchContext, baseline: TrialRow) -> tuple[TrialRow, float]:
-    """The baseline row, marked feasible, and the loss limit it sets; SearchFailed if it did not train."""
+def checked(ctx: SearchContext, baseline: TrialRow) -> tuple[TrialRow, LossGate]:
+    """The baseline row, with its verdict, and the loss gate it sets; SearchFailed if it did not train."""
     if baseline.status != "ok" or baseline.val_loss is None:
         raise SearchFailed(f"the baseline run failed ({baseline.status}: {baseline.error})")
-    baseline.feasible = True
-    limit = ctx.cfg.quality.limit(baseline.val_loss)
+    gate = ctx.cfg.quality.gate(baseline.val_loss)
+    baseline.feasible = gate.verdict(baseline)
     changed = {k: v for k, v in (baseline.execution or {}).items() if ctx.base.get(k) != v}
     how = ", ".join(f"{k}={v}" for k, v in changed.items())
     how = f"as its twin {baseline.twin_of} runs ({how})" if changed else "as configured"
-    log(f"baseline: val loss {baseline.val_loss:.4f} (limit {limit:.4f}), trained {how}")
-    return baseline, limit
+    log(f"baseline: val loss {baseline.val_loss:.4f} (limit {gate.limit:.4f}), trained {how}")
+    return baseline, gate

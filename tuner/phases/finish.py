@@ -18,9 +18,9 @@ from tuner.records import (
     Best,
     Finalist,
     GpuUsage,
+    LossGate,
     Summary,
     TelemetrySummary,
-    Tolerance,
     TrialRow,
 )
 from tuner.report import write_reports
@@ -39,7 +39,7 @@ def summarize(
     screen: list[TrialRow],
     checked: list[TrialRow],
     remeasure: list[TrialRow],
-    limit: float,
+    gate: LossGate,
 ) -> Summary:
     tokens = ctx.base["tokens"]
     finalists = _finalists(ctx.base, baseline, screen, remeasure, tokens)
@@ -65,7 +65,7 @@ def summarize(
         best=_best(winner, base_runs) if winner else None,
         untrusted=untrusted,
         trials=_without_timelines(trials),
-        tolerance=Tolerance(value=ctx.cfg.quality.tolerance, mode=ctx.cfg.quality.mode, limit=limit),
+        loss_gate=gate,
         hardware=ctx.hw.model_dump(),
         versions=_versions(leave_out=KERNEL_DISTS if "kernels" in ctx.knobs_left_out else ()),
         timings=timings,

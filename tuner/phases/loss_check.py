@@ -1,9 +1,10 @@
 """The loss check: the baseline and the fastest screened config of each set of loss-relevant knobs train to
 the full token budget, several at once on a GPU (fractions, each with a memory cap), since only their val
 loss is used. Each trains with the fastest execution the screen found for its loss key (for a candidate,
-itself; for the baseline, its twin). Round 0 holds the baseline, whose loss sets the limit every verdict
-uses; later rounds go on until `loss_check_top` configs pass, `max_loss_checks` runs are spent, or the next
-candidate could no longer be re-measured (`remeasure_top` passed configs screened faster)."""
+itself; for the baseline, its twin). Round 0 holds the baseline, whose loss sets the loss gate every verdict
+comes from (tuner.records.LossGate); later rounds go on until `loss_check_top` configs pass,
+`max_loss_checks` runs are spent, or the next candidate could no longer be re-measured (`remeasure_top`
+passed configs screened faster)."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ def run(ctx: SearchContext, screen: list[TrialRow]) -> list[TrialRow]:
     budget = s.max_loss_checks if s.max_loss_checks is not None else 2 * s.loss_check_top
     base_case, twin = baseline.loss_case(ctx, screen)
     base_case["gpu_memory_fraction"] = _gpu_share(ctx, twin)
-    base_row, limit, rows, round_no = None, None, [], 0
+    base_row, gate, rows, round_no = None, None, [], 0
     while base_row is None or (
         queue and feasible < s.loss_check_top and len(rows) < budget and _in_reach(ctx, queue[0], passed)
     ):
@@ -41,12 +42,12 @@ def run(ctx: SearchContext, screen: list[TrialRow]) -> list[TrialRow]:
             f"loss_check_{round_no}", lambda r=round_no, c=cases: _round(ctx, r, c), list[TrialRow]
         )
         if extra:
-            base_row, limit = baseline.checked(ctx, baseline.as_baseline(new.pop(0), twin))
+            base_row, gate = baseline.checked(ctx, baseline.as_baseline(new.pop(0), twin))
         for row in new:
             pick = batch[row.case - extra]
             row.config, row.screen_id, row.twin_of = pick.config, pick.id, pick.id
             row.execution = execution(row.train)
-            row.feasible = row.status == "ok" and row.val_loss is not None and row.val_loss <= limit
+            row.feasible = gate.verdict(row)
             feasible += bool(row.feasible)
             passed += [pick] if row.feasible else []
         rows += new

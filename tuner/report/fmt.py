@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from tuner.knobs import RUN_ONLY_FIELDS, knob_diff
-from tuner.records import Best, Summary, Tolerance, TrialRow, short_node_id
+from tuner.records import Best, LossGate, Summary, TrialRow, short_node_id
 
 DASH = "—"
 NODE_ID = re.compile(r"\b[0-9a-f]{56}\b")  # a Ray node id, as notices from before short ids spell it
@@ -77,12 +77,13 @@ def as_summary(summary: Summary | Mapping[str, Any]) -> Summary:
     return summary if isinstance(summary, Summary) else Summary.model_validate(summary)
 
 
-def tolerance_text(tol: Tolerance) -> str:
-    return f"{tol.mode} tolerance {DASH if tol.value is None else tol.value}"
+def tolerance_text(gate: LossGate | None) -> str:
+    return f"{gate.mode} tolerance {gate.tolerance}" if gate else f"tolerance {DASH}"
 
 
-def over(loss: float | None, limit: float | None) -> bool:
-    return is_num(loss) and is_num(limit) and loss > limit
+def over_limit(loss: float | None, gate: LossGate | None) -> bool:
+    """A loss figure the gate fails; False with no figure or no gate (nothing to mark)."""
+    return is_num(loss) and gate is not None and not gate.passes(loss)
 
 
 def changed(config: dict[str, Any], baseline: dict[str, Any]) -> dict[str, tuple[Any, Any]]:

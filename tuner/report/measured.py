@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tuner.knobs import SPEED_ONLY_KNOBS, knob_diff
-from tuner.records import BASELINE_ID, Summary, TrialRow
+from tuner.records import BASELINE_ID, LossGate, Summary, TrialRow
 from tuner.report.fmt import (
     fmt_jpt,
     fmt_loss,
@@ -23,7 +23,7 @@ from tuner.report.fmt import (
     fmt_warmup,
     is_num,
     knobs_text,
-    over,
+    over_limit,
     tolerance_text,
 )
 from tuner.report.rows import ConfigRow
@@ -41,7 +41,7 @@ class Facts:
     baseline_repeats: Any
     fraction: Any
     on_gpu: bool
-    limit: float | None
+    gate: LossGate | None
     base_loss: float | None
     base_tps: float | None
     twins: bool  # loss runs record the execution they trained with (borrowed from a screened twin)
@@ -59,7 +59,7 @@ class Facts:
             baseline_repeats=m.get("baseline_repeats", m.get("repeats")),
             fraction=m.get("loss_check_gpu_fraction"),
             on_gpu=bool(hw.get("gpus") or hw.get("cuda")),
-            limit=summary.tolerance.limit,
+            gate=summary.loss_gate,
             base_loss=summary.baseline.val_loss,
             base_tps=summary.baseline.tokens_per_s,
             twins=summary.baseline.loss_execution is not None
@@ -91,8 +91,12 @@ class Facts:
         share = f" ({self.fraction:g} of a GPU each)" if is_num(self.fraction) else ""
         return f"GPU shared with other loss runs{share}"
 
+    @property
+    def limit(self) -> float | None:
+        return self.gate.limit if self.gate else None
+
     def over_limit(self, loss: float | None) -> bool:
-        return over(loss, self.limit)
+        return over_limit(loss, self.gate)
 
     def speedup(self, tps: float | None) -> float | None:
         ok = is_num(tps) and is_num(self.base_tps) and self.base_tps > 0
@@ -352,7 +356,7 @@ def _warmup_note(summary: Summary) -> list[str]:
 
 def measurement_notes(summary: Summary) -> list[str]:
     """How each number was measured, one markdown line each; then the summary's other measurement notes."""
-    m, facts, tol = dict(summary.measurement), Facts.of(summary), summary.tolerance
+    m, facts = dict(summary.measurement), Facts.of(summary)
     for key in ("screen_steps", "repeats", "baseline_repeats"):
         m.pop(key, None)
     screen, loss, remeasure = (m.pop(key, None) for key in ("screen", "loss_check", "remeasure"))
@@ -363,6 +367,6 @@ def measurement_notes(summary: Summary) -> list[str]:
         _remeasure_note(summary, facts, remeasure),
         "Tok/s in the table: the re-measured median where there is one, else the screen's number.",
         *_warmup_note(summary),
-        f"Feasible: val loss <= {fmt_loss(tol.limit)} (baseline + {tolerance_text(tol)}).",
+        f"Feasible: val loss <= {fmt_loss(facts.limit)} (baseline + {tolerance_text(facts.gate)}).",
         *(f"{key}: {value}" for key, value in m.items()),
     ]

@@ -25,7 +25,7 @@ from tuner.report.fmt import (
     is_num,
     knobs_text,
     one_run_text,
-    over,
+    over_limit,
     short_ids,
     tolerance_text,
 )
@@ -97,12 +97,12 @@ def rejection(row: ConfigRow, summary: Summary) -> str:
     """Why `row` lost, most decisive cause first."""
     if row.failure:
         return _failure_reason(row, row.failure)
-    limit, tps = summary.tolerance.limit, fmt_tps(row.median("tokens_per_s"))
+    gate, tps = summary.loss_gate, fmt_tps(row.median("tokens_per_s"))
     via = f" (loss run of {row.checked_by})" if row.checked_by and row.checked_by not in row.ids else ""
     if row.feasible is False:
         loss = row.val_loss
-        if over(loss, limit):
-            return f"val loss {fmt_loss(loss)} over the limit {fmt_loss(limit)} by {loss - limit:.4f}{via}"
+        if over_limit(loss, gate):
+            return f"val loss {fmt_loss(loss)} over the limit {fmt_loss(gate.limit)} by {loss - gate.limit:.4f}{via}"
         return f"loss check failed{via}"
     rejected = summary.selection.rejected
     reason = next((rejected[tid] for tid in row.ids if tid in rejected), None)
@@ -299,8 +299,8 @@ class View:
         """The reports' first sentences, with markdown emphasis: the winner against the baseline, or no
         change; which execution trained each loss figure; what the planned run takes."""
         summary, base, winner = self.summary, self.baseline, self.winner
-        best, tol = summary.best, summary.tolerance
-        limit = f"limit {fmt_loss(tol.limit)}: {tolerance_text(tol)}"
+        best, gate = summary.best, summary.loss_gate
+        limit = f"limit {fmt_loss(gate.limit if gate else None)}: {tolerance_text(gate)}"
         base_tps, base_loss = fmt_tps(base.tps), fmt_loss(summary.baseline.val_loss)
         after = planned_run(summary)
         if summary.untrusted:

@@ -1,0 +1,62 @@
+"""Knob classes: every TrainConfig field declares one, and the lists the search tells knobs apart by are
+derived from them (the sets here are the ones the search was built on; a new field changes them on purpose)."""
+
+from __future__ import annotations
+
+from trainables.config import TrainConfig
+from tuner.knobs import CLASSES, GRAPH_FIELDS, HARDWARE_KNOBS, RUN_ONLY_FIELDS, SPEED_ONLY_KNOBS, is_loss_knob
+from tuner.space import applicable, capabilities
+
+
+def test_every_train_config_field_declares_its_class():
+    assert set(CLASSES) == set(TrainConfig.model_fields)
+    assert [name for name, c in CLASSES.items() if c is None] == []
+
+
+def test_the_derived_lists_are_the_ones_the_search_needs():
+    assert {
+        "compile", "kernels", "loader", "num_workers", "pin_memory", "fused_adamw", "activation_checkpointing"
+    } == SPEED_ONLY_KNOBS  # fmt: skip
+    assert {
+        "device", "out_dir", "save_model", "log_interval", "progress_s", "timing_warmup_steps",
+        "gpu_memory_fraction", "memory_cap_mb", "max_steps", "compile_cache", "compile_deadline_s",
+        "workload_path",
+    } == RUN_ONLY_FIELDS  # fmt: skip
+    assert GRAPH_FIELDS == (
+        "workload", "model", "seq_len", "batch_size", "precision", "compile", "kernels", "activation_checkpointing"
+    )  # fmt: skip
+    assert {name for name in CLASSES if is_loss_knob(name)} == {
+        "workload", "model", "data", "data_sha256", "seq_len", "tokens", "eval_interval", "eval_tokens",
+        "eval_batch_size", "batch_size", "grad_accum", "lr", "min_lr", "lr_scaling", "lr_base_batch",
+        "warmup_frac", "mamba_lr_mult", "weight_decay", "beta1", "beta2", "grad_clip", "precision", "seed",
+    }  # fmt: skip
+    assert is_loss_knob("a_field_of_tomorrow")  # unclassified names are judged by their loss
+
+
+def test_the_hardware_table_comes_from_the_fields():
+    needs = {name: dict(c.needs) for name, c in HARDWARE_KNOBS.items()}
+    assert needs == {
+        "precision": {"tf32": "cuda", "bf16": "bf16"},
+        "compile": {"reduce-overhead": "cuda", "max-autotune": "cuda"},
+        "kernels": {"fused": "fused", "auto": "cuda"},
+        "pin_memory": {True: "cuda"},
+    }
+    assert {need for n in needs.values() for need in n.values()} <= set(capabilities({}))
+    assert all(c.why for c in HARDWARE_KNOBS.values())
+
+
+def test_a_gpu_without_bf16_or_fused_kernels_drops_just_those():
+    space = {
+        "precision": ["fp32", "tf32", "bf16"],
+        "kernels": ["torch", "fused", "auto"],
+        "compile": ["none"],
+    }
+    hw = {"cuda": True, "bf16": False, "backends": {"fla": True, "mamba_ssm": "missing"}}
+    out, fixed, notices = applicable(space, hw)
+    assert out == {"precision": ["fp32", "tf32"], "kernels": ["torch", "auto"]} and fixed == {
+        "compile": "none"
+    }
+    assert notices == [
+        "dropped precision=['bf16']: no CUDA tensor cores / no native bf16 here",
+        "dropped kernels=['fused']: fused kernels need CUDA with fla and mamba_ssm importable",
+    ]
