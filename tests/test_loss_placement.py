@@ -16,7 +16,7 @@ from trainables.trainable import LABELS
 from tuner.config import load_search_config
 from tuner.context import SearchContext, State
 from tuner.phases.loss_check import spread
-from tuner.records import Hardware
+from tuner.records import Hardware, ProbedBatch
 from tuner.runner import round_robin
 
 
@@ -86,7 +86,7 @@ def test_one_gpu_warms_all_fifteen_remeasure_runs_up_at_once(tmp_path):
     assert placement.resources(trial(1, 128)) == {"cpu": 1, "gpu": pytest.approx(1 / 15)}
     # 7.9 GB with 25% headroom is 0.12 of 80 GB: two fifteenths
     assert placement.resources(trial(2, 128))["gpu"] == pytest.approx(2 / 15)
-    ctx.batch_bounds = {"bf16": 512}  # the unscreened baseline: its batch against the probe's bound
+    ctx.probed = {"bf16": ProbedBatch(batch=512)}  # the unscreened baseline: its batch against the probe's
     assert placement.resources(trial(0, 8))["gpu"] == pytest.approx(1 / 15)
 
 
@@ -120,3 +120,20 @@ def test_ray_spreads_each_finalists_repeats_over_several_gpus(tmp_path, gpus):
     for case in range(len(counts)):
         assert len({g for (c, _), g in zip(order, where) if c == case}) > 1, f"case {case} ran on one GPU"
     assert set(where) == set(range(gpus)), "every GPU re-measured"
+
+
+def test_a_screen_runs_share_follows_the_memory_the_probe_measured(tmp_path):
+    # Run K (4x H200, 141 GB each): everything up to batch 512 fitted, so batch / bound gave batch 512 a
+    # whole GPU and batch 128 two sixths; the eager step at 512 peaked near 60 GB.
+    ctx = search_context(tmp_path, gpus=4, cpus=64, gpu_mem_mb=143_771)
+    share = ctx.speed_placement().resources
+    ctx.probed = {"bf16": ProbedBatch(batch=512)}  # a state.json from before the peak was kept
+    assert share(trial(0, 512))["gpu"] == 1.0 and share(trial(0, 128))["gpu"] == pytest.approx(2 / 6)
+    ctx.probed = {"bf16": ProbedBatch(batch=512, peak_mb=60_000.0)}
+    assert share(trial(0, 512))["gpu"] == pytest.approx(4 / 6)  # 75 GB of 141 with headroom
+    assert share(trial(0, 128))["gpu"] == pytest.approx(1 / 6)
+    assert share(trial(0, 256))["gpu"] == pytest.approx(2 / 6)
+
+
+def test_older_state_files_keep_a_bare_batch_per_precision():
+    assert ProbedBatch.model_validate(256) == ProbedBatch(batch=256, peak_mb=None)

@@ -20,13 +20,15 @@ def probe(limit: int, **extra) -> int:
     base = {**base, "data": str(SHAKESPEARE) if SHAKESPEARE.exists() else None, **extra}
     code = (
         "import json, sys; from tuner.probe import max_batch; "
-        f"print(max_batch(json.loads(sys.argv[1]), 'fp32', limit={limit}))"
+        f"print(max_batch(json.loads(sys.argv[1]), 'fp32', limit={limit}).model_dump_json())"
     )
     proc = subprocess.run(
         [sys.executable, "-c", code, json.dumps(base)], cwd=ROOT, capture_output=True, text=True, timeout=300
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
-    return int(proc.stdout.strip().splitlines()[-1])
+    found = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert found["peak_mb"] > 0  # the step's peak (RSS on a CPU), what a run's GPU share is sized from
+    return found["batch"]
 
 
 def test_probe_finds_the_largest_batch_under_a_memory_cap():

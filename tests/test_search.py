@@ -298,16 +298,17 @@ HEAD_PORTS = (
 )  # fmt: skip
 
 
-@pytest.fixture
-def fake_gpu_cluster(tmp_path):
+@pytest.fixture(params=[2, 4], ids=["2gpus", "4gpus"])
+def fake_gpu_cluster(tmp_path, request):
     """A real local Ray cluster (`ray start --head --block`, in a process group of its own, so the test
-    stops exactly what it started) that advertises two GPUs it does not have: the search takes every GPU
+    stops exactly what it started) that advertises 2 or 4 GPUs it does not have: the search takes every GPU
     code path (probe, GPU shares, one timing gate per GPU, loss runs packed across GPUs) while trials train
-    on the CPU. 4 logical CPUs: two runs share each GPU."""
+    on the CPU. 4 logical CPUs: on 2 GPUs two runs share each GPU, on 4 one run has each."""
+    gpus = request.param
     ports = dict(zip(HEAD_PORTS, free_ports(len(HEAD_PORTS))))
     temp = tempfile.mkdtemp(prefix="ray-", dir="/tmp")  # short: Ray's socket paths must fit 107 bytes
     cmd = [str(Path(sys.executable).with_name("ray")), "start", "--head", "--block", "--num-cpus=4"]
-    cmd += ["--num-gpus=2", "--node-ip-address=127.0.0.1", *(f"--{k}={v}" for k, v in ports.items())]
+    cmd += [f"--num-gpus={gpus}", "--node-ip-address=127.0.0.1", *(f"--{k}={v}" for k, v in ports.items())]
     cmd += ["--include-dashboard=false", f"--temp-dir={temp}", "--disable-usage-stats"]
     log = tmp_path / "ray-head.log"
     with log.open("w") as sink:
@@ -315,7 +316,7 @@ def fake_gpu_cluster(tmp_path):
     address = f"127.0.0.1:{ports['port']}"
     try:
         wait_for_head(proc, address, log)
-        yield address
+        yield address, gpus
     finally:
         stop_group(proc)
         shutil.rmtree(temp, ignore_errors=True)
@@ -337,37 +338,44 @@ def wait_for_head(proc: subprocess.Popen, address: str, log: Path, timeout: floa
 
 
 def test_the_gpu_path_runs_end_to_end_on_a_cluster_with_fake_gpus(tmp_path, fake_gpu_cluster):
+    address, gpus = fake_gpu_cluster
     out = tmp_path / "fake-gpu"
     proc = search(
         out,
         "--config",
         "configs/smoke.yaml",
         "--address",
-        fake_gpu_cluster,
+        address,
         "--trials",
-        "6",
+        "8",
         "--set",
         "search.start_points=[{loader: device}]",  # the baseline's loss knobs: a twin for its loss run
         "--set",
         "search.early_stop_ratio=0",  # on 2 busy cores the early stopper could stop the twin
+        "--set",
+        "search.time_budget=8m",  # GPU time: 4 minutes of wall time on 2 GPUs, 2 on 4
+        "--set",
+        "search.loss_check_top=3",  # with the baseline's, a loss run for each of 4 GPUs
         *SHORT_LOSS_RUNS,
         timeout=900,
     )
     assert proc.returncode in (0, 3, 4), proc.stderr[-3000:]  # 4: the machine was busy
+    wall = 480 // gpus
+    assert f"[screen] time budget 8m of GPU time over {gpus} GPUs: {wall} s of wall time" in proc.stderr
     s = load_summary(out)
     state = json.loads((out / "state.json").read_text())
-    assert s["hardware"]["gpus"] == 2 and not s["hardware"]["cuda"]
+    assert s["hardware"]["gpus"] == gpus and not s["hardware"]["cuda"]
     assert state["phases"]["probe"], "the batch probe ran on the GPU path"
     assert "[probe] largest batch per precision" in proc.stderr
     timed = [t for t in s["trials"] if t["phase"] in ("screen", "remeasure") and t["status"] == "ok"]
     assert timed and all(t["gate_wait_s"] is not None for t in timed), "every speed run went through the gate"
-    for gpu in (0, 1):  # one timed window per GPU at a time; nothing assumes GPU 0
+    for gpu in range(gpus):  # one timed window per GPU at a time; nothing assumes GPU 0
         windows = sorted((t["window_t0"], t["window_t1"]) for t in timed if t["gpu"] == gpu)
-        assert windows, f"no speed run on GPU {gpu}"
         for (_, end), (begin, _) in zip(windows, windows[1:]):
             assert begin >= end - 1e-3, f"two timed windows on GPU {gpu} overlapped: {windows}"
-    runs = sorted((t["window_t1"] - t["wall_s"], t["window_t1"]) for t in timed if t["phase"] == "screen")
-    assert any(b < a_end for (_, a_end), (b, _) in zip(runs, runs[1:])), "screen runs shared the GPU"
+    if gpus == 2:
+        runs = sorted((t["window_t1"] - t["wall_s"], t["window_t1"]) for t in timed if t["phase"] == "screen")
+        assert any(b < a_end for (_, a_end), (b, _) in zip(runs, runs[1:])), "screen runs shared the GPU"
     base = next(t for t in s["trials"] if t["phase"] == "baseline")
     twin = next(t for t in s["trials"] if t["id"] == base["twin_of"])
     same_loss = [  # screen runs that train what the baseline trains (only speed knobs differ)
@@ -378,9 +386,10 @@ def test_the_gpu_path_runs_end_to_end_on_a_cluster_with_fake_gpus(tmp_path, fake
     assert twin == max(same_loss, key=lambda t: t["tokens_per_s"]), "the twin is the fastest of them"
     assert base["execution"] == execution(twin["train"])
     assert s["baseline"]["loss_execution"] == base["execution"]
-    assert {t["gpu"] for t in timed} == {0, 1}
     loss_runs = [t for t in s["trials"] if t["phase"].startswith("loss_check") or t["phase"] == "baseline"]
-    assert all(t["gpu"] in (0, 1) for t in loss_runs)
+    remeasured = [t for t in s["trials"] if t["phase"] == "remeasure"]
+    for phase, rows in (("speed", timed), ("loss", loss_runs), ("re-measure", remeasured)):
+        assert {t["gpu"] for t in rows} == set(range(gpus)), f"not every GPU got {phase} runs"
     assert any("telemetry unavailable" in n for n in s["notices"])  # no NVML behind the fake GPU
 
 

@@ -125,6 +125,19 @@ class TrialRow(Record):
         return bool(self.cpu_shared or self.shared)
 
 
+class ProbedBatch(Record):
+    """The batch probe's finding at one precision: the largest batch that trained a step, and that step's
+    peak memory (MB, scaled to the batch), from which a speed run's GPU share is sized."""
+
+    batch: int
+    peak_mb: float | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_a_bare_batch(cls, value: Any) -> Any:
+        return {"batch": value} if isinstance(value, int) else value  # state.json before the peak was kept
+
+
 class Hardware(Record):
     """What the trials' machine can do (probed on a trial worker, so it describes a GPU node)."""
 

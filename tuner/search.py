@@ -39,7 +39,7 @@ from tuner import cache_server, emit, eta, observe
 from tuner.config import SearchConfig, load_search_config
 from tuner.context import PhaseError, SearchContext, SearchFailed, State, log
 from tuner.phases import finish, loss_check, probe, remeasure, screen
-from tuner.records import Hardware, TrialRow
+from tuner.records import Hardware, ProbedBatch, TrialRow
 from tuner.runner import TrialInputs, ship_to_trials
 from tuner.select import propagate_feasibility
 from tuner.space import applicable, autotune_notice, fit_to_workload, probe_hardware
@@ -83,8 +83,8 @@ def run_search(ctx: SearchContext) -> int:
     ctx.telemetry = observe.start(ctx)
     gates = open_gates()  # one timed window per GPU at a time; the driver owns them for the search
 
-    bounds = ctx.phase("probe", lambda: probe.run(ctx, space), dict[str, int])
-    space, ctx.batch_bounds = probe.bounded(ctx, space, bounds), bounds
+    ctx.probed = ctx.phase("probe", lambda: probe.run(ctx, space), dict[str, ProbedBatch])
+    space = probe.bounded(ctx, space, ctx.probed)
     screened = ctx.phase("screen", lambda: screen.run(ctx, space), list[TrialRow])
     eta.after_screen(ctx, screened)
 

@@ -8,6 +8,7 @@ import ray
 from tuner.config import Knob
 from tuner.context import SearchContext, log
 from tuner.probe import max_batch
+from tuner.records import ProbedBatch
 from tuner.runner import trial_inputs
 from tuner.space import bound_batch
 
@@ -15,8 +16,8 @@ from tuner.space import bound_batch
 SAME_MEMORY = {"tf32": "fp32", "fp16": "bf16"}
 
 
-def run(ctx: SearchContext, space: dict[str, Knob]) -> dict[str, int]:
-    """{precision: largest batch}; empty when the probe does not apply."""
+def run(ctx: SearchContext, space: dict[str, Knob]) -> dict[str, ProbedBatch]:
+    """{precision: largest batch and its peak memory}; empty when the probe does not apply."""
     if not ctx.cfg.search.probe_batch or not isinstance(space.get("batch_size"), list):
         return {}
     if not ctx.on_gpu and not ctx.base.get("memory_cap_mb"):
@@ -29,14 +30,14 @@ def run(ctx: SearchContext, space: dict[str, Knob]) -> dict[str, int]:
     corpus = ray.put(trial_inputs().corpus)  # once, for every probe task
     found = dict(zip(probed, ray.get([task.remote(ctx.base, p, limit, corpus=corpus) for p in probed])))
     bounds = {p: found[SAME_MEMORY.get(p, p)] for p in precisions}
-    log(f"[probe] largest batch per precision: {bounds}")
+    log(f"[probe] largest batch per precision: { {p: b.batch for p, b in bounds.items()} }")
     return bounds
 
 
-def bounded(ctx: SearchContext, space: dict[str, Knob], bounds: dict[str, int]) -> dict[str, Knob]:
+def bounded(ctx: SearchContext, space: dict[str, Knob], bounds: dict[str, ProbedBatch]) -> dict[str, Knob]:
     if not bounds:
         return space
-    space, notices = bound_batch(space, max(bounds.values()))
+    space, notices = bound_batch(space, max(b.batch for b in bounds.values()))
     for n in notices:
         ctx.notice(n)
     return space
