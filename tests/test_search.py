@@ -355,7 +355,7 @@ def test_the_gpu_path_runs_end_to_end_on_a_cluster_with_fake_gpus(tmp_path, fake
         "--set",
         "search.time_budget=8m",  # GPU time: 4 minutes of wall time on 2 GPUs, 2 on 4
         "--set",
-        "search.loss_check_top=3",  # with the baseline's, a loss run for each of 4 GPUs
+        "search.loss_check_top=3",  # with the baseline's, up to a loss run for each of 4 GPUs
         *SHORT_LOSS_RUNS,
         timeout=900,
     )
@@ -388,8 +388,10 @@ def test_the_gpu_path_runs_end_to_end_on_a_cluster_with_fake_gpus(tmp_path, fake
     assert s["baseline"]["loss_execution"] == base["execution"]
     loss_runs = [t for t in s["trials"] if t["phase"].startswith("loss_check") or t["phase"] == "baseline"]
     remeasured = [t for t in s["trials"] if t["phase"] == "remeasure"]
-    for phase, rows in (("speed", timed), ("loss", loss_runs), ("re-measure", remeasured)):
+    for phase, rows in (("speed", timed), ("re-measure", remeasured)):
         assert {t["gpu"] for t in rows} == set(range(gpus)), f"not every GPU got {phase} runs"
+    per_gpu = [sum(1 for t in loss_runs if t["gpu"] == g) for g in range(gpus)]
+    assert max(per_gpu) - min(per_gpu) <= 1, f"loss runs not spread evenly: {per_gpu}"  # all GPUs if enough
     assert any("telemetry unavailable" in n for n in s["notices"])  # no NVML behind the fake GPU
 
 
