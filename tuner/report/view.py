@@ -13,7 +13,7 @@ from functools import cached_property
 from typing import Any
 
 from tuner.records import BASELINE_ID, FAILED_STATUSES, Summary, TrialRow
-from tuner.report.cost_section import finish_first_loser, planned_run
+from tuner.report.cost_section import planned_run
 from tuner.report.fmt import (
     DASH,
     as_summary,
@@ -325,7 +325,7 @@ class View:
 
 
 def _is_the(summary: Summary) -> str:
-    loser = finish_first_loser(summary)
+    loser = summary.selection.finishes_later
     if loser is None:
         return "is the fastest config within tolerance"
     tokens = f" ({summary.planned_tokens:,} tokens)" if summary.planned_tokens else ""
