@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from tuner.records import Summary
-from tuner.report.fmt import as_summary, fmt_jpt, fmt_loss, fmt_mem, fmt_seconds, fmt_tps, phase_of
+from tuner.report.fmt import as_summary, fmt_jpt, fmt_loss, fmt_mem, fmt_seconds, fmt_tps
 from tuner.report.html import render_html
 from tuner.report.markdown import render_markdown
 
@@ -23,7 +23,6 @@ __all__ = [
     "fmt_mem",
     "fmt_seconds",
     "fmt_tps",
-    "phase_of",
     "render_html",
     "render_markdown",
     "write_reports",
