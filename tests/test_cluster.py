@@ -351,11 +351,11 @@ def lost_trial(monkeypatch, trial_id: str, message: str, node_alive: bool) -> Fa
 
 def test_a_trial_lost_with_its_node_gets_no_row_while_it_can_rerun_then_says_so(tmp_path, monkeypatch):
     ledger = runner.Ledger(tmp_path, "screen")
-    record = runner.Record(ledger, total=3, already=0, rerun_lost=True)
+    record = runner.LedgerCallback(ledger, total=3, already=0, rerun_lost=True)
     trial = lost_trial(monkeypatch, "a", "The actor died unexpectedly before finishing this task.", False)
     record.on_trial_error(0, [trial], trial)
     assert record.lost == ["a"] and ledger.rows() == [] and record.failure is None
-    record = runner.Record(ledger, total=3, already=0, rerun_lost=False)  # the last rerun: it fails
+    record = runner.LedgerCallback(ledger, total=3, already=0, rerun_lost=False)  # the last rerun: it fails
     record.on_trial_error(0, [trial], trial)
     (row,) = ledger.rows()
     assert row.status == "error" and row.error.startswith("NodeDied: the trial's node aaaaaaaa died")
@@ -363,7 +363,7 @@ def test_a_trial_lost_with_its_node_gets_no_row_while_it_can_rerun_then_says_so(
 
 def test_a_worker_killed_on_a_live_node_is_the_trials_own_failure(tmp_path, monkeypatch):
     ledger = runner.Ledger(tmp_path, "screen")
-    record = runner.Record(ledger, total=1, already=0, rerun_lost=True)
+    record = runner.LedgerCallback(ledger, total=1, already=0, rerun_lost=True)
     trial = lost_trial(monkeypatch, "b", "The actor died unexpectedly before finishing this task.", True)
     record.on_trial_error(0, [trial], trial)
     (row,) = ledger.rows()

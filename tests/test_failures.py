@@ -25,7 +25,7 @@ import yaml
 from toy_workload import TOY
 
 from trainables.trainable import LABELS
-from tuner.runner import Ledger, Placement, Record, run_cases
+from tuner.runner import Ledger, LedgerCallback, Placement, run_cases
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
@@ -34,7 +34,7 @@ ENV["PYTHONPATH"] = os.pathsep.join(filter(None, (str(TESTS), str(ROOT), os.envi
 
 
 class FakeTrial:
-    """What Record reads of a Ray Tune trial."""
+    """What LedgerCallback reads of a Ray Tune trial."""
 
     def __init__(self, trial_id: str, case: int, last_result: dict):
         self.trial_id, self.last_result = trial_id, last_result
@@ -44,7 +44,7 @@ class FakeTrial:
 
 def test_rows_are_keyed_by_the_ray_trial_not_by_what_its_reused_worker_last_said(tmp_path):
     ledger = Ledger(tmp_path, "screen")
-    record = Record(ledger, total=2, already=0)
+    record = LedgerCallback(ledger, total=2, already=0)
     first = FakeTrial("a", 0, {"trial_id": "a", "status": "ok", "tokens_per_s": 900.0, "steps": 40, "pid": 7})
     # The next trial on the same reused worker, which died before it was reset for it: all Ray has for it
     # are the worker's auto-filled metrics, which still name the trial before.
@@ -148,7 +148,7 @@ from tuner import search
 def crash(*args, **kwargs):
     raise RuntimeError("injected failure")
 
-tuner.runner.Record._finish = crash
+tuner.runner.LedgerCallback._finish = crash
 sys.exit(search.main(sys.argv[1:]))
 """
 
@@ -189,7 +189,7 @@ def left_running(seen: dict[psutil.Process, str], grace_s: float = 15) -> list[s
         time.sleep(0.5)
 
 
-def run_search(
+def search_subprocess(
     tmp_path: Path, argv: list[str], code: str | None = None, until: str | None = None, sig: int = 0
 ):
     """The search as a subprocess in `tmp_path`: (exit code, its output, the processes it started)."""
@@ -215,7 +215,7 @@ def resume_hint(line: str) -> list[str]:
 def test_a_crash_in_a_phase_leaves_no_ray_process_and_says_what_to_run_next(tmp_path):
     out = tmp_path / "out"
     argv = ["--config", str(write_config(tmp_path)), "--out", str(out), "--set", "search.seed=3"]
-    rc, text, seen = run_search(tmp_path, argv, code=CRASHING)
+    rc, text, seen = search_subprocess(tmp_path, argv, code=CRASHING)
     assert rc == 1, text[-3000:]
     assert not left_running(seen), left_running(seen)
     last = text.strip().splitlines()[-2:]
@@ -231,7 +231,7 @@ def test_a_crash_in_a_phase_leaves_no_ray_process_and_says_what_to_run_next(tmp_
 def test_an_interrupt_leaves_no_ray_process_and_prints_the_whole_resume_command(tmp_path, sig):
     config = write_config(tmp_path)
     argv = ["--config", str(config), "--set", "search.seed=3"]  # no --out: the hint spells it out
-    rc, text, seen = run_search(tmp_path, argv, until="[screen] 1/", sig=sig)
+    rc, text, seen = search_subprocess(tmp_path, argv, until="[screen] 1/", sig=sig)
     assert rc == 130, text[-3000:]
     assert not left_running(seen), left_running(seen)
     last = text.strip().splitlines()[-1]
@@ -242,9 +242,9 @@ def test_an_interrupt_leaves_no_ray_process_and_prints_the_whole_resume_command(
 @pytest.mark.slow
 def test_a_failure_before_anything_was_written_leaves_no_out_and_no_ray(tmp_path):
     out = tmp_path / "never"
-    script = CRASHING.replace("tuner.runner.Record._finish", "search.open_context")
+    script = CRASHING.replace("tuner.runner.LedgerCallback._finish", "search.open_context")
     argv = ["--config", str(write_config(tmp_path)), "--out", str(out)]
-    rc, text, seen = run_search(tmp_path, argv, code=script)
+    rc, text, seen = search_subprocess(tmp_path, argv, code=script)
     assert rc == 1 and text.strip().splitlines()[-1].startswith("error: the search failed"), text[-2000:]
     assert not out.exists()
     assert not left_running(seen), left_running(seen)
@@ -256,7 +256,7 @@ def test_a_baseline_that_cannot_train_ends_with_the_command_that_shows_why(tmp_p
     # fails in training.
     config = str(write_config(tmp_path))
     argv = ["--config", config, "--out", "out", "--set", "train.workload=toy_workload:make_broken_workload"]
-    rc, text, seen = run_search(tmp_path, argv)  # every trial fails, the baseline's loss run too
+    rc, text, seen = search_subprocess(tmp_path, argv)  # every trial fails, the baseline's loss run too
     assert rc == 1, text[-3000:]
     assert not left_running(seen), left_running(seen)
     error, hint = text.strip().splitlines()[-2:]

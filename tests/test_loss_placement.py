@@ -15,7 +15,7 @@ import ray
 from trainables.trainable import LABELS
 from tuner.config import load_search_config
 from tuner.context import SearchContext, State
-from tuner.phases.loss_check import spread
+from tuner.phases.loss_check import spread_over_gpus
 from tuner.records import Hardware, ProbedBatch
 from tuner.runner import round_robin
 
@@ -36,13 +36,13 @@ def ctx(gpus: int, on_gpu: bool = True):
 )
 def test_each_run_gets_at_least_its_even_part_of_the_gpus(gpus, shares, expected):
     cases = [{"batch_size": 8, "gpu_memory_fraction": s} for s in shares]
-    got = [c["gpu_memory_fraction"] for c in spread(ctx(gpus), cases)]
+    got = [c["gpu_memory_fraction"] for c in spread_over_gpus(ctx(gpus), cases)]
     assert got == pytest.approx(expected)
 
 
 def test_on_cpu_nothing_changes():
     cases = [{"gpu_memory_fraction": None}] * 3
-    assert spread(ctx(0, on_gpu=False), cases) == cases
+    assert spread_over_gpus(ctx(0, on_gpu=False), cases) == cases
 
 
 @ray.remote(num_cpus=0)
@@ -55,7 +55,7 @@ def _which_gpu(hold_s: float) -> int:
 def test_ray_places_the_spread_shares_evenly_on_two_gpus(runs):
     ray.init(num_cpus=1, num_gpus=2, include_dashboard=False, log_to_driver=False)
     try:
-        cases = spread(ctx(2), [{"gpu_memory_fraction": 0.25}] * runs)
+        cases = spread_over_gpus(ctx(2), [{"gpu_memory_fraction": 0.25}] * runs)
         refs = [_which_gpu.options(num_gpus=c["gpu_memory_fraction"]).remote(1.0) for c in cases]
         per_gpu = collections.Counter(ray.get(refs, timeout=60))
     finally:

@@ -470,6 +470,21 @@ def test_a_shorter_planned_run_than_the_break_even_picks_the_config_that_finishe
     assert "| **cfg-3** (winner) | 50,000 |" in section(text, "What the planned run costs")
 
 
+def test_the_report_reads_the_finish_first_decision_from_its_field_not_from_the_rejection():
+    """Older summaries kept the decision only in cfg-7's rejection (the test above); newer ones record it in
+    `finishes_later`, whatever the sentences say."""
+    summary = copy.deepcopy(CURRENT)
+    summary["best"] = {**summary["best"], "id": "cfg-3", "config": summary["finalists"][2]["config"]}
+    reworded = {"reasons": ["chose cfg-3"], "rejected": {"cfg-7": "finishes the planned run later"}}
+    first = rendered({**summary, "selection": {**reworded, "finishes_later": "cfg-7"}}).split("\n\n")[1]
+    assert (
+        first.startswith("**cfg-3** finishes the planned run (50,000,000 tokens) first")
+        and "(cfg-7 " in first
+    )
+    plain = rendered({**summary, "selection": {**reworded, "finishes_later": None}}).split("\n\n")[1]
+    assert plain.startswith("**cfg-3** is the fastest config within tolerance")
+
+
 def test_summaries_from_before_the_gate_and_the_costs_still_render():
     legacy = legacy_summary(CURRENT)
     text = rendered(legacy)

@@ -366,7 +366,12 @@ def test_no_feasible_finalist_means_no_winner():
 def test_selection_to_dict_is_the_summary_section():
     sel = pick_winner([finalist("a", [1.0, 2.0])], BASELINE)
     assert isinstance(sel, Selection)
-    assert set(sel.to_record().model_dump()) == {"reasons", "telemetry_changed_decision", "rejected"}
+    assert set(sel.to_record().model_dump()) == {
+        "reasons",
+        "telemetry_changed_decision",
+        "rejected",
+        "finishes_later",
+    }
 
 
 runs_st = st.lists(st.floats(100, 2000), min_size=1, max_size=4)
@@ -417,6 +422,7 @@ def test_a_short_planned_run_goes_to_the_config_that_finishes_it_first():
     assert sel.winner.id == "eager"
     assert "shorter than compiled's break-even against eager" in sel.reasons[-1]
     assert "faster once running" in sel.rejected["compiled"] and "eager" not in sel.rejected
+    assert sel.finishes_later == "compiled" and sel.to_record().finishes_later == "compiled"
 
 
 def test_finishing_first_within_the_noise_does_not_overturn_the_winner():
@@ -426,3 +432,4 @@ def test_finishing_first_within_the_noise_does_not_overturn_the_winner():
     ]
     sel = pick_winner(fins, BASELINE)
     assert finish_first(sel, fins, 10_000).winner.id == sel.winner.id
+    assert sel.finishes_later is None

@@ -1,9 +1,9 @@
 """Quieting Ray's log noise about failed trials.
 
-A trial that fails (or is lost with its node) gets one line from the runner's Record as it happens. Left
-alone, Ray adds a traceback per trial, Tune's closing list of the failed trials and the raylet's notices
-of a dead worker or raylet, which bury that line; these filters drop them (Ray's line that a node was
-marked dead stays). TUNE_PRINT_ALL_TRIAL_ERRORS=1 brings the tracebacks back.
+A trial that fails (or is lost with its node) gets one line from the runner's LedgerCallback as it
+happens. Left alone, Ray adds a traceback per trial, Tune's closing list of the failed trials and the
+raylet's notices of a dead worker or raylet, which bury that line; these filters drop them (Ray's line
+that a node was marked dead stays). TUNE_PRINT_ALL_TRIAL_ERRORS=1 brings the tracebacks back.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import ray
 
 
 class _AlreadyReported(logging.Filter):
-    """Drops Tune's closing list of failed trials: Record has said each in one line as it failed."""
+    """Drops Tune's closing list of failed trials: LedgerCallback has said each in one line as it failed."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         return not str(record.msg).startswith("Trials did not complete")
@@ -27,7 +27,7 @@ RAYLET_NOTICES = re.compile("A worker died or was killed|Raylet is terminated")
 
 
 def quiet_trial_failures() -> None:
-    """One line per failed or lost trial (Record's), instead of Ray's traceback, its closing list and the
+    """One line per failed or lost trial (LedgerCallback's), instead of Ray's traceback, its closing list and the
     raylet's notices of a dead worker or raylet (Ray's line that a node was marked dead stays).
     TUNE_PRINT_ALL_TRIAL_ERRORS=1 brings the tracebacks back."""
     os.environ.setdefault("TUNE_PRINT_ALL_TRIAL_ERRORS", "0")

@@ -258,10 +258,30 @@ class LossGate(Record):
         return run.status == "ok" and self.passes(run.val_loss)
 
 
+# How select.finish_first began the rejection of the faster finalist, in summaries from before
+# `finishes_later` recorded it; read only to migrate those.
+_OLDER_FINISH_FIRST = "faster once running, but"
+
+
 class SelectionResult(Record):
     reasons: list[str] = Field(default_factory=list)
     telemetry_changed_decision: bool = False
     rejected: dict[str, str] = Field(default_factory=dict)
+    finishes_later: str | None = Field(
+        None,
+        description="the finalist that runs faster once warmed up but finishes the planned run (train.tokens) "
+        "later, compile + warm-up included, so the one that finishes first was chosen over it",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _older_finish_first(cls, data: Any) -> Any:
+        """Summaries from before `finishes_later` said it only in that finalist's rejection: read it there."""
+        if not isinstance(data, dict) or "finishes_later" in data:
+            return data
+        rejected = data.get("rejected") or {}
+        later = next((i for i, why in rejected.items() if why.startswith(_OLDER_FINISH_FIRST)), None)
+        return {**data, "finishes_later": later}
 
 
 class TelemetrySummary(Record):

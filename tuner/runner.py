@@ -115,7 +115,7 @@ def _ends_cut(f) -> bool:
     return f.read(1) != b"\n"
 
 
-class Record(Callback):
+class LedgerCallback(Callback):
     """Writes each finished trial to the ledger and prints one progress line: done/running/left, best, ETA."""
 
     def __init__(
@@ -175,7 +175,7 @@ class Record(Callback):
     def _guarded(self, record: Callable[[], None]) -> None:
         """Ray Tune turns a callback's exception into a failure of the trial it is about: a trial that
         finished would be recorded as failed. An error of the record's own (a full disk, a bug) is kept
-        instead, the experiment stops (RecordFailed) and the phase fails with it."""
+        instead, the experiment stops (LedgerFailed) and the phase fails with it."""
         if self.failure is not None:
             return
         try:
@@ -237,10 +237,10 @@ def _planned_tokens(config: dict) -> int | None:
     return cfg.total_steps * cfg.tokens_per_step
 
 
-class RecordFailed(Stopper):
-    """Ends the experiment once its Record could not record a trial."""
+class LedgerFailed(Stopper):
+    """Ends the experiment once its LedgerCallback could not record a trial."""
 
-    def __init__(self, record: Record):
+    def __init__(self, record: LedgerCallback):
         self.record = record
 
     def __call__(self, trial_id: str, result: dict[str, Any]) -> bool:
@@ -285,8 +285,8 @@ def _fit(
     storage = (out / "ray").resolve()
     attempt = sum(1 for p in storage.glob(f"{ledger.phase}*") if p.is_dir()) if storage.exists() else 0
     name = ledger.phase if attempt == 0 else f"{ledger.phase}-r{attempt}"
-    record = Record(ledger, total, already, tune_kwargs.get("time_budget_s"), rerun_lost)
-    stoppers = [s for s in (tune_kwargs.pop("stopper", None), RecordFailed(record)) if s is not None]
+    record = LedgerCallback(ledger, total, already, tune_kwargs.get("time_budget_s"), rerun_lost)
+    stoppers = [s for s in (tune_kwargs.pop("stopper", None), LedgerFailed(record)) if s is not None]
     trainable = tune.with_parameters(train_trial, timing_gate=placement.gate, corpus=_inputs.corpus)
     # Tune names each trial actor (its repr in the dashboard) and trial after the function: say the phase.
     trainable.__name__ = f"{ledger.phase}_trial"
@@ -369,7 +369,7 @@ def _say_going_on(phase: str, attempt: int, done: int, total: int) -> None:
         )
 
 
-def run_search(
+def run_proposals(
     phase: str,
     out: Path,
     param_space: dict[str, Any],

@@ -122,6 +122,7 @@ class Selection:
     reasons: list[str] = field(default_factory=list)
     telemetry_changed_decision: bool = False
     rejected: dict[str, str] = field(default_factory=dict)
+    finishes_later: str | None = None  # the faster finalist finish_first chose against
 
     def to_record(self) -> SelectionResult:
         """The `selection` section of summary.json (the winner is recorded under `best`)."""
@@ -129,6 +130,7 @@ class Selection:
             reasons=list(self.reasons),
             telemetry_changed_decision=self.telemetry_changed_decision,
             rejected=dict(self.rejected),
+            finishes_later=self.finishes_later,
         )
 
 
@@ -286,7 +288,7 @@ def finish_first(sel: Selection, finalists: list[Finalist], tokens: int) -> Sele
     sel.reasons.append(f"chose {first.id}: {why}")
     sel.rejected.pop(first.id, None)
     sel.rejected[winner.id] = f"faster once running, but {why}"
-    sel.winner = first
+    sel.finishes_later, sel.winner = winner.id, first
     return sel
 
 

@@ -76,10 +76,10 @@ def _round(ctx: SearchContext, round_no: int, cases: list[dict[str, Any]]) -> li
     # Full token budget, the baseline's seed and data order; GPU fractions with a memory cap each.
     name = f"loss_check_{round_no}"
     placement = Placement(_resources(ctx), _slots(ctx), ctx.reuse_actors())
-    return annotate(ctx, run_cases(name, ctx.out, spread(ctx, cases), placement))
+    return annotate(ctx, run_cases(name, ctx.out, spread_over_gpus(ctx, cases), placement))
 
 
-def spread(ctx: SearchContext, cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def spread_over_gpus(ctx: SearchContext, cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Each run takes at least 1/ceil(runs / GPUs) of a GPU, so a round's runs spread evenly over the GPUs:
     Ray fills one GPU's fractions before the next (on two H100s, four quarter-GPU runs trained on GPU 0 at
     151-193K tok/s while GPU 1 trained one at 575K, and the round lasted as long as GPU 0's)."""

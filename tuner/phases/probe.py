@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import ray
 
+from tuner.batch_finder import max_batch
 from tuner.config import Knob
 from tuner.context import SearchContext, log
-from tuner.probe import max_batch
 from tuner.records import ProbedBatch
 from tuner.runner import trial_inputs
 from tuner.space import bound_batch

@@ -17,7 +17,7 @@ from tuner.config import Knob, Range, parse_duration
 from tuner.context import SearchContext, log
 from tuner.observe import annotate
 from tuner.records import TrialRow
-from tuner.runner import run_search
+from tuner.runner import run_proposals
 from tuner.space import to_tune
 
 STUDY = "screen"
@@ -41,7 +41,7 @@ def run(ctx: SearchContext, space: dict[str, Knob]) -> list[TrialRow]:
             storage=storage,
         )
 
-    rows = run_search(
+    rows = run_proposals(
         "screen",
         ctx.out,
         {"train": {**ctx.short_run({}), "compile_deadline_s": _deadline_s(ctx)}, **to_tune(space)},

@@ -1,9 +1,9 @@
 """The search's reports, rebuilt from summary.json alone: report.md and a self-contained report.html.
 
 view.py reduces the summary to what both show (with rows.py's one row per config, measured.py's how each
-number was measured, costs.py's what the planned run costs, gpus.py's GPU use per phase and whether a host's
-GPUs agree, fmt.py's formatting); markdown.py and html.py
-render it (html.py with charts.py's matplotlib plots). `write_reports` is the one entry point the search calls.
+number was measured, cost_section.py's what the planned run costs, gpu_section.py's GPU use per phase and
+whether a host's GPUs agree, fmt.py's formatting); markdown.py and html.py render it (html.py with
+charts.py's matplotlib plots). `write_reports` is the one entry point the search calls.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from tuner.records import Summary
-from tuner.report.fmt import as_summary, fmt_jpt, fmt_loss, fmt_mem, fmt_seconds, fmt_tps, phase_of
+from tuner.report.fmt import as_summary, fmt_jpt, fmt_loss, fmt_mem, fmt_seconds, fmt_tps
 from tuner.report.html import render_html
 from tuner.report.markdown import render_markdown
 
@@ -23,7 +23,6 @@ __all__ = [
     "fmt_mem",
     "fmt_seconds",
     "fmt_tps",
-    "phase_of",
     "render_html",
     "render_markdown",
     "write_reports",

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from tuner.knobs import RUN_ONLY_FIELDS, knob_diff
-from tuner.records import Best, LossGate, Summary, TrialRow, short_node_id
+from tuner.records import Best, LossGate, Summary, short_node_id
 
 DASH = "—"
 NODE_ID = re.compile(r"\b[0-9a-f]{56}\b")  # a Ray node id, as notices from before short ids spell it
@@ -62,14 +62,6 @@ def fmt_warmup(seconds: Any) -> str:
 
 def fmt_tokens(tokens: Any) -> str:
     return f"{tokens:,.0f} tokens" if is_num(tokens) else DASH
-
-
-def phase_of(trial: TrialRow | Mapping[str, Any]) -> str | None:
-    """A trial's phase without its round number; also takes the plain dict rows tuner.search still has."""
-    if isinstance(trial, TrialRow):
-        return trial.phase_name
-    phase = trial.get("phase")
-    return TrialRow.model_construct(phase=phase).phase_name if isinstance(phase, str) else phase
 
 
 def as_summary(summary: Summary | Mapping[str, Any]) -> Summary:

@@ -20,7 +20,7 @@ from markupsafe import Markup, escape
 
 import tuner.report.charts as charts
 from tuner.records import BASELINE_ID, Summary, TrialRow
-from tuner.report.costs import BREAK_EVEN_HEAD, FINALIST_HEAD, costs, planned_cost
+from tuner.report.cost_section import BREAK_EVEN_HEAD, FINALIST_HEAD, costs, planned_cost
 from tuner.report.fmt import (
     DASH,
     fmt_jpt,
@@ -33,7 +33,7 @@ from tuner.report.fmt import (
     one_run_text,
     short_ids,
 )
-from tuner.report.gpus import USAGE_HEAD
+from tuner.report.gpu_section import USAGE_HEAD
 from tuner.report.measured import Facts, measurement_notes
 from tuner.report.view import COLUMN_KNOBS, TABLE_COLUMNS, Entry, View, loss_cell, speedup_text, tps_text
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import tuner.report.gpus as gpus
 import tuner.report.view as view
 from tuner.records import Summary
-from tuner.report.costs import BREAK_EVEN_HEAD, FINALIST_HEAD, costs
+from tuner.report.cost_section import BREAK_EVEN_HEAD, FINALIST_HEAD, costs
 from tuner.report.fmt import DASH, fmt_mem, fmt_seconds, fmt_warmup
+from tuner.report.gpu_section import USAGE_HEAD
 from tuner.report.measured import measurement_notes
 
 
@@ -58,7 +58,7 @@ def _gpus(report: view.View) -> list[str]:
     found = report.gpus
     if found is None:
         return []
-    lines = [found.intro, ""] + (_grid(gpus.USAGE_HEAD, found.usage) + [""] if found.usage else [])
+    lines = [found.intro, ""] + (_grid(USAGE_HEAD, found.usage) + [""] if found.usage else [])
     for population in found.populations:
         lines += [population.sentence, "", *_grid(tuple(population.head), population.rows), ""]
     return _section("GPUs", lines[:-1])

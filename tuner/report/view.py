@@ -1,7 +1,7 @@
 """The summary as both reports show it: one entry per distinct config, the answer and why the rest lost.
 
 report.md and report.html take every number, verdict and reason from here (and from measured.py and
-costs.py, which word how each number was measured and what the planned run costs), so the two never
+cost_section.py, which word how each number was measured and what the planned run costs), so the two never
 disagree. Reads a typed Summary only, so a report can be rebuilt from a saved summary.json.
 """
 
@@ -13,7 +13,7 @@ from functools import cached_property
 from typing import Any
 
 from tuner.records import BASELINE_ID, FAILED_STATUSES, Summary, TrialRow
-from tuner.report.costs import finish_first_loser, planned_run
+from tuner.report.cost_section import planned_run
 from tuner.report.fmt import (
     DASH,
     as_summary,
@@ -29,7 +29,7 @@ from tuner.report.fmt import (
     short_ids,
     tolerance_text,
 )
-from tuner.report.gpus import Gpus, gpus
+from tuner.report.gpu_section import Gpus, gpus
 from tuner.report.measured import Facts, Trained, hows
 from tuner.report.rows import ConfigRow, group_rows, loss_run
 
@@ -325,7 +325,7 @@ class View:
 
 
 def _is_the(summary: Summary) -> str:
-    loser = finish_first_loser(summary)
+    loser = summary.selection.finishes_later
     if loser is None:
         return "is the fastest config within tolerance"
     tokens = f" ({summary.planned_tokens:,} tokens)" if summary.planned_tokens else ""

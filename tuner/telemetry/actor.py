@@ -10,7 +10,7 @@ import ray
 from ray.util.metrics import Gauge
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from tuner.telemetry.devices import describe_error
+from tuner.telemetry.devices import error_text
 from tuner.telemetry.sampler import GpuSampler
 from tuner.telemetry.window import POWER_REASONS, THERMAL_REASONS, GpuSample, empty_window
 
@@ -62,7 +62,7 @@ class TelemetryActor:
             try:
                 exporter = RayMetricsExporter()
             except Exception as err:
-                export_error = f"metrics export off ({describe_error(err)})"
+                export_error = f"metrics export off ({error_text(err)})"
         self.sampler = GpuSampler(
             nvml_module, hz=hz, history_s=history_s, node_id=node_id, exporter=exporter, energy_hz=energy_hz
         )
@@ -154,7 +154,7 @@ def fetch_window(actors: Mapping[str, Any], trial_metrics: Mapping, timeout_s: f
         ref = actor.window.remote(gpu, float(t0), float(t1), pids)
         return ray.get(ref, timeout=timeout_s)
     except Exception as err:
-        return empty_window(f"telemetry query failed ({describe_error(err)})", node=node, gpu=gpu)
+        return empty_window(f"telemetry query failed ({error_text(err)})", node=node, gpu=gpu)
 
 
 def fetch_usage(
@@ -167,6 +167,6 @@ def fetch_usage(
         try:
             answer = ray.get(actor.usage.remote(dict(spans)), timeout=timeout_s)
         except Exception as err:
-            answer = {"available": False, "reason": f"telemetry query failed ({describe_error(err)})"}
+            answer = {"available": False, "reason": f"telemetry query failed ({error_text(err)})"}
         answers.append({"gpus": [], **answer, "node_id": node_id})
     return answers

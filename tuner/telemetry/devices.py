@@ -23,7 +23,8 @@ def text(value: Any) -> str:
     return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 
 
-def describe_error(err: BaseException) -> str:
+def error_text(err: BaseException) -> str:
+    """An NVML or Ray error as a telemetry notice words it: its type, then its message if it has one."""
     return f"{type(err).__name__}: {text(err)}" if str(err) else type(err).__name__
 
 
@@ -175,11 +176,11 @@ class GpuReader:
             except Exception as err:
                 if getattr(err, "value", None) not in _PERMANENT_ERRORS:
                     self.errors[fld.name] = self.errors.get(fld.name, 0) + 1
-                    self.last_error = f"{fld.name}: {describe_error(err)}"
+                    self.last_error = f"{fld.name}: {error_text(err)}"
                     return {}
                 candidates.pop(0)  # try the older API, if any
                 if not candidates:
-                    self.unsupported[fld.name] = describe_error(err)
+                    self.unsupported[fld.name] = error_text(err)
         return {}
 
 
@@ -198,16 +199,16 @@ def open_nvml(nvml: Any) -> tuple[Any, list[GpuReader], str | None]:
         try:
             nvml = importlib.import_module(name)
         except Exception as err:  # ImportError, or a broken install
-            return None, [], f"cannot import {name} ({describe_error(err)})"
+            return None, [], f"cannot import {name} ({error_text(err)})"
     try:
         nvml.nvmlInit()
     except Exception as err:
-        return nvml, [], f"nvmlInit failed ({describe_error(err)})"
+        return nvml, [], f"nvmlInit failed ({error_text(err)})"
     try:
         gpus = [GpuReader.open(nvml, index) for index in range(int(nvml.nvmlDeviceGetCount()))]
         reason = None if gpus else "NVML sees no GPUs"
     except Exception as err:
-        gpus, reason = [], f"cannot enumerate GPUs ({describe_error(err)})"
+        gpus, reason = [], f"cannot enumerate GPUs ({error_text(err)})"
     if not gpus:
         shutdown_nvml(nvml)
     return nvml, gpus, reason

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from tuner.telemetry.devices import GpuReader, PidCache, describe_error, open_nvml, shutdown_nvml
+from tuner.telemetry.devices import GpuReader, PidCache, error_text, open_nvml, shutdown_nvml
 from tuner.telemetry.window import (
     GpuSample,
     downsample,
@@ -73,7 +73,7 @@ class _Export:
                 self.exporter.export(node_id, gpu.index, sample)
             self.count += 1
         except Exception as err:
-            self.error = describe_error(err)
+            self.error = error_text(err)
 
 
 class _Rings:
@@ -177,7 +177,7 @@ class GpuSampler:
         try:
             self.sample_once()
         except Exception as err:  # keep sampling whatever one sweep hit
-            self.reason = f"sampling error ({describe_error(err)})"
+            self.reason = f"sampling error ({error_text(err)})"
 
     def start(self) -> GpuSampler:
         if self.available:
@@ -212,7 +212,7 @@ class GpuSampler:
         try:
             return {**answer(self.samples(found.index)), **where}
         except Exception as err:
-            return empty_window(f"query failed ({describe_error(err)})", available=self.available, **where)
+            return empty_window(f"query failed ({error_text(err)})", available=self.available, **where)
 
     def window(self, gpu: int | str, t0: float, t1: float, caller_pids: Iterable[int] = ()) -> dict:
         """Statistics of GPU `gpu` (NVML index or UUID) over [t0, t1] in time.time(); never raises."""

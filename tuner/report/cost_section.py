@@ -11,8 +11,6 @@ from dataclasses import dataclass
 from tuner.records import BASELINE_ID, BreakEven, Finalist, Summary
 from tuner.report.fmt import fmt_seconds, fmt_tokens, fmt_tps, fmt_warmup, is_num
 
-# How tuner/select.py:finish_first starts its rejection of a faster config that finishes the run later.
-FINISH_FIRST = "faster once running, but"
 FINALIST_HEAD = ("Finalist", "Tok/s", "Warm-up cold", "Warm-up warm", "Time to train")
 BREAK_EVEN_HEAD = ("Compile", "Config", "Tok/s", "Against eager", "Warm-up cold / warm", "Cold", "Warm")
 
@@ -114,11 +112,6 @@ def costs(summary: Summary, times: str = "x") -> Costs | None:
         break_even=[_break_even_row(be, summary.planned_tokens, times) for be in summary.break_even],
         break_even_intro=BREAK_EVEN_INTRO,
     )
-
-
-def finish_first_loser(summary: Summary) -> str | None:
-    """The faster config that lost because the planned run is shorter than its break-even, if one did."""
-    return next((i for i, why in summary.selection.rejected.items() if why.startswith(FINISH_FIRST)), None)
 
 
 def planned_cost(summary: Summary) -> tuple[str, float | None, float | None]:
