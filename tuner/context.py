@@ -23,7 +23,7 @@ from trainables.trainable import LABELS
 from trainables.workload import WorkloadInfo
 from tuner.config import SearchConfig
 from tuner.records import Hardware, ProbedBatch
-from tuner.runner import Placement
+from tuner.runner import Placement, TrialInputs
 
 T = TypeVar("T")
 
@@ -99,6 +99,7 @@ class SearchContext:
     compile_cache: str | None = None  # the Inductor/Triton caches the trials share, when the search's own
     node_cpus: int = 0  # the CPUs of the largest node (0: as many as the cluster's): what one trial can take
     workload: WorkloadInfo | None = None  # what the workload implements (the knobs it lacks are left out)
+    inputs: TrialInputs = field(default_factory=TrialInputs)  # what every trial gets through Ray (the corpus)
 
     @property
     def knobs_left_out(self) -> list[str]:

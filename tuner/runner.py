@@ -7,7 +7,7 @@ rerun and none is counted twice. Trials that were running when the driver died l
 A trial lost with its node leaves no row either: the phase reruns it so (at most NODE_LOSS_RERUNS times).
 
 On a cluster, OUT is the driver's alone: the trials get the corpus through Ray's object store
-(`ship_to_trials`) and write no files; Tune's loggers write their results and TensorBoard events into
+(`TrialInputs`, which the search context holds) and write no files; Tune's loggers write their results and TensorBoard events into
 OUT/ray on the driver, from what they report.
 """
 
@@ -55,19 +55,6 @@ class TrialInputs:
     """What every trial gets through Ray's object store (tune.with_parameters), not from its node's disk."""
 
     corpus: Corpus | None = None  # the corpus the driver resolved (None: each trial resolves its own)
-
-
-_inputs = TrialInputs()  # set once per search; the phases call the runner without a context
-
-
-def ship_to_trials(inputs: TrialInputs) -> None:
-    global _inputs
-    _inputs = inputs
-
-
-def trial_inputs() -> TrialInputs:
-    """What the search ships to its trials (also for its own tasks that train, such as the batch probe)."""
-    return _inputs
 
 
 class Interrupted(KeyboardInterrupt):
@@ -277,6 +264,7 @@ def _fit(
     total,
     already,
     rerun_lost: bool = False,
+    inputs: TrialInputs,
     **tune_kwargs,
 ) -> int:
     """One Tune experiment; tune_kwargs go to TuneConfig except `stopper`, which goes to RunConfig. Returns
@@ -287,7 +275,7 @@ def _fit(
     name = ledger.phase if attempt == 0 else f"{ledger.phase}-r{attempt}"
     record = LedgerCallback(ledger, total, already, tune_kwargs.get("time_budget_s"), rerun_lost)
     stoppers = [s for s in (tune_kwargs.pop("stopper", None), LedgerFailed(record)) if s is not None]
-    trainable = tune.with_parameters(train_trial, timing_gate=placement.gate, corpus=_inputs.corpus)
+    trainable = tune.with_parameters(train_trial, timing_gate=placement.gate, corpus=inputs.corpus)
     # Tune names each trial actor (its repr in the dashboard) and trial after the function: say the phase.
     trainable.__name__ = f"{ledger.phase}_trial"
     tuner = tune.Tuner(
@@ -321,6 +309,7 @@ def run_cases(
     placement: Placement,
     *,
     repeats: int | Sequence[int] = 1,
+    inputs: TrialInputs = TrialInputs(),
 ) -> list[TrialRow]:
     """Each training config in `cases`, `repeats` times (or repeats[i] times for case i); rows in case
     order, one per (case, repeat). The runs go round robin (every case's first repeat, then every case's
@@ -346,6 +335,7 @@ def run_cases(
             total=total,
             already=len(done),
             rerun_lost=attempt < NODE_LOSS_RERUNS,
+            inputs=inputs,
         )
         if not lost:
             break
@@ -379,6 +369,7 @@ def run_proposals(
     make_searcher,
     stopper_ratio: float,
     time_budget_s: float | None,
+    inputs: TrialInputs = TrialInputs(),
 ) -> list[TrialRow]:
     """Up to `trials` searcher-proposed trials in total, across resumes, never one config twice (fewer
     when the searcher keeps repeating measured configs: the space is exhausted); rows in completion order.
@@ -404,6 +395,7 @@ def run_proposals(
             total=trials,
             already=len(done),
             rerun_lost=attempt < NODE_LOSS_RERUNS,
+            inputs=inputs,
             search_alg=searcher,
             num_samples=remaining,
             time_budget_s=budget,

@@ -40,7 +40,7 @@ from tuner.config import SearchConfig, load_search_config
 from tuner.context import PhaseError, SearchContext, SearchFailed, State, log
 from tuner.phases import finish, loss_check, probe, remeasure, screen
 from tuner.records import Hardware, ProbedBatch, TrialRow
-from tuner.runner import TrialInputs, ship_to_trials
+from tuner.runner import TrialInputs
 from tuner.select import propagate_feasibility
 from tuner.space import applicable, autotune_notice, fit_to_workload, probe_hardware
 from tuner.state_files import repair_state_files
@@ -124,6 +124,7 @@ def open_context(
     command: str,
     compile_cache: str | None = None,
     workload: WorkloadInfo | None = None,
+    inputs: TrialInputs | None = None,
 ) -> SearchContext:
     """The context every phase works with: the cluster's resources and the trials' hardware."""
     state = State(out)
@@ -145,6 +146,7 @@ def open_context(
         resume=resume,
         compile_cache=compile_cache,
         workload=workload,
+        inputs=inputs or TrialInputs(),
     )
     hw = ctx.phase("hardware", lambda: Hardware(**ray.get(task.remote())), Hardware)
     ctx.hw = hw.model_copy(update={"gpus": gpus})  # every GPU of the cluster, not just the probed node's
@@ -468,12 +470,12 @@ def _search(args: argparse.Namespace, argv: list[str], out: Path, session: RaySe
     env, compile_cache = trial_env(cfg, out)
     session.start(args, env)
     cache_server.serve(env)
-    ship_to_trials(TrialInputs(corpus=corpus))  # through Ray's object store: no node needs its own copy
     say_where_results_go(out)
     command = "python -m tuner.search " + shlex.join(argv)
     ctx = open_context(
-        cfg, out, resume=args.resume, command=command, compile_cache=compile_cache, workload=workload
-    )
+        cfg, out, resume=args.resume, command=command, compile_cache=compile_cache, workload=workload,
+        inputs=TrialInputs(corpus=corpus),  # through Ray's object store: no node needs its own copy
+    )  # fmt: skip
     code = run_search(ctx)
     if args.emit_rayjob:
         emit_rayjob(out, args.emit_rayjob)

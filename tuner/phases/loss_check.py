@@ -76,7 +76,7 @@ def _round(ctx: SearchContext, round_no: int, cases: list[dict[str, Any]]) -> li
     # Full token budget, the baseline's seed and data order; GPU fractions with a memory cap each.
     name = f"loss_check_{round_no}"
     placement = Placement(_resources(ctx), _slots(ctx), ctx.reuse_actors())
-    return annotate(ctx, run_cases(name, ctx.out, spread_over_gpus(ctx, cases), placement))
+    return annotate(ctx, run_cases(name, ctx.out, spread_over_gpus(ctx, cases), placement, inputs=ctx.inputs))
 
 
 def spread_over_gpus(ctx: SearchContext, cases: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -45,7 +45,7 @@ def measure(
     are timed again (bounded by `more_runs`); the counts follow from the ledger, so --resume goes on."""
     counts, seen = list(asked), {}
     while True:
-        rows = run_cases("remeasure", ctx.out, cases, placement, repeats=counts)
+        rows = run_cases("remeasure", ctx.out, cases, placement, repeats=counts, inputs=ctx.inputs)
         new = [r for r in rows if r.id not in seen]
         seen.update((r.id, r) for r in annotate(ctx, new))  # contention is known once joined
         rows = [seen[r.id] for r in rows]

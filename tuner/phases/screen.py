@@ -50,6 +50,7 @@ def run(ctx: SearchContext, space: dict[str, Knob]) -> list[TrialRow]:
         make_searcher=make_searcher,
         stopper_ratio=s.early_stop_ratio,
         time_budget_s=wall_budget_s(ctx),
+        inputs=ctx.inputs,
     )
     for row in rows:
         row.val_loss = None  # a short run's loss means nothing; the loss check fills it in
