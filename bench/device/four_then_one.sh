@@ -3,7 +3,7 @@
 # own OUT/compile-cache; the first one's is moved aside); then, side by side on separate GPUs, the seed
 # baseline (300 steps) and best.yaml alone on GPU 0, the GPU tests on GPU 1, and the rest of the ceiling
 # sweep (batch 512 and 64, fused and torch, profile of the fastest) on GPU 2 with the one-GPU search's
-# caches. Output in /tmp/final (one folder per search); `bash bench/device/poll.sh 540 ALLDONE` waits.
+# caches, and the Hugging Face example's search (issue 23) on GPU 3. Output in /tmp/final (one folder per search); `bash bench/device/poll.sh 540 ALLDONE` waits.
 set -u
 R=/tmp/final; mkdir -p $R
 rm -rf /tmp/p && mkdir /tmp/p && tar xf .gpu/src.tar -C /tmp/p && cp .gpu/tinyshakespeare.txt .gpu/gitrev /tmp/p/
@@ -34,6 +34,13 @@ TR="python3 -m trainables.train --data tinyshakespeare.txt --json"
   python3 bench/ceiling.py --data tinyshakespeare.txt --batches 512,64 --precisions bf16 \
     --compiles reduce-overhead --kernels fused,torch --steps 40 --profile --out $R/ceiling > $R/ceiling.md 2> $R/ceiling.err
   echo "CEILING $(date -u +%FT%TZ)" >> $R/search.log ) &
+( export CUDA_VISIBLE_DEVICES=3  # issue 23: the Hugging Face example (the image has transformers)
+  python3 -m tuner.search --config examples/hf_llama/search.yaml --data tinyshakespeare.txt \
+    --set train.model.num_hidden_layers=6 --set train.model.hidden_size=384 \
+    --set train.model.intermediate_size=1024 --set train.seq_len=256 --set train.tokens=10240000 \
+    --out out/hf > $R/hf.log 2>&1
+  echo "HF exit $? $(date -u +%FT%TZ)" >> $R/search.log
+  mkdir -p $R/hf && cp out/hf/summary.json out/hf/report.md out/hf/best.yaml $R/hf/ ) &
 wait
 echo "ALLDONE $(date -u +%FT%TZ)" >> $R/search.log
 INNER
