@@ -52,7 +52,7 @@ def main() -> None:
     cache = {k: dict(v) for k, v in counters.items() if k in ("inductor", "aot_autograd")}
     cache = {k: {n: c for n, c in v.items() if "cache" in n} for k, v in cache.items()}
     keep = ("status", "compile_s", "warmup_s", "tokens_per_s", "error")
-    print(json.dumps({"tag": args.tag, **{k: result[k] for k in keep}, "counters": cache}))
+    print(json.dumps({"tag": args.tag, **{k: getattr(result, k) for k in keep}, "counters": cache}))
 
 
 if __name__ == "__main__":

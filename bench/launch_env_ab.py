@@ -31,7 +31,7 @@ def plain():
     from trainables.config import make_config
     from trainables.loop import train
 
-    return train(make_config(cfg_dict()))["tokens_per_s"]
+    return train(make_config(cfg_dict())).tokens_per_s
 
 
 def in_thread():

@@ -58,13 +58,11 @@ def whole_runs(cfg: TrainConfig, repeats: int, hz: float) -> dict:
                     ray.kill(a)
                 actors = {}
             result = train(cfg, log=None)
-            speeds[mode].append(result["tokens_per_s"])
+            speeds[mode].append(result.tokens_per_s)
             if mode == "on":
                 actor = next(iter(actors.values()))
-                window = ray.get(
-                    actor.window.remote(0, result["window_t0"], result["window_t1"], [os.getpid()])
-                )
-            print(f"{mode}: {result['tokens_per_s']:,.0f} tok/s", file=sys.stderr, flush=True)
+                window = ray.get(actor.window.remote(0, result.window_t0, result.window_t1, [os.getpid()]))
+            print(f"{mode}: {result.tokens_per_s:,.0f} tok/s", file=sys.stderr, flush=True)
     off, on = statistics.median(speeds["off"]), statistics.median(speeds["on"])
     pairs = sorted(_pct(a, b) for a, b in zip(speeds["off"], speeds["on"], strict=True))
     return {

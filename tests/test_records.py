@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
 
 from tests.factories import make_row, make_summary, on_two_gpus, synthetic_summary
+from trainables.result import RunResult, TrialResult
 from tuner.records import Summary, TrialRow, summary_schema
+from tuner.trial_rows import NOT_IN_ROW, trial_row
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -65,3 +68,39 @@ def test_a_summary_from_before_the_loss_gate_migrates_its_tolerance_into_the_gat
     }
     assert Summary.model_validate(no_limit).loss_gate is None
     assert "tolerance" not in Summary.model_validate(older).model_dump()
+
+
+def test_every_figure_a_trial_reports_has_a_home_in_its_row():
+    # A figure added to RunResult (or TrialResult) must be a TrialRow field of the same name, or be left
+    # out, with its reason, in the one place for that (tuner/trial_rows.py:NOT_IN_ROW): never dropped unseen.
+    reported = {f.name for f in fields(TrialResult)}
+    homeless = reported - set(TrialRow.model_fields) - set(NOT_IN_ROW)
+    assert not homeless, f"give these a TrialRow field or a NOT_IN_ROW reason: {sorted(homeless)}"
+    assert set(NOT_IN_ROW) <= reported, "NOT_IN_ROW names a figure no trial reports"
+    assert not set(NOT_IN_ROW) & set(TrialRow.model_fields), "left out, yet a row has a field for it"
+    assert all(f.metadata.get("doc") for f in fields(TrialResult)), "every figure says what it is"
+    assert {f.name for f in fields(RunResult)} <= reported
+
+
+def _distinct(name: str, kind: str, n: int):
+    """A value of the field's type that no other field has, so a figure carried to the wrong key shows."""
+    if kind == "RunStatus":
+        return "oom"
+    if kind.startswith("CacheUse"):
+        return "partial"
+    if kind.startswith("tuple"):
+        return ({"step": n},)
+    if kind.startswith("int"):
+        return 1000 + n
+    if kind.startswith("float"):
+        return 1000.5 + n
+    return f"{name}-value"
+
+
+def test_a_row_keeps_every_figure_of_a_trials_last_report():
+    values = {f.name: _distinct(f.name, str(f.type), n) for n, f in enumerate(fields(TrialResult))}
+    reported = TrialResult(**values)
+    fields_of_row = trial_row(reported.metrics(), {"train": {}, "batch_size": 8}, None, "trial-dir", "t1")
+    row = TrialRow(**fields_of_row, id="screen-0", phase="screen")
+    kept = {name: getattr(row, name) for name in values if name not in NOT_IN_ROW}
+    assert kept == {name: values[name] for name in kept}

@@ -33,6 +33,7 @@ from trainables.config import (
 )
 from trainables.data import CharTokenizer, DataError
 from trainables.loop import _param_groups, fp32_fused_note, lr_at, resolve_device, train
+from trainables.result import RunResult
 from trainables.workload import HybridLMWorkload, load_workload
 
 REPO = Path(__file__).resolve().parents[1]
@@ -108,12 +109,12 @@ def toy_config(**overrides) -> TrainConfig:
     return make_config({**values, **overrides})
 
 
-def quiet_train(cfg: TrainConfig, **kwargs) -> dict:
+def quiet_train(cfg: TrainConfig, **kwargs) -> RunResult:
     return train(cfg, log=None, **kwargs)
 
 
-def loss_curve(result: dict) -> list[tuple[int, float, float]]:
-    return [(p["step"], p["train_loss"], p["val_loss"]) for p in result["history"]]
+def loss_curve(result: RunResult) -> list[tuple[int, float, float]]:
+    return [(p["step"], p["train_loss"], p["val_loss"]) for p in result.history]
 
 
 def run_cli(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
@@ -136,7 +137,7 @@ def last_json_line(stdout: str) -> dict:
 @pytest.fixture(scope="module")
 def baseline() -> dict:
     result = quiet_train(tiny_config())
-    assert result["status"] == "ok", result["error"]
+    assert result.status == "ok", result.error
     return result
 
 
@@ -332,19 +333,19 @@ def test_workload_refuses_what_it_cannot_run_before_any_work(values, expected):
 def test_a_run_reports_every_metric(baseline):
     cfg = tiny_config()
     result = baseline
-    assert result["status"] == "ok" and result["error"] is None
-    assert (result["steps"], result["tokens"]) == (TINY_STEPS, TINY_STEPS * cfg.tokens_per_step)
-    assert result["tokens_per_s"] > 0
+    assert result.status == "ok" and result.error is None
+    assert (result.steps, result.tokens) == (TINY_STEPS, TINY_STEPS * cfg.tokens_per_step)
+    assert result.tokens_per_s > 0
     # Steady state: every step after the timing warm-up, and only those.
-    assert result["window_tokens"] == (TINY_STEPS - cfg.timing_warmup_steps) * cfg.tokens_per_step
-    assert result["window_t0"] < result["window_t1"]
-    assert 0 < result["step_ms_median"] <= result["step_ms_p90"]
-    assert result["compile_s"] >= 0 and result["warmup_s"] > 0
-    assert result["peak_mem_mb"] > 0
-    assert math.isfinite(result["train_loss"]) and math.isfinite(result["val_loss"])
-    assert [p["step"] for p in result["history"]] == [4, 8]
-    assert result["val_loss"] == result["history"][-1]["val_loss"]
-    first, last = result["history"][0]["train_loss"], result["history"][-1]["train_loss"]
+    assert result.window_tokens == (TINY_STEPS - cfg.timing_warmup_steps) * cfg.tokens_per_step
+    assert result.window_t0 < result.window_t1
+    assert 0 < result.step_ms_median <= result.step_ms_p90
+    assert result.compile_s >= 0 and result.warmup_s > 0
+    assert result.peak_mem_mb > 0
+    assert math.isfinite(result.train_loss) and math.isfinite(result.val_loss)
+    assert [p["step"] for p in result.history] == [4, 8]
+    assert result.val_loss == result.history[-1]["val_loss"]
+    first, last = result.history[0]["train_loss"], result.history[-1]["train_loss"]
     assert last < first  # it trains
 
 
@@ -354,25 +355,25 @@ def test_steady_speed_excludes_the_warmup_steps():
     cfg = toy_config(workload="toy_workload:make_slow_start_workload", tokens=10 * 16 * 16)
     result = quiet_train(cfg)
     slept = cfg.timing_warmup_steps * toy_workload.SlowStartWorkload.SLEEP_S
-    assert result["status"] == "ok"
-    assert result["window_tokens"] == 8 * cfg.tokens_per_step
-    assert result["tokens_per_s"] > result["window_tokens"] / slept
-    assert result["step_ms_p90"] < 1000 * toy_workload.SlowStartWorkload.SLEEP_S
-    assert result["warmup_s"] >= slept
-    assert result["compile_s"] >= 0.8 * slept  # the one-off cost shows up as compile time
+    assert result.status == "ok"
+    assert result.window_tokens == 8 * cfg.tokens_per_step
+    assert result.tokens_per_s > result.window_tokens / slept
+    assert result.step_ms_p90 < 1000 * toy_workload.SlowStartWorkload.SLEEP_S
+    assert result.warmup_s >= slept
+    assert result.compile_s >= 0.8 * slept  # the one-off cost shows up as compile time
     # the host's CPU load over the same window (tests/test_cpu_load.py checks the figures themselves)
-    assert result["cpu_count"] == os.cpu_count() and result["cpu_own_cores"] >= 0
-    assert result["cpu_others_cores"] >= 0
+    assert result.cpu_count == os.cpu_count() and result.cpu_own_cores >= 0
+    assert result.cpu_others_cores >= 0
 
 
 def test_a_first_step_over_the_compile_deadline_gives_up_at_the_deadline():
     # The first step spins in Python for 3 s (a compile); a 0.5 s deadline stops it mid-spin.
     cfg = toy_config(workload="toy_workload:make_slow_compile_workload", compile_deadline_s=0.5)
     result = quiet_train(cfg)
-    assert result["status"] == "timeout"
-    assert "0.5 s deadline" in result["error"]
-    assert result["wall_s"] < toy_workload.SlowCompileWorkload.SPIN_S
-    assert result["steps"] == 0
+    assert result.status == "timeout"
+    assert "0.5 s deadline" in result.error
+    assert result.wall_s < toy_workload.SlowCompileWorkload.SPIN_S
+    assert result.steps == 0
 
 
 def test_a_deadline_wrapped_by_the_compiler_is_still_a_timeout():
@@ -393,8 +394,8 @@ def test_a_first_step_inside_the_compile_deadline_trains_on():
         workload="toy_workload:make_slow_start_workload", compile_deadline_s=1.5, tokens=4 * 16 * 16
     )
     result = quiet_train(cfg)
-    assert result["status"] == "ok" and result["steps"] == 4
-    assert result["wall_s"] > cfg.timing_warmup_steps * toy_workload.SlowStartWorkload.SLEEP_S
+    assert result.status == "ok" and result.steps == 4
+    assert result.wall_s > cfg.timing_warmup_steps * toy_workload.SlowStartWorkload.SLEEP_S
 
 
 @pytest.mark.parametrize(
@@ -410,13 +411,13 @@ def test_token_budget_grad_accum_and_eval_interval(overrides, steps, eval_steps)
     cfg = toy_config(**overrides)
     reports = []
     result = quiet_train(cfg, report=reports.append)
-    assert result["status"] == "ok"
-    assert (result["steps"], result["tokens"]) == (
+    assert result.status == "ok"
+    assert (result.steps, result.tokens) == (
         steps,
         steps * cfg.batch_size * cfg.grad_accum * cfg.seq_len,
     )
-    assert [p["step"] for p in result["history"]] == eval_steps
-    assert all(math.isfinite(p["val_loss"]) for p in result["history"])
+    assert [p["step"] for p in result.history] == eval_steps
+    assert all(math.isfinite(p["val_loss"]) for p in result.history)
     assert reports[-1]["done"] and not any(r["done"] for r in reports[:-1])
 
 
@@ -425,8 +426,8 @@ def test_a_users_workload_trains_through_the_same_loop(tmp_path):
     workload = load_workload(cfg)
     assert isinstance(workload, toy_workload.ToyWorkload)
     result = quiet_train(cfg)
-    assert result["status"] == "ok"
-    assert result["val_loss"] < 0.5 < math.log(toy_workload.VOCAB)  # learnt the rule
+    assert result.status == "ok"
+    assert result.val_loss < 0.5 < math.log(toy_workload.VOCAB)  # learnt the rule
     assert json.loads((tmp_path / "toy.json").read_text()) == {"vocab": toy_workload.VOCAB}  # its save()
     groups = _param_groups(workload.build_model(), workload, cfg)
     assert {g["lr_mult"] for g in groups} == {1.0, toy_workload.HEAD_LR_MULT}
@@ -436,7 +437,7 @@ def test_the_loop_applies_each_groups_lr_multiplier(tmp_path, monkeypatch):
     # A multiplier of 0 freezes the toy's output layer: weights and weight decay both scale with the lr.
     monkeypatch.setattr(toy_workload, "HEAD_LR_MULT", 0.0)
     cfg = toy_config(out_dir=str(tmp_path), save_model=True, max_steps=5)
-    assert quiet_train(cfg)["status"] == "ok"
+    assert quiet_train(cfg).status == "ok"
     trained = torch.load(tmp_path / "model.pt")
     torch.manual_seed(cfg.seed)  # the loop seeds just before it builds the model
     initial = load_workload(cfg).build_model().state_dict()
@@ -448,7 +449,7 @@ def test_the_loop_applies_each_groups_lr_multiplier(tmp_path, monkeypatch):
 def test_same_seed_gives_identical_losses_whatever_the_loader(baseline, variant):
     # Batch k is a pure function of (seed, k): the loader is a speed knob that cannot move the loss.
     result = quiet_train(tiny_config(**variant))
-    assert result["status"] == "ok", result["error"]
+    assert result.status == "ok", result.error
     assert loss_curve(result) == loss_curve(baseline)
 
 
@@ -469,7 +470,7 @@ def test_another_seed_gives_other_losses(baseline):
 )
 def test_speed_knobs_run_on_cpu_and_keep_the_loss(baseline, variant, tolerance):
     result = quiet_train(tiny_config(**variant))
-    assert result["status"] == "ok", result["error"]
+    assert result.status == "ok", result.error
     for (step, train_loss, val_loss), (_, base_train, base_val) in zip(
         loss_curve(result), loss_curve(baseline), strict=True
     ):
@@ -479,19 +480,19 @@ def test_speed_knobs_run_on_cpu_and_keep_the_loss(baseline, variant, tolerance):
 
 def test_compile_default_runs_on_cpu(baseline):
     result = quiet_train(tiny_config(compile="default", max_steps=4, eval_interval=0))
-    assert result["status"] == "ok", result["error"]
-    assert result["steps"] == 4 and math.isfinite(result["val_loss"])
+    assert result.status == "ok", result.error
+    assert result.steps == 4 and math.isfinite(result.val_loss)
     # Same schedule and batches as the eager baseline, whose first point is also at step 4.
-    assert result["train_loss"] == pytest.approx(baseline["history"][0]["train_loss"], abs=1e-3)
-    assert result["compile_s"] > result["step_ms_median"] / 1000  # compiling costs more than a step
+    assert result.train_loss == pytest.approx(baseline.history[0]["train_loss"], abs=1e-3)
+    assert result.compile_s > result.step_ms_median / 1000  # compiling costs more than a step
 
 
 def test_non_finite_loss_ends_the_run_with_status_nan():
     result = quiet_train(tiny_config(precision="fp16", lr=1e4, log_interval=1))
-    assert result["status"] == "nan"
-    assert "loss is" in result["error"]
-    assert result["steps"] < TINY_STEPS and result["val_loss"] is None
-    assert result["peak_mem_mb"] > 0
+    assert result.status == "nan"
+    assert "loss is" in result.error
+    assert result.steps < TINY_STEPS and result.val_loss is None
+    assert result.peak_mem_mb > 0
 
 
 def test_oom_is_reported_and_the_same_process_trains_again():
@@ -501,11 +502,11 @@ def test_oom_is_reported_and_the_same_process_trains_again():
     oom = quiet_train(
         make_config({**smoke, "data": CORPUS, "memory_cap_mb": 300, "batch_size": 2048, "max_steps": 1})
     )
-    assert oom["status"] == "oom", oom["error"]
-    assert "out of memory" in oom["error"]
+    assert oom.status == "oom", oom.error
+    assert "out of memory" in oom.error
     assert resource.getrlimit(resource.RLIMIT_AS) == limit_before
     again = quiet_train(tiny_config(max_steps=2, eval_interval=0))
-    assert again["status"] == "ok", again["error"]
+    assert again.status == "ok", again.error
 
 
 def test_peak_memory_is_each_runs_own_when_the_process_trains_again():
@@ -513,9 +514,9 @@ def test_peak_memory_is_each_runs_own_when_the_process_trains_again():
     small, large, again = (
         quiet_train(tiny_config(batch_size=batch, max_steps=2, eval_interval=0)) for batch in (4, 512, 4)
     )
-    assert [r["status"] for r in (small, large, again)] == ["ok"] * 3
-    assert large["peak_mem_mb"] > small["peak_mem_mb"] + 200  # the big batch needs clearly more
-    assert again["peak_mem_mb"] < (small["peak_mem_mb"] + large["peak_mem_mb"]) / 2
+    assert [r.status for r in (small, large, again)] == ["ok"] * 3
+    assert large.peak_mem_mb > small.peak_mem_mb + 200  # the big batch needs clearly more
+    assert again.peak_mem_mb < (small.peak_mem_mb + large.peak_mem_mb) / 2
 
 
 def test_out_dir_holds_config_tokenizer_and_result(tmp_path):
@@ -526,7 +527,7 @@ def test_out_dir_holds_config_tokenizer_and_result(tmp_path):
     tokenizer = CharTokenizer.load(run / "tokenizer.json")
     state = torch.load(run / "model.pt")
     assert state["embedding.weight"].shape[0] == tokenizer.vocab_size
-    assert json.loads((run / "result.json").read_text()) == result
+    assert json.loads((run / "result.json").read_text()) == result.as_json()
 
 
 # ---------------------------------------------------------------------------------------------- the CLI
@@ -599,10 +600,10 @@ def test_interim_reports_carry_the_steady_window_so_far():
     result = quiet_train(cfg, report=reports.append)
     steady = [r for r in reports if r["step"] > cfg.timing_warmup_steps]
     assert len(steady) == len(reports) == 8
-    assert all(r["window_t0"] == result["window_t0"] < r["window_t1"] for r in steady)
+    assert all(r["window_t0"] == result.window_t0 < r["window_t1"] for r in steady)
     tokens = [r["window_tokens"] for r in steady]
-    assert tokens == sorted(set(tokens)) and tokens[-1] == result["window_tokens"]
-    assert {(r["node"], r["pid"]) for r in reports} == {(result["node"], os.getpid())}
+    assert tokens == sorted(set(tokens)) and tokens[-1] == result.window_tokens
+    assert {(r["node"], r["pid"]) for r in reports} == {(result.node, os.getpid())}
 
 
 def test_time_spent_in_interim_reports_is_not_training_time():
@@ -615,9 +616,9 @@ def test_time_spent_in_interim_reports_is_not_training_time():
 
     result = quiet_train(cfg, report=slow_driver)
     steady_steps = cfg.total_steps - cfg.timing_warmup_steps
-    assert result["status"] == "ok"
+    assert result.status == "ok"
     # Were the pauses counted, steady time would be at least steady_steps * pause_s.
-    assert result["window_tokens"] / result["tokens_per_s"] < 0.5 * steady_steps * pause_s
+    assert result.window_tokens / result.tokens_per_s < 0.5 * steady_steps * pause_s
 
 
 @pytest.mark.parametrize(
@@ -653,8 +654,8 @@ def test_a_run_says_whether_its_compile_came_from_the_cache(tmp_path, monkeypatc
         monkeypatch.setenv(var, str(tmp_path / "unused"))  # restored after; the run points them at its cache
     cfg = toy_config(compile="default", compile_cache=str(tmp_path / "cache"), tokens=4 * 16 * 16)
     first, second = quiet_train(cfg), quiet_train(cfg)
-    assert first["status"] == second["status"] == "ok"
-    assert (first["compile_cache_use"], second["compile_cache_use"]) == ("miss", "hit")
+    assert first.status == second.status == "ok"
+    assert (first.compile_cache_use, second.compile_cache_use) == ("miss", "hit")
     assert any((tmp_path / "cache" / "inductor").rglob("*")), "the graphs went to the run's cache"
-    assert quiet_train(toy_config(tokens=4 * 16 * 16))["compile_cache_use"] is None
+    assert quiet_train(toy_config(tokens=4 * 16 * 16)).compile_cache_use is None
     assert classify(hits=1, misses=1) == "partial"  # e.g. the forward graph cached, the backward not

@@ -229,7 +229,7 @@ def test_the_least_a_workload_writes_trains(tmp_path):
     from trainables.loop import train
 
     result = train(cfg, log=None)
-    assert result["status"] == "ok" and result["val_loss"] < 1.5, result
+    assert result.status == "ok" and result.val_loss < 1.5, result
 
 
 def test_dataset_batches_are_the_same_whatever_the_loader(tmp_path):

@@ -20,6 +20,7 @@ import sys
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, ExitStack, nullcontext
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ from model.ops import available_backends, tuning
 from trainables.cache_use import CacheCount, stable_cache_keys
 from trainables.config import ConfigError, TrainConfig, dump_config
 from trainables.errors import find_cause, first_line
+from trainables.result import RunResult
 from trainables.timing import CompileDeadline, FirstStepDeadline, StepTimer
 from trainables.workload import Job, as_job, load_workload
 
@@ -97,11 +99,6 @@ def lr_at(cfg: TrainConfig, step: int) -> float:
     progress = min(1.0, (step - warm) / max(1, total - warm))
     floor = min(cfg.min_lr, peak)
     return floor + 0.5 * (peak - floor) * (1 + math.cos(math.pi * progress))
-
-
-# What a trial reports of where and when it was timed, in every report: the search joins GPU telemetry
-# on them, also for trials stopped before their final one.
-WINDOW_KEYS = ("window_t0", "window_t1", "window_tokens", "node", "pid")
 
 
 def _is_oom(err: BaseException, cpu_capped: bool = False) -> bool:
@@ -223,34 +220,15 @@ def fp32_fused_note(precision: str, kernels: str, on_cuda: bool, triton_f32: str
     )
 
 
-def _empty_result(device: torch.device) -> dict[str, Any]:
-    return {
-        "status": "ok",
-        "error": None,
-        "device": str(device),
-        "gpu": device.index if device.type == "cuda" else None,
-        "node": platform.node(),
-        "pid": os.getpid(),
-        "tokens_per_s": None,
-        "val_loss": None,
-        "train_loss": None,
-        "peak_mem_mb": None,
-        "steps": 0,
-        "tokens": 0,
-        "compile_s": None,
-        "warmup_s": None,
-        "compile_cache_use": None,
-        "step_ms_median": None,
-        "step_ms_p90": None,
-        "window_t0": None,
-        "window_t1": None,
-        "window_tokens": 0,
-        "cpu_own_cores": None,  # over the timed window: CPU cores this run kept busy, and other processes
-        "cpu_others_cores": None,
-        "cpu_count": os.cpu_count(),
-        "params": None,
-        "history": [],
-    }
+def _placed(device: torch.device) -> RunResult:
+    """A run's result before it trains: where it runs (the rest is filled in as it is measured)."""
+    return RunResult(
+        device=str(device),
+        gpu=device.index if device.type == "cuda" else None,
+        node=platform.node(),
+        pid=os.getpid(),
+        cpu_count=os.cpu_count(),
+    )
 
 
 def first_step_deadline(compile_deadline_s: float | None, autotunes: bool) -> float | None:
@@ -311,8 +289,8 @@ def train(
     log: Callable[[str], None] | None = _log,
     timing_gate: AbstractContextManager | None = None,
     step_hook: Callable[[], None] | None = None,
-) -> dict[str, Any]:
-    """Train `cfg` to its token budget (or max_steps); return the metrics dict (never raises for oom/nan).
+) -> RunResult:
+    """Train `cfg` to its token budget (or max_steps); return what it measured (never raises for oom/nan).
 
     `report` gets interim metrics at each log point; `timing_gate` is held around the steady (timed) steps,
     so runs sharing a GPU can warm up together but are timed one at a time; `step_hook` is called after
@@ -322,7 +300,6 @@ def train(
     device = resolve_device(cfg)
     started = time.time()
     workload = as_job(workload or load_workload(cfg), cfg)
-    result = _empty_result(device)
     log(f"workload: {workload.describe()}")
     deadline_s = cfg.compile_deadline_s
     if cfg.kernels == "fused":
@@ -332,33 +309,36 @@ def train(
     _prepare(cfg, workload, device)
     state: dict[str, Any] = {}  # the run's model, optimizer and data: dropped before memory is measured
     cache = CacheCount()
+    status, error = "ok", None
+    state["training"] = _Training(cfg, workload, device, log, _placed(device))
     try:
         with _MemoryCap(cfg, device):
-            state["training"] = _Training(cfg, workload, device, log, result)
             state["training"].run(report, timing_gate, step_hook, deadline_s)
     except NonFiniteLoss as err:
-        result["status"], result["error"] = "nan", str(err)
+        status, error = "nan", str(err)
     except Exception as err:  # noqa: BLE001 - every failure becomes a status the tuner can learn from
         capped = device.type == "cpu" and cfg.memory_cap_mb is not None
-        result["status"], result["error"] = _failure(err, capped, deadline_s)
+        status, error = _failure(err, capped, deadline_s)
     finally:
-        state.clear()
-        result["peak_mem_mb"] = _release(device)
-        result["compile_cache_use"] = cache.outcome()
-    result["wall_s"] = round(time.time() - started, 3)
-    if result["status"] != "ok":
-        log(f"run ended: {result['status']}: {result['error']}")
+        result = state.pop("training").measured()  # what it measured until it ended
+        peak_mem_mb = _release(device)
+    result = replace(
+        result,
+        status=status,
+        error=error,
+        peak_mem_mb=peak_mem_mb,
+        compile_cache_use=cache.outcome(),
+        wall_s=round(time.time() - started, 3),
+    )
+    if result.status != "ok":
+        log(f"run ended: {result.status}: {result.error}")
     if cfg.out_dir:
-        (Path(cfg.out_dir) / "result.json").write_text(json.dumps(result, indent=1))
+        (Path(cfg.out_dir) / "result.json").write_text(json.dumps(result.as_json(), indent=1))
     return result
 
 
-def _build(cfg: TrainConfig, workload: Job, device: torch.device, log, result: dict):
-    """The model, the module the steps call (compiled or not) and the optimizer."""
-    model = workload.build_model().to(device)
-    result["params"] = sum(p.numel() for p in model.parameters())
-    summary = getattr(model, "summary", None)
-    log(summary() if callable(summary) else f"model: {result['params']:,} parameters")
+def _build(cfg: TrainConfig, workload: Job, model: torch.nn.Module):
+    """The module the steps call (compiled or not) and the optimizer."""
     optimizer = torch.optim.AdamW(
         _param_groups(model, workload, cfg),
         lr=cfg.peak_lr(),
@@ -372,7 +352,7 @@ def _build(cfg: TrainConfig, workload: Job, device: torch.device, log, result: d
         torch._dynamo.reset()
         mode = None if cfg.compile == "default" else cfg.compile
         step_model = torch.compile(model, mode=mode, dynamic=False)
-    return model, step_model, optimizer
+    return step_model, optimizer
 
 
 def _progress_line(cfg: TrainConfig, point: dict[str, Any], rate: float) -> str:
@@ -386,11 +366,26 @@ def _progress_line(cfg: TrainConfig, point: dict[str, Any], rate: float) -> str:
 
 
 class _Training:
-    """One run's model, optimizer and data, stepped to the token budget by `run` (results into `result`)."""
+    """One run's model, optimizer and data, built and stepped to the token budget by `run`; `result` is
+    what it has measured so far, also when it fails (its setup too is part of `run`). The steps done and
+    the timer's figures are kept apart and put into it by `measured()`: a replace per step costs ~10 us."""
 
-    def __init__(self, cfg: TrainConfig, workload: Job, device: torch.device, log, result: dict):
-        self.cfg, self.workload, self.log, self.result = cfg, workload, log, result
-        self.model, self.step_model, self.optimizer = _build(cfg, workload, device, log, result)
+    def __init__(self, cfg: TrainConfig, workload: Job, device: torch.device, log, result: RunResult):
+        self.cfg, self.workload, self.device, self.log, self.result = cfg, workload, device, log, result
+        self.history: list[dict[str, Any]] = []
+        self.done, self.timing = 0, {}
+
+    def measured(self) -> RunResult:
+        tokens = self.done * self.cfg.tokens_per_step
+        return replace(self.result, steps=self.done, tokens=tokens, **self.timing)
+
+    def _setup(self) -> None:
+        cfg, workload, device, log = self.cfg, self.workload, self.device, self.log
+        self.model = workload.build_model().to(device)
+        self.result = replace(self.result, params=sum(p.numel() for p in self.model.parameters()))
+        summary = getattr(self.model, "summary", None)
+        log(summary() if callable(summary) else f"model: {self.result.params:,} parameters")
+        self.step_model, self.optimizer = _build(cfg, workload, self.model)
         amp_dtype = AMP_DTYPES.get(cfg.precision)
         self.autocast = (lambda: torch.autocast(device.type, dtype=amp_dtype)) if amp_dtype else nullcontext
         self.scaler = torch.amp.GradScaler(device.type, enabled=cfg.precision == "fp16")
@@ -412,6 +407,7 @@ class _Training:
     def run(
         self, report: Report | None, gate: AbstractContextManager | None, step_hook, deadline_s: float | None
     ) -> None:
+        self._setup()
         cfg = self.cfg
         self.timer.start()
         self.model.train()
@@ -427,12 +423,12 @@ class _Training:
                 if step_hook is not None:
                     step_hook()
                 done = step + 1
-                self.result.update(steps=done, tokens=done * cfg.tokens_per_step, **self.timer.window())
+                self.done, self.timing = done, self.timer.window()
                 is_eval = done == cfg.total_steps or (cfg.eval_interval and done % cfg.eval_interval == 0)
                 overdue = time.monotonic() - self.last_log >= cfg.progress_s  # a line every progress_s
                 if done % cfg.log_interval == 0 or is_eval or overdue:
                     self._log_point(done, lr, bool(is_eval), report)
-        self.result.update(self.timer.summary())
+        self.timing = self.timer.summary()
         if cfg.out_dir and cfg.save_model:
             torch.save(self.model.state_dict(), Path(cfg.out_dir) / "model.pt")
 
@@ -477,8 +473,8 @@ class _Training:
         if done == self.cfg.total_steps:
             self.window.close()  # the GPU's queue is drained (close_segment syncs): the next run may time
         train_loss = self._train_loss(done, lr)
-        self.result["train_loss"] = round(train_loss, 5)
-        self.result.update(self.timer.window())
+        self.result = replace(self.result, train_loss=round(train_loss, 5))
+        self.timing = self.timer.window()
         point: dict[str, Any] = {
             "step": done,
             "tokens": done * self.cfg.tokens_per_step,
@@ -488,15 +484,14 @@ class _Training:
             val_loss = evaluate(self.model, self.workload, self.val)
             if not math.isfinite(val_loss):
                 raise NonFiniteLoss(f"val loss is {val_loss} at step {done}")
-            self.result["val_loss"] = point["val_loss"] = round(val_loss, 5)
-            self.result["history"].append(point)
+            point["val_loss"] = round(val_loss, 5)
+            self.history.append(point)
+            self.result = replace(self.result, val_loss=point["val_loss"], history=tuple(self.history))
         self.log(_progress_line(self.cfg, point, self.timer.rate(now)))
         if report:
             # The steady window so far travels with each interim report: a trial the search stops
             # early still gets its GPU figures for the part it ran.
-            window = {k: self.result[k] for k in WINDOW_KEYS}
-            done_all = done == self.cfg.total_steps
-            report({**point, **window, "tokens_per_s": self.result["tokens_per_s"], "done": done_all})
+            report({**point, **self.measured().interim(), "done": done == self.cfg.total_steps})
         # Neither an eval nor the report is training time: Ray Tune's report waits for the driver (~5 ms
         # idle, more under a busy search), which a short speed window of a fast config would pay ~5%.
         self.timer.resume()

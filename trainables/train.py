@@ -61,13 +61,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     result = train(cfg, workload=workload)
     if args.json:
-        print(json.dumps({k: v for k, v in result.items() if k != "history"}))
+        print(json.dumps(result.metrics()))
     else:
         print(
-            f"{result['status']}: val_loss {result['val_loss']} | {result['tokens_per_s']} tok/s | "
-            f"peak {result['peak_mem_mb']} MB | {result['steps']} steps"
+            f"{result.status}: val_loss {result.val_loss} | {result.tokens_per_s} tok/s | "
+            f"peak {result.peak_mem_mb} MB | {result.steps} steps"
         )
-    return 0 if result["status"] == "ok" else 1
+    return 0 if result.status == "ok" else 1
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 
 The tuner passes the baseline training config as `config["train"]` and the trial's knobs as the other
 top-level keys (so they show in Ray's tables and the dashboard); the trainable needs nothing from the tuner. Interim reports let Ray stop clearly slow
-trials; the last report carries the run's full result (status, speed, loss, memory, telemetry window).
+trials; the last report carries the run's full result, a `TrialResult` as its metrics dict (status,
+speed, loss, memory, telemetry window: trainables/result.py).
 The search hands every trial the corpus its driver resolved (`corpus`, through Ray's object store), so a
 node of a cluster needs no copy of the data, and no share of OUT: a trial on a node other than the
 driver's trains against its node's copy of the search's compile caches, fetched from the driver before it
@@ -14,6 +15,7 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +26,8 @@ from trainables.compile_cache import Manifest, NodeCache, node_cache_root
 from trainables.config import ConfigError, TrainConfig, make_config
 from trainables.data import Corpus, shipped_corpus
 from trainables.gate import NAMESPACE, GateClient
-from trainables.loop import WINDOW_KEYS, train
+from trainables.loop import train
+from trainables.result import INTERIM_FIELDS, TrialResult
 
 # The key under `config["train"]` where the tuner labels a trial (its case and repeat); not a knob.
 LABELS = "_labels"
@@ -130,13 +133,12 @@ def train_trial(config: dict[str, Any], timing_gate: str | None = None, corpus: 
 
     def interim(metrics: dict[str, Any]) -> None:
         if not metrics.get("done"):
-            window = {k: metrics.get(k) for k in WINDOW_KEYS}
             tune.report(
                 {
                     "status": "running",
-                    "tokens_per_s": metrics.get("tokens_per_s") or 0.0,
                     "tokens": metrics.get("tokens"),
-                    **window,
+                    **{k: metrics.get(k) for k in INTERIM_FIELDS},
+                    "tokens_per_s": metrics.get("tokens_per_s") or 0.0,
                     **placement,
                 }
             )
@@ -147,7 +149,7 @@ def train_trial(config: dict[str, Any], timing_gate: str | None = None, corpus: 
         gate = GateClient(placement["node_id"], placement["gpu"], who, quiet=timing_gate == "quiet")
     try:
         with shipped_corpus(corpus):
-            result = train(cfg, report=interim, timing_gate=gate)
+            run = train(cfg, report=interim, timing_gate=gate)
     finally:
         if gate:
             gate.close()
@@ -155,18 +157,14 @@ def train_trial(config: dict[str, Any], timing_gate: str | None = None, corpus: 
             notices.append(node_cache.push())
         for line in notices:
             print(line, file=sys.stderr, flush=True)  # the trial's worker log
-    result["cache_sync"] = "; ".join(notices) or None
-    result["gate_wait_s"] = round(gate.waited_s, 3) if gate else None
-    result["compiling_beside"] = gate.compiling_beside if gate else None
-    result.pop("history", None)
-    # A failed run reports 0 tok/s so the search learns to avoid its region.
-    result["tokens_per_s"] = result["tokens_per_s"] if result["status"] == "ok" else 0.0
-    cuda_index = result.pop("gpu")
-    tune.report(
-        {
-            **result,
-            **placement,
-            "gpu": placement["gpu"] if placement["gpu"] is not None else cuda_index,
-            "done": True,
-        }
+    result = TrialResult.of(
+        run,
+        node_id=placement["node_id"],
+        gpu=placement["gpu"] if placement["gpu"] is not None else run.gpu,  # Ray's GPU id, as telemetry's
+        cache_sync="; ".join(notices) or None,
+        gate_wait_s=round(gate.waited_s, 3) if gate else None,
+        compiling_beside=gate.compiling_beside if gate else None,
     )
+    if result.status != "ok":
+        result = replace(result, tokens_per_s=0.0)  # a failed run: 0 tok/s, so the search avoids its region
+    tune.report({**result.metrics(), "done": True})

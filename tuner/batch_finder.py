@@ -27,9 +27,9 @@ def _fits(base: dict[str, Any], batch: int, precision: str) -> float | None:
         }
     )
     result = train(cfg, log=None)
-    if result["status"] not in ("ok", "oom"):
-        raise RuntimeError(f"batch probe at {batch} ({precision}) failed: {result['error']}")
-    return (result["peak_mem_mb"] or 0.0) if result["status"] == "ok" else None
+    if result.status not in ("ok", "oom"):
+        raise RuntimeError(f"batch probe at {batch} ({precision}) failed: {result.error}")
+    return (result.peak_mem_mb or 0.0) if result.status == "ok" else None
 
 
 def max_batch(

@@ -1,28 +1,37 @@
 """A ledger row's fields from what a Ray trial left: its last report, its config and its error.
 
-The runner's Record turns each finished Ray trial into one row of the ledger; what a row keeps of the
+The runner's LedgerCallback turns each finished Ray trial into one row of the ledger; what a row keeps of the
 trial's metrics, and how a failure reads in one line, is decided here, apart from the running of trials.
+A trial's last report is a `TrialResult` (trainables/result.py); a row keeps each of its fields but those
+NOT_IN_ROW names, so a figure added there reaches the ledger without a list here to update.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import fields
 from typing import Any
 
 from ray import cloudpickle
 from ray.exceptions import RayActorError, RayTaskError
 
 from trainables.errors import first_line
+from trainables.result import TrialResult
 from trainables.trainable import LABELS
 
 PLACEMENT_KEYS = ("node", "node_id", "gpu", "pid")  # all a failed trial's row keeps of its metrics
 
-# What a row keeps of a trial's last report, besides status, speed and loss (which need care).
-RESULT_KEYS = (
-    "train_loss peak_mem_mb compile_s warmup_s step_ms_median step_ms_p90 steps tokens node "
-    "node_id gpu pid window_t0 window_t1 window_tokens cpu_own_cores cpu_others_cores cpu_count wall_s error "
-    "gate_wait_s compiling_beside compile_cache_use"
-).split()
+# The one place a figure of a trial's result is left out of its row, and why: every other field of
+# TrialResult is a TrialRow field of the same name (tests/test_records.py fails on one that is neither).
+NOT_IN_ROW = {
+    "device": "the torch device string; a row says where it ran by node, node_id and gpu",
+    "params": "the model's parameter count: printed by the run, never compared by the search",
+    "history": "the eval curve: in the run's own result.json, not reported to Ray",
+    "cache_sync": "what a node's compile-cache sync did: a notice in the trial's log and Ray result",
+}
+# What a row keeps of a trial's last report, besides its status and speed (which need care: CAREFUL).
+CAREFUL = ("status", "tokens_per_s")
+RESULT_KEYS = tuple(f.name for f in fields(TrialResult) if f.name not in {*NOT_IN_ROW, *CAREFUL})
 
 
 def trial_row(
@@ -59,7 +68,6 @@ def trial_row(
         "tokens_per_s": speed
         if isinstance(speed, int | float) and math.isfinite(speed) and speed > 0
         else None,
-        "val_loss": m.get("val_loss"),
         **{k: m.get(k) for k in RESULT_KEYS},
         "path": path,
     }
