@@ -21,7 +21,7 @@ from tuner.context import Telemetry
 from tuner.phases import finish, remeasure
 from tuner.records import BASELINE_ID, TrialRow
 from tuner.report import render_html, render_markdown, view
-from tuner.runner import Placement, round_robin, run_cases
+from tuner.runner import Placement, TrialInputs, round_robin, run_cases
 from tuner.select import pick_winner, refuse_untrusted
 
 TESTS = Path(__file__).resolve().parent
@@ -116,7 +116,7 @@ def test_under_a_cpu_burner_contended_windows_are_repeated_then_the_baseline_sta
     burners = [subprocess.Popen([sys.executable, "-c", BUSY_LOOP]) for _ in range(2)]  # every core busy
     try:
         time.sleep(1)
-        ctx = SimpleNamespace(out=tmp_path, telemetry=Telemetry(), notices=[])
+        ctx = SimpleNamespace(out=tmp_path, telemetry=Telemetry(), notices=[], inputs=TrialInputs())
         ctx.notice = ctx.notices.append
         cases = [{**TOY, "seed": 0}, {**TOY, "seed": 1, "batch_size": 16}]
         rows = remeasure.measure(ctx, cases, [1, 1], Placement({"cpu": 1}, 1, reuse_actors=True))

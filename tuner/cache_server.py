@@ -61,8 +61,8 @@ def serve(env: dict[str, str]) -> None:
     dirs = {root: env[var] for root, var in _ENV_DIRS.items() if env.get(var)}
     if set(dirs) != set(ROOTS):
         return
-    for path in dirs.values():
-        Path(path).mkdir(parents=True, exist_ok=True)
+    # no mkdir here: the dirs appear with their first entry (write_files makes them), so a search that
+    # fails before any trial leaves no OUT behind
     _server = CacheServer.options(
         name=env[SERVER_VAR],
         namespace=NAMESPACE,
