@@ -131,7 +131,8 @@ def test_a_graph_compiled_on_one_node_is_a_cache_hit_on_another(tmp_path, two_no
     }
     ray.init(address=two_node_cluster.address, runtime_env={"env_vars": env}, log_to_driver=False,
              logging_level="ERROR")  # fmt: skip
-    cache_server.serve(env)
+    server = cache_server.serve(env)  # held while the trials run, as the search holds it
+    assert server is not None
     case = {**TOY, "compile": "default", "tokens": 8 * 16 * 12}
     first = run_cases("node1", tmp_path / "out", [case], Placement({"cpu": 1, "node1": 1}))
     second = run_cases("node2", tmp_path / "out", [case], Placement({"cpu": 1, "node2": 1}))

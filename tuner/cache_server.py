@@ -20,7 +20,6 @@ from trainables.gate import NAMESPACE
 from trainables.trainable import SERVER_VAR
 
 _ENV_DIRS = {"inductor": "TORCHINDUCTOR_CACHE_DIR", "triton": "TRITON_CACHE_DIR"}
-_server = None  # the driver holds its handle for the search's lifetime
 
 
 @ray.remote(num_cpus=0, max_concurrency=8)
@@ -52,18 +51,18 @@ def server_name() -> str:
     return f"compile-cache:{uuid.uuid4().hex[:12]}"
 
 
-def serve(env: dict[str, str]) -> None:
+def serve(env: dict[str, str]):
     """Starts the server of the cache dirs `env` gives the trials, on this (the driver's) node, under the
-    name `env[SERVER_VAR]`. Call after Ray is up."""
-    global _server
+    name `env[SERVER_VAR]`, and returns its handle (keep it: the server lives as long as the handle), or
+    None when `env` names no server. Call after Ray is up."""
     if SERVER_VAR not in env:
-        return
+        return None
     dirs = {root: env[var] for root, var in _ENV_DIRS.items() if env.get(var)}
     if set(dirs) != set(ROOTS):
-        return
+        return None
     # no mkdir here: the dirs appear with their first entry (write_files makes them), so a search that
     # fails before any trial leaves no OUT behind
-    _server = CacheServer.options(
+    return CacheServer.options(
         name=env[SERVER_VAR],
         namespace=NAMESPACE,
         scheduling_strategy=NodeAffinitySchedulingStrategy(

@@ -167,20 +167,16 @@ class SearchContext:
         cpus_per_gpu = max(1, int(self.cluster_cpus / gpus))
         per_gpu = max(1, min(math.ceil(runs / gpus), cpus_per_gpu))
         cpus = max(1, min(self.cfg.resources.cpus_per_trial, cpus_per_gpu // per_gpu))
-        shares = [self._memory_share(peak, per_gpu) for peak in peaks_mb]
 
         def resources(config: dict[str, Any]) -> dict[str, float]:
-            case = config["train"][LABELS]["case"]
-            return {"cpu": cpus, "gpu": shares[case] or self._speed_share(config, per_gpu)}
+            peak = peaks_mb[config["train"][LABELS]["case"]]
+            need = (
+                self._memory_need(peak) if peak else None
+            )  # the baseline is not screened: no peak of its own
+            share = self._share(need, per_gpu) if need is not None else self._speed_share(config, per_gpu)
+            return {"cpu": cpus, "gpu": share}
 
         return Placement(resources, per_gpu * gpus, self.reuse_actors(), gate="quiet")
-
-    def _memory_share(self, peak_mb: float | None, per_gpu: int) -> float | None:
-        """The multiple of 1/per_gpu that holds `peak_mb` with 25% headroom (None: not measured)."""
-        if not peak_mb or not self.hw.gpu_mem_mb:
-            return None
-        slots = math.ceil(peak_mb * 1.25 / self.hw.gpu_mem_mb * per_gpu)
-        return min(per_gpu, max(1, slots)) / per_gpu
 
     def _cpu_speed_placement(self) -> Placement:
         return Placement({"cpu": max(1, self.node_cpus or self.cluster_cpus)}, 1, self.reuse_actors())
@@ -204,13 +200,18 @@ class SearchContext:
         batch = config.get("batch_size", train.get("batch_size", 1))
         probed = self.probed.get(config.get("precision", train.get("precision")))
         if probed is None or not probed.batch:
-            need = 0.0
-        elif probed.peak_mb and self.hw.gpu_mem_mb:
-            need = probed.peak_mb * batch / probed.batch * 1.25 / self.hw.gpu_mem_mb
-        else:
-            need = batch / probed.batch
-        slots = min(per_gpu, max(1, math.ceil(need * per_gpu)))
-        return slots / per_gpu
+            return self._share(0.0, per_gpu)
+        need = self._memory_need(probed.peak_mb * batch / probed.batch) if probed.peak_mb else None
+        return self._share(need if need is not None else batch / probed.batch, per_gpu)
+
+    def _memory_need(self, peak_mb: float) -> float | None:
+        """The share of a GPU's memory that holds `peak_mb` with 25% headroom (None: the size is unknown)."""
+        return peak_mb * 1.25 / self.hw.gpu_mem_mb if self.hw.gpu_mem_mb else None
+
+    @staticmethod
+    def _share(need: float | None, per_gpu: int) -> float:
+        """`need` (a share of a GPU) rounded up to a multiple of 1/per_gpu, at least one, at most the GPU."""
+        return min(per_gpu, max(1, math.ceil((need or 0.0) * per_gpu))) / per_gpu
 
     def short_run(self, knobs: dict[str, Any]) -> dict[str, Any]:
         """A short exclusive speed run of baseline + knobs: a fixed number of steady steps, a token eval."""

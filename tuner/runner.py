@@ -7,8 +7,8 @@ rerun and none is counted twice. Trials that were running when the driver died l
 A trial lost with its node leaves no row either: the phase reruns it so (at most NODE_LOSS_RERUNS times).
 
 On a cluster, OUT is the driver's alone: the trials get the corpus through Ray's object store
-(`TrialInputs`, which the search context holds) and write no files; Tune's loggers write their results and TensorBoard events into
-OUT/ray on the driver, from what they report.
+(`TrialInputs`, which the search context holds) and write no files; Tune's loggers write their results
+and TensorBoard events into OUT/ray on the driver, from what they report.
 """
 
 from __future__ import annotations

@@ -469,7 +469,7 @@ def _search(args: argparse.Namespace, argv: list[str], out: Path, session: RaySe
     cfg, corpus, workload = read_config(args, out)
     env, compile_cache = trial_env(cfg, out)
     session.start(args, env)
-    cache_server.serve(env)
+    server = cache_server.serve(env)  # held for the search's lifetime, as run_search holds the gates
     say_where_results_go(out)
     command = "python -m tuner.search " + shlex.join(argv)
     ctx = open_context(
@@ -477,6 +477,7 @@ def _search(args: argparse.Namespace, argv: list[str], out: Path, session: RaySe
         inputs=TrialInputs(corpus=corpus),  # through Ray's object store: no node needs its own copy
     )  # fmt: skip
     code = run_search(ctx)
+    del server
     if args.emit_rayjob:
         emit_rayjob(out, args.emit_rayjob)
     return code

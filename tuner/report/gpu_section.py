@@ -71,13 +71,13 @@ def _readings(stats: UsageStats) -> str:
 
 def _finished(trials: list[TrialRow], span: str, u: GpuUsage) -> str:
     """How many runs of the span ended on this GPU (the screen's: the proposals it finished), failures apart."""
+    if span == "probe":
+        return DASH  # the probe leaves no rows
     mine = [
         t for t in trials
         if t.gpu == u.gpu and (t.node_id == u.node_id or u.node_id is None)
         and span in (SEARCH, RAN_IN.get(t.phase_name, t.phase_name))
     ]  # fmt: skip
-    if span == "probe":
-        return DASH  # the probe leaves no rows
     failed = sum(1 for t in mine if t.failed)
     return f"{len(mine) - failed}" + (f" (+{failed} failed)" if failed else "")
 
