@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
 from factories import make_row
 
-from tuner.phases.baseline import loss_case, twins
+from tuner.config import load_search_config
+from tuner.context import SearchContext, State
+from tuner.knobs import execution
+from tuner.phases.baseline import _twin_point, loss_case, start_beside, twins
+from tuner.records import Hardware
 
 BASE = {"batch_size": 8, "precision": "fp32", "compile": "none", "loader": "dataloader", "lr_scaling": "none"}
 
@@ -43,3 +49,43 @@ def test_without_a_twin_the_baseline_trains_as_configured():
     c = SimpleNamespace(base=dict(BASE), notice=notes.append)
     case, twin = loss_case(c, [make_row("screen-0", config={"batch_size": 64}, tokens_per_s=1e5)])
     assert twin is None and case["compile"] == "none" and notes
+
+
+# --- the baseline's loss run beside the screen --------------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def search_context(tmp_path, gpus: int, **search) -> SearchContext:
+    cfg = load_search_config(
+        str(ROOT / "configs" / "default.yaml"), [f"search.{k}={v}" for k, v in search.items()]
+    )
+    hw = Hardware(gpus=gpus, gpu_mem_mb=81_559)
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    return SearchContext(
+        cfg, tmp_path, cfg.baseline().model_dump(), hw, 16 * max(1, gpus), State(tmp_path), ""
+    )
+
+
+def test_the_default_configs_first_start_point_lends_the_baselines_loss_run_its_execution(tmp_path):
+    ctx = search_context(tmp_path, gpus=1)
+    point = _twin_point(ctx, to_space(ctx))
+    assert point["compile"] == "reduce-overhead" and point["batch_size"] == 8 and point["precision"] == "fp32"
+    case = {**ctx.base, **execution({**ctx.base, **point})}
+    assert ctx.beside_share(case) == pytest.approx(1 / 6)  # one of the GPU's six screen-run places
+
+
+def test_no_loss_run_beside_the_screen_on_cpus_without_a_twin_start_point_or_after_the_loss_check(tmp_path):
+    assert start_beside(search_context(tmp_path / "cpu", gpus=0), {}) is None
+    ctx = search_context(tmp_path / "one-place", gpus=1)
+    ctx.cluster_cpus = 2  # one screen run at a time: the loss run would take the screen's only place
+    assert start_beside(ctx, to_space(ctx)) is None
+    ctx = search_context(tmp_path / "none", gpus=1, start_points="[{batch_size: 64}]")
+    assert start_beside(ctx, to_space(ctx)) is None  # no start point trains what the baseline trains
+    ctx = search_context(tmp_path / "resumed", gpus=1)
+    ctx.state.finish("loss_check", [], 1.0)
+    assert start_beside(ctx, to_space(ctx)) is None
+
+
+def to_space(ctx: SearchContext) -> dict:
+    return ctx.cfg.search.space

@@ -11,7 +11,7 @@ import time
 import pytest
 import ray
 
-from trainables.gate import GateClient, TimingGate, open_gates
+from trainables.gate import BESIDE_CHECK_S, BesideClient, GateClient, TimingGate, open_gates
 
 
 @pytest.fixture(scope="module")
@@ -87,3 +87,47 @@ def test_a_run_killed_while_compiling_does_not_hold_quiet_windows_forever(fake_g
     gate = TimingGate.remote()
     ray.get(gate.arrive.remote("stopped-by-the-stopper", dead_pid()))
     assert ray.get(gate.acquire.remote("remeasure", os.getpid(), True), timeout=10) < 5
+
+
+@ray.remote(num_cpus=0.5, num_gpus=0.25)
+def beside_run(steps: int, step_s: float) -> tuple[list[tuple[float, float]], float, int]:
+    """A loss run trained beside timed ones: its steps' (start, end), the seconds it parked, its syncs."""
+    node, gpu = ray.get_runtime_context().get_node_id(), int(ray.get_gpu_ids()[0])
+    syncs = []
+    hook = BesideClient(node, gpu, who=f"beside-{time.time_ns()}", sync=lambda: syncs.append(1))
+    spans = []
+    for _ in range(steps):
+        start = time.time()
+        time.sleep(step_s)  # its GPU work
+        spans.append((start, time.time()))
+        hook()
+    hook.close()
+    return spans, hook.waited_s, len(syncs)
+
+
+def test_a_run_beside_timed_ones_never_trains_during_a_window(fake_gpu_cluster):
+    """The baseline's loss run fills the screen's idle GPU time: it parks for every window, and goes on."""
+    gate = open_gates()[0]
+    beside = beside_run.remote(120, 0.01)
+    # it is training (past its first step, which compiles beside windows as any run's does) when they come
+    while not ray.get(gate.stats.remote())["beside"]:
+        time.sleep(0.01)
+    windows = ray.get([timed_window.remote(0.3) for _ in range(3)])
+    spans, parked, syncs = ray.get(beside)
+    assert len(spans) == 120  # it finished its run
+    for w_start, w_end, _ in windows:
+        overlapping = [(s, e) for s, e in spans if s < w_end and w_start < e]
+        assert not overlapping, (w_start, w_end, overlapping)
+    assert parked > 0.3 and syncs >= 1  # it finished its GPU work before it parked
+    waits = [w for *_, w in windows]
+    assert min(waits) < BESIDE_CHECK_S + 0.5  # a window waits at most one check for it
+
+
+def test_a_beside_run_that_died_or_went_silent_does_not_hold_windows(fake_gpu_cluster):
+    gate = TimingGate.remote(silent_s=0.5)
+    ray.get(gate.window_wanted.remote("killed", dead_pid()))
+    assert ray.get(gate.acquire.remote("next", os.getpid()), timeout=10) < 5
+    ray.get(gate.release.remote("next"))
+    ray.get(gate.window_wanted.remote("stuck", os.getpid()))  # alive, never asks again
+    waited = ray.get(gate.acquire.remote("after", os.getpid()), timeout=10)
+    assert 0.3 < waited < 5

@@ -17,12 +17,15 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from collections.abc import Callable
 
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 LEASE_S = 300.0  # longer than any timed window of a speed run; only a stuck holder reaches it
 CHECK_S = 1.0  # how often a waiter looks again for trials that died
+BESIDE_CHECK_S = 0.2  # how often a beside run asks whether a window wants its GPU: the most a window waits
+BESIDE_SILENT_S = 30.0  # a beside run not heard from for this long is stuck: windows stop waiting for it
 NAMESPACE = "hybrid-tuner"
 
 
@@ -41,14 +44,16 @@ def alive(pid: int) -> bool:
 class TimingGate:
     """A lock with leases and liveness checks. Async actor: waiters park in the event loop, not in threads."""
 
-    def __init__(self, lease_s: float = LEASE_S):
-        self.lease_s = lease_s
+    def __init__(self, lease_s: float = LEASE_S, silent_s: float = BESIDE_SILENT_S):
+        self.lease_s, self.silent_s = lease_s, silent_s
         self.holder: tuple[str, int] | None = None  # (trial, pid)
         self.expires = 0.0
         self.freed = asyncio.Condition()
         self.windows = 0
         self.compiling: dict[str, int] = {}  # trials on this GPU that have not reached the gate: pid
         self.beside: set[str] = set()  # of those, the ones seen during the current window
+        self.wanting = 0  # windows waiting to be granted
+        self.training_beside: dict[str, tuple[int, float]] = {}  # beside runs not parked: (pid, last heard)
 
     async def arrive(self, who: str, pid: int) -> None:
         async with self.freed:
@@ -59,19 +64,28 @@ class TimingGate:
     async def leave(self, who: str) -> None:
         async with self.freed:
             self.compiling.pop(who, None)
+            self.training_beside.pop(who, None)
             self.freed.notify_all()
 
     def _prune(self) -> None:
-        """Forget trials whose process died, and a holder that died or outlived its lease."""
+        """Forget trials whose process died, beside runs that died or went silent, and a holder that died or
+        outlived its lease."""
         for who, pid in list(self.compiling.items()):
             if not alive(pid):
                 del self.compiling[who]
+        for who, (pid, heard) in list(self.training_beside.items()):
+            if not alive(pid) or time.monotonic() - heard > self.silent_s:
+                del self.training_beside[who]
         if self.holder and (not alive(self.holder[1]) or time.monotonic() >= self.expires):
             self.holder = None
 
+    def _window_pending(self) -> bool:
+        self._prune()
+        return self.holder is not None or self.wanting > 0
+
     def _busy(self, quiet: bool) -> bool:
         self._prune()
-        return self.holder is not None or (quiet and bool(self.compiling))
+        return self.holder is not None or bool(self.training_beside) or (quiet and bool(self.compiling))
 
     async def acquire(self, who: str, pid: int, quiet: bool = False) -> float:
         """Blocks until `who` holds the gate (with `quiet`, also until no other run on this GPU is
@@ -80,14 +94,42 @@ class TimingGate:
         async with self.freed:
             self.compiling.pop(who, None)  # it has compiled: it is here for its window
             self.freed.notify_all()
-            while self._busy(quiet):
-                try:
-                    await asyncio.wait_for(self.freed.wait(), CHECK_S)
-                except asyncio.TimeoutError:
-                    pass
+            self.wanting += 1  # beside runs park at their next step
+            try:
+                await self._wait_while(lambda: self._busy(quiet))
+            finally:
+                self.wanting -= 1
             self.holder, self.expires = (who, pid), time.monotonic() + self.lease_s
             self.windows += 1
             self.beside = set(self.compiling)
+        return time.monotonic() - started
+
+    async def _wait_while(self, busy: Callable[[], bool]) -> None:
+        """Inside `self.freed`: until `busy()` is false, looking again on every change and every CHECK_S."""
+        while busy():
+            try:
+                await asyncio.wait_for(self.freed.wait(), CHECK_S)
+            except asyncio.TimeoutError:
+                pass
+
+    async def window_wanted(self, who: str, pid: int) -> bool:
+        """A beside run between steps: whether a window holds or wants the GPU (it should then park). Its
+        first call ends its compile (as `acquire` does a timed run's)."""
+        async with self.freed:
+            self.compiling.pop(who, None)
+            self.training_beside[who] = (pid, time.monotonic())
+            self.freed.notify_all()
+            return self._window_pending()
+
+    async def park(self, who: str, pid: int) -> float:
+        """A beside run whose GPU work is done: blocks until no window holds or wants the GPU; returns the
+        seconds parked."""
+        started = time.monotonic()
+        async with self.freed:
+            self.training_beside.pop(who, None)
+            self.freed.notify_all()
+            await self._wait_while(self._window_pending)
+            self.training_beside[who] = (pid, time.monotonic())
         return time.monotonic() - started
 
     async def release(self, who: str) -> int:
@@ -101,7 +143,7 @@ class TimingGate:
 
     def stats(self) -> dict:
         return {"holder": self.holder[0] if self.holder else None, "windows": self.windows,
-                "compiling": sorted(self.compiling)}  # fmt: skip
+                "compiling": sorted(self.compiling), "beside": sorted(self.training_beside)}  # fmt: skip
 
 
 def gate_name(node_id: str, gpu: int | str) -> str:
@@ -148,4 +190,30 @@ class GateClient:
 
     def close(self) -> None:
         """The trial is over (also when it failed before it reached the gate)."""
+        self.actor.leave.remote(self.who)
+
+
+class BesideClient:
+    """The step hook of a run trained beside timed ones: every BESIDE_CHECK_S it asks its GPU's gate whether
+    a window wants the GPU; if so it waits for its own queued GPU work (`sync`) and parks until the window
+    is over. `waited_s`: the seconds it gave to windows."""
+
+    def __init__(self, node_id: str, gpu: int | str, who: str, sync: Callable[[], None]):
+        self.who, self.pid, self.sync = who, os.getpid(), sync
+        self.actor = _gate(node_id, gpu)
+        ray.get(self.actor.arrive.remote(who, self.pid))  # compiling until its first step is done
+        self.waited_s = 0.0
+        self.compiling_beside: int | None = None  # not a timed run
+        self.next_check = 0.0
+
+    def __call__(self) -> None:
+        now = time.monotonic()
+        if now < self.next_check:
+            return
+        self.next_check = now + BESIDE_CHECK_S
+        if ray.get(self.actor.window_wanted.remote(self.who, self.pid)):
+            self.sync()
+            self.waited_s += ray.get(self.actor.park.remote(self.who, self.pid))
+
+    def close(self) -> None:
         self.actor.leave.remote(self.who)

@@ -20,12 +20,13 @@ from pathlib import Path
 from typing import Any
 
 import ray
+import torch
 from ray import tune
 
 from trainables.compile_cache import Manifest, NodeCache, node_cache_root
 from trainables.config import ConfigError, TrainConfig, make_config
 from trainables.data import Corpus, shipped_corpus
-from trainables.gate import NAMESPACE, GateClient
+from trainables.gate import NAMESPACE, BesideClient, GateClient
 from trainables.loop import train
 from trainables.result import INTERIM_FIELDS, TrialResult
 
@@ -123,13 +124,6 @@ def train_trial(config: dict[str, Any], timing_gate: str | None = None, corpus: 
     # Where it runs, at once: a trial lost with its node before its first step (a compile takes minutes)
     # is still known to have run there, and is rerun rather than blamed.
     tune.report({"status": "running", "tokens_per_s": 0.0, **placement})
-    node_cache, notice = _follow_driver_caches(placement["node_id"])
-    notices = [notice] if notice else []
-    if not node_cache:
-        _own_compile_caches()
-    else:
-        cfg = cfg.model_copy(update={"compile_cache": str(node_cache.local)})
-        notices.append(node_cache.pull())
 
     def interim(metrics: dict[str, Any]) -> None:
         if not metrics.get("done"):
@@ -147,12 +141,52 @@ def train_trial(config: dict[str, Any], timing_gate: str | None = None, corpus: 
     if timing_gate and placement["gpu"] is not None:
         who = tune.get_context().get_trial_id()
         gate = GateClient(placement["node_id"], placement["gpu"], who, quiet=timing_gate == "quiet")
+    result = _train(cfg, placement, corpus, report=interim, gate=gate)
+    tune.report({**result.metrics(), "done": True})
+
+
+def run_beside(config: dict[str, Any], who: str, corpus: Corpus | None = None) -> dict[str, Any]:
+    """A run that is no Tune trial, started by the driver as a Ray task: a full-budget loss run trained
+    beside the screen's speed runs in its GPU's idle time, giving the GPU to every timed window
+    (trainables/gate.py:BesideClient). Returns its TrialResult's metrics, as a trial's last report."""
+    placement = _placement()
+    cfg = trial_config(config)  # built by the driver from a config it validated
+    hook = None
+    if placement["gpu"] is not None:
+        hook = BesideClient(placement["node_id"], placement["gpu"], who, sync=_finish_gpu_work)
+    return _train(cfg, placement, corpus, hook=hook).metrics()
+
+
+def _finish_gpu_work() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def _train(
+    cfg: TrainConfig,
+    placement: dict[str, Any],
+    corpus: Corpus | None,
+    *,
+    report=None,
+    gate: GateClient | None = None,
+    hook: BesideClient | None = None,
+) -> TrialResult:
+    """The run, against the search's compile caches (this node's copy of them off the driver's node), with
+    its GPU's gate held around its timed steps (`gate`) or asked between steps (`hook`)."""
+    node_cache, notice = _follow_driver_caches(placement["node_id"])
+    notices = [notice] if notice else []
+    if not node_cache:
+        _own_compile_caches()
+    else:
+        cfg = cfg.model_copy(update={"compile_cache": str(node_cache.local)})
+        notices.append(node_cache.pull())
+    client = gate or hook
     try:
         with shipped_corpus(corpus):
-            run = train(cfg, report=interim, timing_gate=gate)
+            run = train(cfg, report=report, timing_gate=gate, step_hook=hook)
     finally:
-        if gate:
-            gate.close()
+        if client:
+            client.close()
         if node_cache:
             notices.append(node_cache.push())
         for line in notices:
@@ -162,9 +196,9 @@ def train_trial(config: dict[str, Any], timing_gate: str | None = None, corpus: 
         node_id=placement["node_id"],
         gpu=placement["gpu"] if placement["gpu"] is not None else run.gpu,  # Ray's GPU id, as telemetry's
         cache_sync="; ".join(notices) or None,
-        gate_wait_s=round(gate.waited_s, 3) if gate else None,
-        compiling_beside=gate.compiling_beside if gate else None,
+        gate_wait_s=round(client.waited_s, 3) if client else None,
+        compiling_beside=client.compiling_beside if client else None,
     )
     if result.status != "ok":
         result = replace(result, tokens_per_s=0.0)  # a failed run: 0 tok/s, so the search avoids its region
-    tune.report({**result.metrics(), "done": True})
+    return result

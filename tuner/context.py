@@ -178,6 +178,11 @@ class SearchContext:
 
         return Placement(resources, per_gpu * gpus, self.reuse_actors(), gate="quiet")
 
+    def beside_share(self, case: dict[str, Any]) -> float:
+        """A run trained beside the screen takes one screen run's place on its GPU (or more, as a screen run
+        of its batch would): its GPU share, and its memory cap."""
+        return self._speed_share({"train": case}, self._speed_runs_per_gpu())
+
     def _cpu_speed_placement(self) -> Placement:
         return Placement({"cpu": max(1, self.node_cpus or self.cluster_cpus)}, 1, self.reuse_actors())
 

@@ -26,10 +26,12 @@ def _fmt(seconds: float) -> str:
     return f"{seconds // 60}m{seconds % 60:02d}s"
 
 
-def loss_check_s(ctx: SearchContext, screen: list[TrialRow]) -> float:
+def loss_check_s(ctx: SearchContext, screen: list[TrialRow], beside_done: bool = False) -> float:
+    """With the baseline's loss run trained beside the screen and done, only the candidates' runs count."""
     tokens, top = ctx.base["tokens"], ctx.cfg.search.remeasure_top
     picks = [c.row for c in loss_check_candidates(screen, ctx.base, top) if not c.inherits]
-    runs = [r for r in [*picks, baseline.twin(ctx, screen)] if r is not None and r.tokens_per_s]
+    twin = None if beside_done else baseline.twin(ctx, screen)
+    runs = [r for r in [*picks, twin] if r is not None and r.tokens_per_s]
     if not runs:
         return 0.0
     compile_s = max(cached_warmup(r, screen, ctx.base) or 0.0 for r in runs)
@@ -65,10 +67,13 @@ def _run_overhead_s(screen: list[TrialRow]) -> float:
     return statistics.median(spent) if spent else 0.0
 
 
-def after_screen(ctx: SearchContext, screen: list[TrialRow]) -> None:
+def after_screen(ctx: SearchContext, screen: list[TrialRow], beside: baseline.BesideRun | None) -> None:
     if not _fastest(screen):
         return
-    loss, again = loss_check_s(ctx, screen), remeasure_s(ctx, screen)
+    done = beside is not None and beside.done()
+    if beside is not None:
+        log(f"[baseline] its loss run beside the screen: {'done' if done else 'still training'}")
+    loss, again = loss_check_s(ctx, screen, done), remeasure_s(ctx, screen)
     log(
         f"[search] screen done; estimated: loss check ~{_fmt(loss)}, re-measure ~{_fmt(again)} "
         f"(ETA ~{_fmt(loss + again)})"

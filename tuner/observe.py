@@ -7,7 +7,7 @@ import ray
 from tensorboardX import SummaryWriter
 
 from tuner.context import SearchContext, Telemetry
-from tuner.records import TrialRow
+from tuner.records import BESIDE_PHASE, TrialRow
 from tuner.telemetry import (
     annotate_trial,
     describe_unavailable,
@@ -36,8 +36,8 @@ def annotate(ctx: SearchContext, rows: list[TrialRow]) -> list[TrialRow]:
     """Each row joined to its GPU window (util, power, J/token, throttling) and its CPU contention flag."""
     siblings = sorted({r.pid for r in rows if r.pid is not None and r.gate_wait_s is not None})
     out = [_flag_cpu(_join_gpu(ctx, row, siblings)) for row in rows]
-    # loss-check runs share the machine by design and their speed is never used
-    flagged = [r for r in out if r.cpu_shared and r.phase_name != "loss_check"]
+    # loss runs share the machine by design and their speed is never used
+    flagged = [r for r in out if r.cpu_shared and not r.phase_name.startswith("loss_check")]
     if flagged:
         worst = max(r.cpu_others_cores for r in flagged)
         ctx.notice(
@@ -48,10 +48,13 @@ def annotate(ctx: SearchContext, rows: list[TrialRow]) -> list[TrialRow]:
     return out
 
 
+DURING_SCREEN = ("screen", BESIDE_PHASE)  # runs that compiled while the screen was filling the cache
+
+
 def _say_cache_misses(ctx: SearchContext, rows: list[TrialRow]) -> None:
     """After the screen the search's cache holds what it compiled: a run that still compiles from scratch
     pays minutes of warm-up the cache was there to save, and the user should hear of it."""
-    missed = [r for r in rows if r.compile_cache_use == "miss" and r.phase_name != "screen"]
+    missed = [r for r in rows if r.compile_cache_use == "miss" and r.phase_name not in DURING_SCREEN]
     if missed:
         warmups = [r.warmup_s for r in missed if r.warmup_s is not None]
         paid = f", {min(warmups):.0f}-{max(warmups):.0f} s of warm-up each" if warmups else ""

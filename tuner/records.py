@@ -19,6 +19,7 @@ from trainables.cache_use import CacheUse
 Status = Literal["ok", "oom", "nan", "error", "timeout", "stopped"]
 FAILED_STATUSES = frozenset({"oom", "nan", "error", "timeout"})
 BASELINE_ID = "baseline"
+BESIDE_PHASE = "loss_check_beside"  # the ledger of the baseline's loss run trained beside the screen
 NODE_ID_SHOWN = 8  # a Ray node id is 56 hex digits; its first 8 tell a cluster's nodes apart
 
 

@@ -38,7 +38,7 @@ from trainables.workload import WorkloadInfo
 from tuner import cache_server, emit, eta, observe
 from tuner.config import SearchConfig, load_search_config
 from tuner.context import PhaseError, SearchContext, SearchFailed, State, log
-from tuner.phases import finish, loss_check, probe, remeasure, screen
+from tuner.phases import baseline, finish, loss_check, probe, remeasure, screen
 from tuner.records import Hardware, ProbedBatch, TrialRow
 from tuner.runner import TrialInputs
 from tuner.select import propagate_feasibility
@@ -85,10 +85,11 @@ def run_search(ctx: SearchContext) -> int:
 
     ctx.probed = ctx.phase("probe", lambda: probe.run(ctx, space), dict[str, ProbedBatch])
     space = probe.bounded(ctx, space, ctx.probed)
+    beside = baseline.start_beside(ctx, space)  # the baseline's loss run, in the screen's idle GPU time
     screened = ctx.phase("screen", lambda: screen.run(ctx, space), list[TrialRow])
-    eta.after_screen(ctx, screened)
+    eta.after_screen(ctx, screened, beside)
 
-    checked = ctx.phase("loss_check", lambda: loss_check.run(ctx, screened), list[TrialRow])
+    checked = ctx.phase("loss_check", lambda: loss_check.run(ctx, screened, beside), list[TrialRow])
     base_row, checked = checked[0], checked[1:]
     gate = ctx.cfg.quality.gate(base_row.val_loss)  # the loss check's gate (the phase may be resumed)
     propagate_feasibility(screened, checked, gate, baseline=ctx.base)

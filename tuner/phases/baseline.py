@@ -1,20 +1,110 @@
 """The baseline: the user's own training config. Its speed is measured like every other config's (screen,
 re-measure); its loss is trained to the full token budget with the fastest execution the screen saw for
 its loss key (its twin: the same batch, precision, lr rule, differing only in compile, kernels, loader ...),
-because those knobs change how fast a run goes, not where it ends. With no twin screened it trains as is."""
+because those knobs change how fast a run goes, not where it ends. With no twin screened it trains as is.
+
+On GPUs its loss run does not wait for the screen: when a start point shares the baseline's loss knobs (the
+default config's first one, the baseline under CUDA graphs) it trains with that execution from the screen's
+start, beside it, in its GPU's idle time (`start_beside`; trainables/gate.py says how it yields to every
+timed window). It was the loss check's longest run, 102-122 s of its 113-131 s in run K, so the loss check
+no longer waits for it."""
 
 from __future__ import annotations
 
+import time
+from dataclasses import dataclass
 from typing import Any
 
+import ray
+
+from trainables.trainable import run_beside
+from tuner.config import Knob
 from tuner.context import SearchContext, SearchFailed, log
 from tuner.knobs import execution, loss_key
-from tuner.records import BASELINE_ID, LossGate, TrialRow
+from tuner.observe import annotate
+from tuner.phases.screen import start_point
+from tuner.records import BASELINE_ID, BESIDE_PHASE, LossGate, TrialRow
+from tuner.runner import Ledger
+from tuner.trial_rows import trial_row
 
 # A run the early stopper or the time budget stopped after steady steps has proven its execution works and
 # how fast: the baseline under CUDA graphs is slow next to large batches and is often stopped early, and
 # without it the baseline's loss run trains at eager speed (13 minutes on an H100 instead of 1.5).
 PROVEN = ("ok", "stopped")
+
+
+BESIDE_WHO = "baseline-loss"  # its name at its GPU's timing gate
+WAIT_LINE_S = 30.0  # the longest the search is silent while it waits for the beside run
+
+
+@dataclass
+class BesideRun:
+    """The baseline's loss run, trained beside the screen: its Ray task (None when its row is already in the
+    ledger, from before a resume), the training config it runs, and the start point it took the execution of."""
+
+    ref: Any
+    case: dict[str, Any]
+    point: dict[str, Any]
+    started: float
+
+    def done(self) -> bool:
+        return self.ref is None or bool(ray.wait([self.ref], timeout=0)[0])
+
+
+def start_beside(ctx: SearchContext, space: dict[str, Knob]) -> BesideRun | None:
+    """Starts the baseline's loss run beside the screen, on one speed-run place of a GPU (None: on CPUs,
+    where a run takes every core; with one place in all, which it would take from the screen; when no start
+    point shares the baseline's loss knobs; or when the loss check is done already)."""
+    if not ctx.on_gpu or ctx.speed_placement().concurrent < 2 or ctx.state.phase("loss_check") is not None:
+        return None
+    point = _twin_point(ctx, space)
+    if point is None:
+        return None
+    case = {**ctx.base, **execution({**ctx.base, **point}), "out_dir": None}
+    if Ledger(ctx.out, BESIDE_PHASE).rows():
+        return BesideRun(None, case, point, time.time())
+    share = ctx.beside_share(case)
+    case["gpu_memory_fraction"] = share
+    task = ray.remote(run_beside).options(num_cpus=ctx.cfg.resources.cpus_per_trial, num_gpus=share)
+    ref = task.remote({"train": case}, BESIDE_WHO, ctx.inputs.corpus)
+    how = ", ".join(f"{k}={v}" for k, v in execution(case).items() if ctx.base.get(k) != v)
+    log(f"[baseline] its loss run trains beside the screen ({how}), in its GPU's idle time")
+    return BesideRun(ref, case, point, time.time())
+
+
+def _twin_point(ctx: SearchContext, space: dict[str, Knob]) -> dict[str, Any] | None:
+    """The first start point (as the screen runs it) that shares the baseline's loss knobs."""
+    for given in ctx.cfg.search.start_points:
+        point = start_point(ctx, given, space)
+        if point and loss_key(point, ctx.base) == loss_key({}, ctx.base):
+            return point
+    return None
+
+
+def beside_row(ctx: SearchContext, run: BesideRun) -> TrialRow | None:
+    """The beside run's row, once it has finished (a line every WAIT_LINE_S while it trains on); None when it
+    failed, and the loss check trains the baseline itself."""
+    ledger = Ledger(ctx.out, BESIDE_PHASE)
+    if not ledger.rows():
+        metrics, error = _wait(run)
+        ledger.append(trial_row(metrics, {"train": run.case}, error, None))
+    row = annotate(ctx, ledger.rows()[:1])[0]
+    if row.status != "ok":
+        ctx.notice(f"the baseline's loss run beside the screen failed ({row.error}): it trains again now")
+        return None
+    return row
+
+
+def _wait(run: BesideRun) -> tuple[dict[str, Any] | None, BaseException | None]:
+    while not run.done():
+        log(
+            f"[loss_check] the baseline's loss run is still training ({time.time() - run.started:.0f} s so far)"
+        )
+        ray.wait([run.ref], timeout=WAIT_LINE_S)
+    try:
+        return ray.get(run.ref), None
+    except Exception as err:  # noqa: BLE001 - a failed run is a row with its error, as a trial's is
+        return None, err
 
 
 def twins(ctx: SearchContext, screen: list[TrialRow]) -> dict[tuple, TrialRow]:
@@ -64,6 +154,7 @@ def checked(ctx: SearchContext, baseline: TrialRow) -> tuple[TrialRow, LossGate]
     baseline.feasible = gate.verdict(baseline)
     changed = {k: v for k, v in (baseline.execution or {}).items() if ctx.base.get(k) != v}
     how = ", ".join(f"{k}={v}" for k, v in changed.items())
-    how = f"as its twin {baseline.twin_of} runs ({how})" if changed else "as configured"
+    how = f"as its twin {baseline.twin_of} runs ({how})" if baseline.twin_of else f"with {how}"
+    how = how if changed else "as configured"
     log(f"baseline: val loss {baseline.val_loss:.4f} (limit {gate.limit:.4f}), trained {how}")
     return baseline, gate

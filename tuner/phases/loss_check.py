@@ -20,8 +20,11 @@ from tuner.runner import Placement, run_cases
 from tuner.select import Candidate, could_be_remeasured, loss_check_candidates
 
 
-def run(ctx: SearchContext, screen: list[TrialRow]) -> list[TrialRow]:
-    """The baseline's loss row first, then every candidate's."""
+def run(
+    ctx: SearchContext, screen: list[TrialRow], beside: baseline.BesideRun | None = None
+) -> list[TrialRow]:
+    """The baseline's loss row first, then every candidate's. With `beside` (the baseline's loss run, started
+    with the screen), round 0 holds candidates only, and their verdicts wait for that run's row."""
     s = ctx.cfg.search
     picks = loss_check_candidates(screen, ctx.base, len(screen))
     queue = [p for p in picks if not p.inherits]  # the baseline's own loss stands for the rest
@@ -34,15 +37,19 @@ def run(ctx: SearchContext, screen: list[TrialRow]) -> list[TrialRow]:
     while base_row is None or (
         queue and feasible < s.loss_check_top and len(rows) < budget and _in_reach(ctx, queue[0], passed)
     ):
-        extra = 1 if base_row is None else 0  # round 0 also trains the baseline
+        extra = 1 if base_row is None and beside is None else 0  # round 0 also trains the baseline
         take = max(0, min(_slots(ctx) - extra, s.loss_check_top - feasible, budget - len(rows)))
         batch, queue = queue[:take], queue[take:]
         cases = ([base_case] if extra else []) + [_case(ctx, p) for p in batch]
-        new = ctx.phase(
-            f"loss_check_{round_no}", lambda r=round_no, c=cases: _round(ctx, r, c), list[TrialRow]
+        new = (
+            ctx.phase(f"loss_check_{round_no}", lambda r=round_no, c=cases: _round(ctx, r, c), list[TrialRow])
+            if cases
+            else []
         )
-        if extra:
-            base_row, gate = baseline.checked(ctx, baseline.as_baseline(new.pop(0), twin))
+        round_no += 1
+        if base_row is None:
+            row, twin = (new.pop(0), twin) if extra else _beside_or_own(ctx, screen, beside, base_case, twin)
+            base_row, gate = baseline.checked(ctx, baseline.as_baseline(row, twin))
         for row in new:
             pick = batch[row.case - extra]
             row.config, row.screen_id, row.twin_of = pick.config, pick.id, pick.id
@@ -51,8 +58,23 @@ def run(ctx: SearchContext, screen: list[TrialRow]) -> list[TrialRow]:
             feasible += bool(row.feasible)
             passed += [pick] if row.feasible else []
         rows += new
-        round_no += 1
     return [base_row, *rows]
+
+
+def _beside_or_own(
+    ctx: SearchContext,
+    screen: list[TrialRow],
+    beside: baseline.BesideRun,
+    base_case: dict[str, Any],
+    twin: TrialRow | None,
+) -> tuple[TrialRow, TrialRow | None]:
+    """The baseline's loss row and the twin whose execution it took: from its run beside the screen (the
+    twin: that start point's screen run), or, where that failed, from a round of its own."""
+    row = baseline.beside_row(ctx, beside)
+    if row is not None:
+        return row, next((r for r in screen if r.config == beside.point), None)
+    own = ctx.phase("loss_check_baseline", lambda: _round(ctx, "baseline", [base_case]), list[TrialRow])
+    return own[0], twin
 
 
 def _in_reach(ctx: SearchContext, pick: Candidate, passed: list[Candidate]) -> bool:
@@ -72,7 +94,7 @@ def _case(ctx: SearchContext, pick: Candidate) -> dict[str, Any]:
     return {**ctx.base, **pick.config, "gpu_memory_fraction": _gpu_share(ctx, pick.row), "out_dir": None}
 
 
-def _round(ctx: SearchContext, round_no: int, cases: list[dict[str, Any]]) -> list[TrialRow]:
+def _round(ctx: SearchContext, round_no: int | str, cases: list[dict[str, Any]]) -> list[TrialRow]:
     # Full token budget, the baseline's seed and data order; GPU fractions with a memory cap each.
     name = f"loss_check_{round_no}"
     placement = Placement(_resources(ctx), _slots(ctx), ctx.reuse_actors())

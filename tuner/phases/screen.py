@@ -29,7 +29,7 @@ def run(ctx: SearchContext, space: dict[str, Knob]) -> list[TrialRow]:
     storage = _storage(ctx)
     if ctx.resume:
         _fail_stale_trials(storage)
-    points = [p for p in (_start_point(ctx, point, space) for point in s.start_points) if p]
+    points = [p for p in (start_point(ctx, point, space) for point in s.start_points) if p]
 
     def make_searcher() -> OptunaSearch:
         return OptunaSearch(
@@ -83,7 +83,7 @@ def _storage(ctx: SearchContext):
     return JournalStorage(JournalFileBackend(str(ctx.out / "optuna.journal")))
 
 
-def _start_point(ctx: SearchContext, point: dict[str, Any], space: dict[str, Knob]) -> dict[str, Any] | None:
+def start_point(ctx: SearchContext, point: dict[str, Any], space: dict[str, Knob]) -> dict[str, Any] | None:
     """A full point of the space: named knobs as given, the rest the baseline's value (or the first choice)."""
     full = {}
     for name, knob in space.items():

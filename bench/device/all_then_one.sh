@@ -1,0 +1,54 @@
+# Issues 24 and 20 on a machine with N GPUs (2 or 4), in one sitting: the README's command exactly, cold, on
+# all N GPUs; then the same command on GPU 0 alone (CUDA_VISIBLE_DEVICES=0), cold again (each search
+# compiles into its own OUT/compile-cache; the first one's is moved aside); then, side by side on separate
+# GPUs: the seed baseline (300 steps) and best.yaml alone on GPU 0, followed there by the Hugging Face
+# example's search (issue 23); the GPU tests on GPU 1 (at most TESTS_S seconds); on 4 GPUs also the rest of
+# the ceiling sweep on GPU 2 with the one-GPU search's caches. Run K (4x H200) used this with N=4.
+# Output in /tmp/final (one folder per search); `bash bench/device/poll.sh 540 ALLDONE` waits.
+set -u
+R=/tmp/final; mkdir -p $R
+rm -rf /tmp/p && mkdir /tmp/p && tar xf .gpu/src.tar -C /tmp/p && cp .gpu/tinyshakespeare.txt .gpu/gitrev /tmp/p/
+cat > /tmp/all_inner.sh <<'INNER'
+cd /tmp/p
+export PYTHONPATH=/tmp/site:/tmp/p PYTHONUNBUFFERED=1
+R=/tmp/final
+N=$(nvidia-smi -L | wc -l)
+TESTS_S=${TESTS_S:-420}
+search() {  # $1: the label; the README's command exactly, on the GPUs CUDA_VISIBLE_DEVICES leaves
+  local T=$(date +%s)
+  echo "START $1 $(date -u +%FT%TZ) $(cat gitrev) $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1) x$N $(nproc) cpus CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-all}" >> $R/search.log
+  python3 -m tuner.search --config configs/default.yaml --data tinyshakespeare.txt > $R/$1.log 2>&1
+  echo "EXIT $1 $? after $(( $(date +%s) - T )) s" >> $R/search.log
+  mkdir -p $R/$1 && cp out/search/summary.json out/search/report.md out/search/report.html out/search/best.yaml $R/$1/
+}
+search all
+mv out/search out/search-all
+export CUDA_VISIBLE_DEVICES=0
+search one
+TR="python3 -m trainables.train --data tinyshakespeare.txt --json"
+( $TR --config configs/default.yaml --set max_steps=300 > $R/one/train_baseline.json 2> $R/one/train_baseline.err
+  $TR --config out/search/best.yaml > $R/one/train_best.json 2> $R/one/train_best.err
+  echo "PAIR $(date -u +%FT%TZ)" >> $R/search.log
+  # issue 23: the Hugging Face example at a GPU size (the image has transformers)
+  [ $N -ge 4 ] && export CUDA_VISIBLE_DEVICES=3
+  timeout 360 python3 -m tuner.search --config examples/hf_llama/search.yaml --data tinyshakespeare.txt \
+    --set train.model.num_hidden_layers=6 --set train.model.hidden_size=384 \
+    --set train.model.intermediate_size=1024 --set train.seq_len=256 --set train.tokens=10240000 \
+    --out out/hf > $R/hf.log 2>&1
+  echo "HF exit $? $(date -u +%FT%TZ)" >> $R/search.log
+  mkdir -p $R/hf && cp out/hf/summary.json out/hf/report.md out/hf/best.yaml $R/hf/ ) &
+( export CUDA_VISIBLE_DEVICES=1
+  timeout $TESTS_S python3 -m pytest -v -m gpu -p no:cacheprovider tests/test_fused_gpu.py > $R/gpu_tests.log 2>&1
+  echo "GPUTESTS exit $? $(date -u +%FT%TZ)" >> $R/search.log ) &
+if [ $N -ge 4 ]; then
+( export CUDA_VISIBLE_DEVICES=2 CC=$PWD/out/search/compile-cache
+  export TORCHINDUCTOR_CACHE_DIR=$CC/inductor TRITON_CACHE_DIR=$CC/triton
+  python3 bench/ceiling.py --data tinyshakespeare.txt --batches 512,64 --precisions bf16 \
+    --compiles reduce-overhead --kernels fused,torch --steps 40 --profile --out $R/ceiling > $R/ceiling.md 2> $R/ceiling.err
+  echo "CEILING $(date -u +%FT%TZ)" >> $R/search.log ) &
+fi
+wait
+echo "ALLDONE $(date -u +%FT%TZ)" >> $R/search.log
+INNER
+(setsid nohup bash /tmp/all_inner.sh > /tmp/all_driver.log 2>&1 &)
+sleep 1; echo started
