@@ -7,7 +7,9 @@
 # Output in /tmp/final (one folder per search); `bash bench/device/poll.sh 540 ALLDONE` waits.
 set -u
 R=/tmp/final; mkdir -p $R
-rm -rf /tmp/p && mkdir /tmp/p && tar xf .gpu/src.tar -C /tmp/p && cp .gpu/tinyshakespeare.txt .gpu/gitrev /tmp/p/
+# the working tree as copied here (a clean checkout of the commit in .gpu/gitrev), less docs/ and .gpu/
+rm -rf /tmp/p && mkdir /tmp/p && tar cf - --exclude=./docs --exclude=./.gpu . | tar xf - -C /tmp/p
+cp .gpu/tinyshakespeare.txt .gpu/gitrev /tmp/p/
 cat > /tmp/all_inner.sh <<'INNER'
 cd /tmp/p
 export PYTHONPATH=/tmp/site:/tmp/p PYTHONUNBUFFERED=1
