@@ -41,8 +41,13 @@ def run(
         take = max(0, min(_slots(ctx) - extra, s.loss_check_top - feasible, budget - len(rows)))
         batch, queue = queue[:take], queue[take:]
         cases = ([base_case] if extra else []) + [_case(ctx, p) for p in batch]
+        training = int(base_row is None and beside is not None and not beside.done())
         new = (
-            ctx.phase(f"loss_check_{round_no}", lambda r=round_no, c=cases: _round(ctx, r, c), list[TrialRow])
+            ctx.phase(
+                f"loss_check_{round_no}",
+                lambda r=round_no, c=cases, b=training: _round(ctx, r, c, b),
+                list[TrialRow],
+            )
             if cases
             else []
         )
@@ -94,20 +99,29 @@ def _case(ctx: SearchContext, pick: Candidate) -> dict[str, Any]:
     return {**ctx.base, **pick.config, "gpu_memory_fraction": _gpu_share(ctx, pick.row), "out_dir": None}
 
 
-def _round(ctx: SearchContext, round_no: int | str, cases: list[dict[str, Any]]) -> list[TrialRow]:
+def _round(
+    ctx: SearchContext, round_no: int | str, cases: list[dict[str, Any]], beside: int = 0
+) -> list[TrialRow]:
     # Full token budget, the baseline's seed and data order; GPU fractions with a memory cap each.
     name = f"loss_check_{round_no}"
     placement = Placement(_resources(ctx), _slots(ctx), ctx.reuse_actors())
-    return annotate(ctx, run_cases(name, ctx.out, spread_over_gpus(ctx, cases), placement, inputs=ctx.inputs))
+    return annotate(
+        ctx, run_cases(name, ctx.out, spread_over_gpus(ctx, cases, beside), placement, inputs=ctx.inputs)
+    )
 
 
-def spread_over_gpus(ctx: SearchContext, cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def spread_over_gpus(
+    ctx: SearchContext, cases: list[dict[str, Any]], beside: int = 0
+) -> list[dict[str, Any]]:
     """Each run takes at least 1/ceil(runs / GPUs) of a GPU, so a round's runs spread evenly over the GPUs:
     Ray fills one GPU's fractions before the next (on two H100s, four quarter-GPU runs trained on GPU 0 at
-    151-193K tok/s while GPU 1 trained one at 575K, and the round lasted as long as GPU 0's)."""
+    151-193K tok/s while GPU 1 trained one at 575K, and the round lasted as long as GPU 0's). `beside`: runs
+    still training outside the round (the baseline's), counted so every run of the round finds a place at
+    once (2 H200s, run L: the fourth of four half-GPU runs waited for a place beside the baseline's run, and
+    the round took 115 s instead of ~50)."""
     if not ctx.on_gpu:
         return cases
-    floor = 1.0 / math.ceil(len(cases) / max(1, ctx.hw.gpus))
+    floor = 1.0 / math.ceil((len(cases) + beside) / max(1, ctx.hw.gpus))
     return [{**c, "gpu_memory_fraction": max(c["gpu_memory_fraction"] or 0.0, floor)} for c in cases]
 
 
