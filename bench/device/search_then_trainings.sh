@@ -1,8 +1,10 @@
-# Run G (one GPU, cold machine): the default search exactly as the README gives it, from the commit in
-# .gpu/src.tar, then the seed baseline and best.yaml alone, one after the other.
+# Run G (one GPU, cold machine): the default search exactly as the README gives it, from the working tree
+# the device got (a clean checkout of the commit in .gpu/gitrev), then the seed baseline and best.yaml alone,
+# one after the other, then the GPU tests (at most TESTS_S seconds).
 set -u
 R=/tmp/final; mkdir -p $R
-rm -rf /tmp/p && mkdir /tmp/p && tar xf .gpu/src.tar -C /tmp/p && cp .gpu/tinyshakespeare.txt .gpu/gitrev /tmp/p/
+rm -rf /tmp/p && mkdir /tmp/p && tar cf - --exclude=./docs --exclude=./.gpu . | tar xf - -C /tmp/p
+cp .gpu/tinyshakespeare.txt .gpu/gitrev /tmp/p/
 cat > /tmp/final_inner.sh <<'INNER'
 cd /tmp/p
 export PYTHONPATH=/tmp/site:/tmp/p PYTHONUNBUFFERED=1
@@ -15,6 +17,9 @@ TR="python3 -m trainables.train --data tinyshakespeare.txt --json"
 $TR --config configs/default.yaml --set max_steps=300 > $R/train_baseline.json 2> $R/train_baseline.err
 echo "BASE $(date -u +%FT%TZ)" >> $R/search.log
 $TR --config out/search/best.yaml > $R/train_best.json 2> $R/train_best.err
+echo "PAIR $(date -u +%FT%TZ)" >> $R/search.log
+timeout ${TESTS_S:-300} python3 -m pytest -v -m gpu -p no:cacheprovider tests/test_fused_gpu.py > $R/gpu_tests.log 2>&1
+echo "GPUTESTS exit $? $(date -u +%FT%TZ)" >> $R/search.log
 echo "ALLDONE $(date -u +%FT%TZ)" >> $R/search.log
 INNER
 (setsid nohup bash /tmp/final_inner.sh > /tmp/final_driver.log 2>&1 &)
