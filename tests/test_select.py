@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from tests.factories import make_row
 from tuner.config import QualitySection
 from tuner.knobs import knob_diff, loss_key
-from tuner.phases.loss_check import _in_reach
+from tuner.phases.loss_check import _in_reach, _round_picks
 from tuner.records import BASELINE_ID, Finalist, LossGate
 from tuner.select import (
     Selection,
@@ -155,6 +155,26 @@ def test_a_candidate_is_in_reach_until_enough_distinct_passed_configs_screened_f
         "loss check: no further round: at least 3 feasible configs screened faster than the next candidate, "
         "tf32 (267 tok/s), and the re-measure times only the fastest 3"
     ]
+
+
+def test_a_round_takes_no_candidate_its_faster_members_would_put_out_of_reach():
+    # Run M's shape (one H200): three fast groups and an eager batch-8 config at lr 6e-4 (its own loss key,
+    # 15K tok/s: ten minutes of loss run). Were the three to pass, the re-measure (top 3) would never time
+    # the fourth, so round 0 leaves it for a later round, needed only if one of them fails.
+    trials = [
+        screen("fused128", 1_515_834.0, batch_size=128, precision="bf16", compile="reduce-overhead"),
+        screen("fp16-128", 822_248.0, batch_size=128, precision="fp16", compile="reduce-overhead"),
+        screen("tf32-16", 306_338.0, batch_size=16, precision="tf32", compile="reduce-overhead"),
+        screen("twin", 97_012.0, compile="reduce-overhead"),
+        screen("eager-lr6", 15_285.0, lr=6e-4),
+    ]
+    picks = loss_check_candidates(trials, BASELINE, top=4)
+    queue = [p for p in picks if not p.inherits]
+    passed = [p for p in picks if p.inherits]
+    assert [p.id for p in _round_picks(queue, passed, take=4, top=3)] == ["fused128", "fp16-128", "tf32-16"]
+    assert [p.id for p in _round_picks(queue, passed, take=2, top=3)] == ["fused128", "fp16-128"]
+    # after two of them failed, the eager one is within reach again
+    assert [p.id for p in _round_picks(queue[3:], [*passed, queue[0]], take=4, top=3)] == ["eager-lr6"]
 
 
 # --- the loss gate ----------------------------------------------------------------------------------------

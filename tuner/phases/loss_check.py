@@ -39,7 +39,8 @@ def run(
     ):
         extra = 1 if base_row is None and beside is None else 0  # round 0 also trains the baseline
         take = max(0, min(_slots(ctx) - extra, s.loss_check_top - feasible, budget - len(rows)))
-        batch, queue = queue[:take], queue[take:]
+        batch = _round_picks(queue, passed, take, s.remeasure_top)
+        queue = queue[len(batch) :]
         cases = ([base_case] if extra else []) + [_case(ctx, p) for p in batch]
         training = int(base_row is None and beside is not None and not beside.done())
         new = (
@@ -80,6 +81,19 @@ def _beside_or_own(
         return row, next((r for r in screen if r.config == beside.point), None)
     own = ctx.phase("loss_check_baseline", lambda: _round(ctx, "baseline", [base_case]), list[TrialRow])
     return own[0], twin
+
+
+def _round_picks(queue: list[Candidate], passed: list[Candidate], take: int, top: int) -> list[Candidate]:
+    """Up to `take` candidates, fastest first, each one the re-measure could still time even if every faster
+    one of the round passes: a slower one waits for a later round, where it is needed only if some fail. A
+    round lasts as long as its slowest run (run M, one H200: the fourth of a round of four was an eager batch-8
+    config, 16,826 tok/s, ten minutes for its full budget, behind three that made it unreachable)."""
+    batch: list[Candidate] = []
+    for pick in queue[:take]:
+        if not could_be_remeasured(pick, [*passed, *batch], top):
+            break
+        batch.append(pick)
+    return batch
 
 
 def _in_reach(ctx: SearchContext, pick: Candidate, passed: list[Candidate]) -> bool:
