@@ -9,10 +9,11 @@ that a node was marked dead stays). TUNE_PRINT_ALL_TRIAL_ERRORS=1 brings the tra
 from __future__ import annotations
 
 import logging
-import os
 import re
 
 import ray
+
+from model import library_env
 
 
 class _AlreadyReported(logging.Filter):
@@ -30,7 +31,7 @@ def quiet_trial_failures() -> None:
     """One line per failed or lost trial (LedgerCallback's), instead of Ray's traceback, its closing list and the
     raylet's notices of a dead worker or raylet (Ray's line that a node was marked dead stays).
     TUNE_PRINT_ALL_TRIAL_ERRORS=1 brings the tracebacks back."""
-    os.environ.setdefault("TUNE_PRINT_ALL_TRIAL_ERRORS", "0")
+    library_env.one_line_trial_errors()
     tune_log = logging.getLogger("ray.tune.tune")
     if not any(isinstance(f, _AlreadyReported) for f in tune_log.filters):
         tune_log.addFilter(_AlreadyReported())
