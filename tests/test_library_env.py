@@ -1,4 +1,4 @@
-"""The environment is written for libraries in one place: model/library_env.py."""
+"""The environment is written for libraries in one place (model/library_env.py), and Ray's printer patch."""
 
 from __future__ import annotations
 
@@ -6,7 +6,10 @@ import os
 import re
 from pathlib import Path
 
+import ray
+
 from model import library_env
+from tuner import ray_noise
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV_WRITE = re.compile(r"os\.environ\[[^]]+\]\s*=[^=]|os\.environ\.(setdefault|update|pop)\(|os\.putenv\(")
@@ -42,3 +45,17 @@ def test_compile_caches_are_pointed_by_dir_name(monkeypatch, tmp_path):
     library_env.point_compile_caches({"triton": tmp_path / "t"})
     assert library_env.compile_cache_dirs() == {"triton": str(tmp_path / "t")}
     assert os.environ["TRITON_CACHE_DIR"] == str(tmp_path / "t")
+
+
+def test_the_raylets_death_notices_are_dropped_and_the_rest_printed(monkeypatch):
+    printed: list[dict] = []
+    monkeypatch.setattr(ray._private.worker, "print_to_stdstream", lambda data, _: printed.append(data))
+    # Fails when a Ray upgrade moves the printer: the notices would be back (see drop_raylet_notices).
+    assert ray_noise.drop_raylet_notices()
+    assert ray_noise.drop_raylet_notices()  # wrapped once, however often called
+    show = ray._private.worker.print_to_stdstream
+    show({"pid": "raylet", "lines": ["A worker died or was killed while executing a task"]}, False)
+    show({"pid": "raylet", "lines": ["Raylet is terminated. Termination is unexpected."]}, False)
+    show({"pid": "raylet", "lines": ["node 1 was marked dead"]}, False)
+    show({"pid": 123, "lines": ["A worker died or was killed"]}, False)  # a trial's own output
+    assert [d["lines"][0] for d in printed] == ["node 1 was marked dead", "A worker died or was killed"]
