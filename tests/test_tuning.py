@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from model import HybridConfig, HybridLM
+from model import HybridConfig, HybridLM, library_env
 from model.ops import tuning
 from trainables.loop import evaluate, first_step_deadline
 from tuner.space import autotune_notice
@@ -89,10 +89,10 @@ def test_the_shipped_set_is_found_for_the_gpu_and_versions_it_was_tuned_on():
 
 def test_autotune_results_are_kept_on_disk_unless_the_user_said_otherwise(monkeypatch):
     monkeypatch.delenv("TRITON_CACHE_AUTOTUNING", raising=False)
-    tuning.keep_autotune_results()
+    library_env.keep_autotune_results()
     assert os.environ["TRITON_CACHE_AUTOTUNING"] == "1"
     monkeypatch.setenv("TRITON_CACHE_AUTOTUNING", "0")
-    tuning.keep_autotune_results()
+    library_env.keep_autotune_results()
     assert os.environ["TRITON_CACHE_AUTOTUNING"] == "0"
 
 

@@ -23,9 +23,10 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Protocol
 
+from model.library_env import COMPILE_CACHE_VARS
 from trainables.errors import first_line
 
-ROOTS = ("inductor", "triton")  # the dirs of a compile cache, as `TrainConfig.compile_cache` lays them out
+ROOTS = tuple(COMPILE_CACHE_VARS)  # the dirs of a compile cache, as `TrainConfig.compile_cache` lays them out
 BATCH_BYTES = 64 << 20  # the most one call moves through Ray's object store
 LIMIT_VAR = "HYBRID_TUNER_CACHE_SYNC_MB"  # the most a trial moves each way
 DEFAULT_LIMIT_MB = 2048

@@ -26,8 +26,10 @@ from typing import Any
 
 import torch
 
+from model import library_env
 from model.ops import available_backends, tuning
 from trainables.cache_use import CacheCount, stable_cache_keys
+from trainables.compile_cache import ROOTS
 from trainables.config import ConfigError, TrainConfig, dump_config
 from trainables.errors import find_cause, first_line
 from trainables.result import RunResult
@@ -240,11 +242,10 @@ def first_step_deadline(compile_deadline_s: float | None, autotunes: bool) -> fl
 
 
 def use_compile_cache(cfg: TrainConfig) -> None:
-    """Points Inductor and Triton at `compile_cache`. First thing in a run: they read these when they
-    compile, and loading the fused kernels installs their shipped autotune results into Triton's dir."""
+    """Points Inductor and Triton at `compile_cache`. First thing in a run: they read it when they compile,
+    and loading the fused kernels installs their shipped autotune results into Triton's dir."""
     if cfg.compile_cache:
-        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(Path(cfg.compile_cache) / "inductor")
-        os.environ["TRITON_CACHE_DIR"] = str(Path(cfg.compile_cache) / "triton")
+        library_env.point_compile_caches({root: Path(cfg.compile_cache) / root for root in ROOTS})
 
 
 def _prepare(cfg: TrainConfig, workload: Job, device: torch.device) -> None:

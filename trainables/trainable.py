@@ -23,6 +23,7 @@ import ray
 import torch
 from ray import tune
 
+from model import library_env
 from trainables.compile_cache import Manifest, NodeCache, node_cache_root
 from trainables.config import ConfigError, TrainConfig, make_config
 from trainables.data import Corpus, shipped_corpus
@@ -32,7 +33,6 @@ from trainables.result import INTERIM_FIELDS, TrialResult
 
 # The key under `config["train"]` where the tuner labels a trial (its case and repeat); not a knob.
 LABELS = "_labels"
-CACHE_VARS = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
 # The name of the actor that serves the driver's compile caches (tuner/cache_server.py).
 SERVER_VAR = "HYBRID_TUNER_CACHE_SERVER"
 SYNC_TIMEOUT_S = 300.0  # one call of a cache sync; one that takes longer is a failed sync
@@ -79,12 +79,11 @@ def _follow_driver_caches(node_id: str) -> tuple[NodeCache | None, str | None]:
 def _own_compile_caches() -> None:
     """The search's compile caches are in OUT, which a node of a cluster may lack and not be allowed to
     create: such a node compiles into a cache of its own (under its temp dir) rather than fail its trials."""
-    for var in CACHE_VARS:
-        path = os.environ.get(var)
-        if path and not _writable(Path(path)):
-            os.environ[var] = str(
-                Path(tempfile.gettempdir()) / "hybrid-tuner-compile-cache" / Path(path).name
-            )
+    fallback = Path(tempfile.gettempdir()) / "hybrid-tuner-compile-cache"
+    dirs = library_env.compile_cache_dirs()  # the search's, from the trials' runtime env
+    library_env.point_compile_caches(
+        {root: fallback / Path(path).name for root, path in dirs.items() if not _writable(Path(path))}
+    )
 
 
 def _writable(path: Path) -> bool:

@@ -15,11 +15,10 @@ from pathlib import Path
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from model.library_env import COMPILE_CACHE_VARS
 from trainables.compile_cache import ROOTS, Manifest, manifest, read_files, safe, write_files
 from trainables.gate import NAMESPACE
 from trainables.trainable import SERVER_VAR
-
-_ENV_DIRS = {"inductor": "TORCHINDUCTOR_CACHE_DIR", "triton": "TRITON_CACHE_DIR"}
 
 
 @ray.remote(num_cpus=0, max_concurrency=8)
@@ -57,7 +56,7 @@ def serve(env: dict[str, str]):
     None when `env` names no server. Call after Ray is up."""
     if SERVER_VAR not in env:
         return None
-    dirs = {root: env[var] for root, var in _ENV_DIRS.items() if env.get(var)}
+    dirs = {root: env[var] for root, var in COMPILE_CACHE_VARS.items() if env.get(var)}
     if set(dirs) != set(ROOTS):
         return None
     # no mkdir here: the dirs appear with their first entry (write_files makes them), so a search that

@@ -28,6 +28,7 @@ from typing import Any
 import psutil
 import ray
 
+from model import library_env
 from trainables.config import ConfigError, make_config
 from trainables.data import Corpus, DataError, resolve_corpus, shipped_corpus
 from trainables.errors import find_cause, first_line
@@ -302,24 +303,16 @@ def trial_env(cfg: SearchConfig, out: Path) -> tuple[dict[str, str], str | None]
     One Inductor/Triton cache per search, shared by its trials, so a kernel is compiled once, not per trial;
     it stays in OUT, and best.yaml names it, so the user's run reuses it too. Compile threads: the cores
     left for each of the runs that compile at once on a GPU."""
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # our progress lines replace Ray's tables
     threads = max(1, (os.cpu_count() or 1) // cfg.resources.speed_runs_per_gpu)
-    os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", str(threads))
     cache = (out / "compile-cache").resolve()
-    own = not (os.environ.get("TRITON_CACHE_DIR") or os.environ.get("TORCHINDUCTOR_CACHE_DIR"))
-    env = {
-        "TRITON_CACHE_DIR": os.environ.get("TRITON_CACHE_DIR", str(cache / "triton")),
-        "TORCHINDUCTOR_CACHE_DIR": os.environ.get("TORCHINDUCTOR_CACHE_DIR", str(cache / "inductor")),
-        "TORCHINDUCTOR_COMPILE_THREADS": os.environ["TORCHINDUCTOR_COMPILE_THREADS"],
-        "RAY_USAGE_STATS_ENABLED": "0",
-        SERVER_VAR: cache_server.server_name(),  # trials on other nodes get these caches from the driver
-    }
+    env, own = library_env.trial_env(cache, threads)
+    env[SERVER_VAR] = cache_server.server_name()  # trials on other nodes get these caches from the driver
     return env, str(cache) if own else None
 
 
 def start_ray(args: argparse.Namespace, env: dict[str, str]) -> None:
     joining = args.address not in (None, "local")
+    library_env.before_ray_init()
     try:
         context = ray.init(
             address=args.address if joining else None,

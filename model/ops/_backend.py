@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import torch
 
-from model.ops import tuning
+from model import library_env
 
 # op -> (backend name, module, function) of its fused kernel. All three go through our custom-op wrappers
 # (torch.compile and CUDA graphs take them whole): causal_conv1d's own custom ops write into an `out=`
@@ -33,7 +33,7 @@ def load_fused(op: str) -> tuple[Callable | None, str]:
     """The fused kernel of ``op`` and "", or None and a one-line reason it is not importable."""
     if op not in _loaded:
         _, module, name = FUSED[op]
-        tuning.keep_autotune_results()
+        library_env.keep_autotune_results()
         try:
             _loaded[op] = getattr(importlib.import_module(module), name), ""
         except Exception as e:  # ImportError, or a CUDA extension that fails while loading

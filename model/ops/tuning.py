@@ -4,8 +4,9 @@ we measured, so a fresh machine does not pay the kernels' autotuning.
 fla's and mamba_ssm's Triton kernels pick a config per shape class by benchmarking every candidate, and
 compile each candidate first: cold, that took over 5 minutes of a fused training process on an H200
 (hundreds of configs). Triton can keep the winners on disk in its cache dir (`TRITON_CACHE_AUTOTUNING=1`,
-read when a kernel is defined; fla asks for it itself, mamba_ssm does not), keyed by Triton's version, the
-GPU target, the kernel's source, the shape key and the candidate configs. So every process of a search
+read when a kernel is defined, so set by model/library_env.py before the kernels are imported; fla asks
+for it itself, mamba_ssm does not), keyed by Triton's version, the GPU target, the kernel's source, the
+shape key and the candidate configs. So every process of a search
 after the first finds them there. And because the key holds nothing of the machine but its GPU target and
 software, results tuned once on one H100 are hits on any sm_90 GPU with the same Triton, fla and
 mamba-ssm: `tuning_results/<set>/` holds such sets (as vLLM ships tuned fused-MoE configs per GPU), each
@@ -27,11 +28,6 @@ KEYED_ON = ("triton", "fla-core", "mamba-ssm")
 # What autotuning every fused kernel costs a cold process: 295 s for bf16, 326 s for fp32 on an H100
 # (docs/benchmarks.md). A first step that must pay it gets this much more than its compile deadline.
 COLD_AUTOTUNE_S = 330.0
-
-
-def keep_autotune_results() -> None:
-    """Before the fused kernels are imported: Triton's autotuners read this when they are defined."""
-    os.environ.setdefault("TRITON_CACHE_AUTOTUNING", "1")
 
 
 def installed_versions() -> dict[str, str | None]:
