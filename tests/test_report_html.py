@@ -41,11 +41,11 @@ REPO = Path(__file__).resolve().parents[1]
 # --- checks on the page -------------------------------------------------------------------------------------
 
 VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"}
-SVG_LEAVES = {"circle", "rect", "line", "polyline", "polygon", "path"}  # may be self-closed in SVG
 
 
 class StrictParser(html.parser.HTMLParser):
-    """Fails on mismatched or unclosed tags and on any URL that would leave the file."""
+    """Fails on mismatched or unclosed tags and on any URL that would leave the file; keeps the ids and the
+    in-page references (a chart's <use> of its marker) for `parse` to check."""
 
     def __init__(self):
         super().__init__(convert_charrefs=True)
@@ -53,6 +53,8 @@ class StrictParser(html.parser.HTMLParser):
         self.tags: list[str] = []
         self.errors: list[str] = []
         self.text: list[str] = []
+        self.ids: list[str] = []
+        self.refs: list[str] = []
 
     def handle_starttag(self, tag, attrs):
         self._check(tag, attrs)
@@ -63,7 +65,7 @@ class StrictParser(html.parser.HTMLParser):
     def handle_startendtag(self, tag, attrs):
         self._check(tag, attrs)
         self.tags.append(tag)
-        if tag not in VOID and tag not in SVG_LEAVES:
+        if tag not in VOID and "svg" not in self.stack:  # HTML honours "/>" only inside <svg>
             self.errors.append(f"self-closed <{tag}/>")
 
     def handle_endtag(self, tag):
@@ -77,7 +79,10 @@ class StrictParser(html.parser.HTMLParser):
 
     def _check(self, tag, attrs):
         for name, value in attrs:
-            if name in ("src", "href", "action", "xlink:href") or (value and "url(" in value):
+            self.ids += [value] if name == "id" else []
+            if name == "xlink:href" and value.startswith("#"):
+                self.refs.append(value[1:])
+            elif name in ("src", "href", "action", "xlink:href") or (value and "url(" in value):
                 self.errors.append(f"<{tag} {name}={value!r}>: no external resources allowed")
 
 
