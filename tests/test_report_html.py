@@ -41,11 +41,11 @@ REPO = Path(__file__).resolve().parents[1]
 # --- checks on the page -------------------------------------------------------------------------------------
 
 VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"}
-SVG_LEAVES = {"circle", "rect", "line", "polyline", "polygon", "path"}  # may be self-closed in SVG
 
 
 class StrictParser(html.parser.HTMLParser):
-    """Fails on mismatched or unclosed tags and on any URL that would leave the file."""
+    """Fails on mismatched or unclosed tags and on any URL that would leave the file; keeps the ids and the
+    in-page references (a chart's <use> of its marker) for `parse` to check."""
 
     def __init__(self):
         super().__init__(convert_charrefs=True)
@@ -53,6 +53,8 @@ class StrictParser(html.parser.HTMLParser):
         self.tags: list[str] = []
         self.errors: list[str] = []
         self.text: list[str] = []
+        self.ids: list[str] = []
+        self.refs: list[str] = []
 
     def handle_starttag(self, tag, attrs):
         self._check(tag, attrs)
@@ -63,7 +65,7 @@ class StrictParser(html.parser.HTMLParser):
     def handle_startendtag(self, tag, attrs):
         self._check(tag, attrs)
         self.tags.append(tag)
-        if tag not in VOID and tag not in SVG_LEAVES:
+        if tag not in VOID and "svg" not in self.stack:  # HTML honours "/>" only inside <svg>
             self.errors.append(f"self-closed <{tag}/>")
 
     def handle_endtag(self, tag):
@@ -77,7 +79,10 @@ class StrictParser(html.parser.HTMLParser):
 
     def _check(self, tag, attrs):
         for name, value in attrs:
-            if name in ("src", "href", "action", "xlink:href") or (value and "url(" in value):
+            self.ids += [value] if name == "id" else []
+            if name == "xlink:href" and value.startswith("#"):
+                self.refs.append(value[1:])
+            elif name in ("src", "href", "action", "xlink:href") or (value and "url(" in value):
                 self.errors.append(f"<{tag} {name}={value!r}>: no external resources allowed")
 
 
@@ -87,9 +92,14 @@ def parse(page: str) -> StrictParser:
     parser.close()
     assert parser.errors == [], parser.errors[:5]
     assert parser.stack == [], f"unclosed tags: {parser.stack}"
+    assert len(set(parser.ids)) == len(parser.ids), "ids repeat: the page's SVGs share one id space"
+    assert set(parser.refs) <= set(parser.ids), set(parser.refs) - set(parser.ids)
     assert not re.search(r"""(src|href)\s*=\s*["']?\s*(https?:)?//""", page, re.I)
     assert "@import" not in page and "url(" not in page
     return parser
+
+
+CHART = r'<div class="chart" role="img" aria-label="[^"]+" title="[^"]+" style="width:\d+px" data-tips="[^"]*"><svg '
 
 
 def section(page: str, section_id: str) -> str:
@@ -154,14 +164,16 @@ def test_answer_names_winner_speedup_and_loss_against_the_limit(page, full):
 
 def test_every_plot_is_drawn(page):
     for fig in ("plot-batch", "plot-pareto", "plot-speedup", "plot-energy"):
-        assert re.search(rf'<figure id="{fig}"><h3>[^<]+</h3><svg ', page), fig
+        assert re.search(rf'<figure id="{fig}"><h3>[^<]+</h3>{CHART}', page), fig
     for field in ("util_gpu", "power_w", "mem_used_mb", "temp_c"):
-        assert re.search(rf'<figure id="timeline-{field}"><h3>[^<]+</h3><svg ', page), field
+        assert re.search(rf'<figure id="timeline-{field}"><h3>[^<]+</h3>{CHART}', page), field
     pareto = page.split('id="plot-pareto"')[1].split("</figure>")[0]
-    assert 'class="band"' in pareto and "limit 1.5500" in pareto and 'class="front"' in pareto
-    assert ">winner</text>" in pareto and ">baseline</text>" in pareto
+    assert 'id="plot-pareto-band"' in pareto and 'id="plot-pareto-front"' in pareto  # marked on the canvas
+    assert "limit 1.5500" in pareto and ">winner</text>" in pareto and ">baseline</text>" in pareto
     batch = page.split('id="plot-batch"')[1].split("</figure>")[0]
     assert ">4096</text>" in batch and "screen-8" in batch  # the OOM config marked at its batch size
+    tips = json.loads(html.unescape(re.search(r'data-tips="([^"]*)"', batch)[1]))  # the script's <title>s
+    assert len(tips) == 12 and all(f'<g id="{gid}">' in batch for gid in tips)  # 10 with a speed, 2 failed
     assert "compile max-autotune" in batch and "bf16" in batch  # legend: colour and shape
     telemetry = section(page, "telemetry")
     assert "winner screen-0 (remeasure-3)" in telemetry and "baseline (remeasure-0)" in telemetry
@@ -551,9 +563,10 @@ def test_chromium_renders_the_plots_and_a_non_blank_screenshot(tmp_path, page):
     dom = run_chromium(binary, report, tmp_path / "profile", "--dump-dom")
     assert dom.returncode == 0, dom.stderr[-2000:]
     for fig in ("plot-batch", "plot-pareto", "plot-speedup", "plot-energy", "timeline-power_w"):
-        assert re.search(rf'<figure id="{fig}"><h3>[^<]+</h3><svg ', dom.stdout), f"{fig} not in the DOM"
+        assert re.search(rf'<figure id="{fig}"><h3>[^<]+</h3>{CHART}', dom.stdout), f"{fig} not in the DOM"
     batch_plot = dom.stdout.split('<figure id="plot-batch">')[1].split("</figure>")[0]
-    assert batch_plot.count("<g><title>") == 12  # 10 configs with a speed, 2 failed without one
+    tips = re.findall(r'<g id="plot-batch-tip\d+"><title>', batch_plot)  # put in by the page's script
+    assert len(tips) == 12  # 10 configs with a speed, 2 failed without one
 
     # The sort script: one click on Tok/s sorts ascending, configs without a speed last.
     clicked = tmp_path / "clicked.html"

@@ -1,15 +1,14 @@
-"""A matplotlib figure on its way into report.html: drawn in the page's style, saved as SVG text, trimmed.
+"""A matplotlib figure on its way into report.html: drawn in the page's style, saved as SVG, inlined as is.
 
-Trimming keeps the page one small file that points at nothing, not even inside itself: no XML header or
-metadata, no clip paths, each <use> of a marker replaced by its path, coordinates rounded to 0.1 px.
-Artists tagged on a canvas come out as <g><title>tooltip</title>… or <g class="…">, the hooks the page
-and its tests look for.
+Several SVGs share one page, so one id space: each chart names its artists' groups (gids) and salts
+matplotlib's marker ids with its own name, which keeps every id unique on the page and the same each run.
+A tooltip is text the page's script puts into the named group as its <title> (matplotlib writes none).
 """
 
 from __future__ import annotations
 
 import io
-import re
+import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -27,7 +26,6 @@ import matplotlib.pyplot as plt  # noqa: E402  (pyplot picks its backend when fi
 
 RC = {
     "svg.fonttype": "none",  # text stays text: small, selectable, escaped by matplotlib
-    "svg.hashsalt": "hybrid-tuner",  # the same SVG for the same summary
     "text.parse_math": False,  # a "$" in a config value is text, not TeX
     "font.family": "DejaVu Sans",  # the font matplotlib measures with; the page asks for it too
     "font.size": 11,
@@ -44,94 +42,34 @@ RC = {
     "legend.frameon": False,
     "legend.fontsize": 10,
 }
-NO_METADATA = {"Creator": None, "Date": None, "Format": None, "Type": None}
+NO_METADATA = {"Creator": None, "Date": None, "Format": None, "Type": None}  # then no <metadata> at all
 # Where a point's label may go, first choice first: (dx, dy) in points from the point, alignment.
 POINT_SPOTS = ((11, 7, "left"), (11, -16, "left"), (-11, 7, "right"), (-11, -16, "right"), (0, 13, "center"))
 Spot = tuple[tuple[float, float], float, float, str]  # (anchor, dx, dy, alignment)
 
 
-_DEF = re.compile(r'<path id="(?P<id>[^"]+)" d="(?P<d>[^"]*)"(?: style="(?P<style>[^"]*)")?\s*/>')
-_USE = re.compile(
-    r'<use xlink:href="#(?P<id>[^"]+)" x="(?P<x>[^"]+)" y="(?P<y>[^"]+)"(?: style="(?P<style>[^"]*)")?\s*/>'
-)
-_COORDS = re.compile(r'(\s(?:d|x|y|width|height|transform)=")([^"]*)"')
-
-
-def _style(*styles: str | None) -> str:
-    """CSS declarations merged; a later one of a property replaces an earlier one."""
-    pairs = (d.split(":", 1) for s in styles if s for d in s.split(";") if ":" in d)
-    return "; ".join(f"{k}: {v}" for k, v in {k.strip(): v.strip() for k, v in pairs}.items())
-
-
-def _inline_uses(svg: str) -> str:
-    """Each <use> of a marker definition becomes the marker's own path, moved into place."""
-    defs = {m["id"]: m for m in _DEF.finditer(svg)}
-
-    def path(use: re.Match) -> str:
-        marker = defs[use["id"]]
-        style = _style(use["style"], marker["style"])  # as with <use>: the definition's own paint wins
-        return f'<path d="{marker["d"]}" transform="translate({use["x"]} {use["y"]})" style="{style}"/>'
-
-    return _DEF.sub("", _USE.sub(path, svg))
-
-
-def _round(attr: re.Match) -> str:
-    value = re.sub(r"-?\d+\.\d+", lambda n: f"{float(n[0]):.1f}".removesuffix(".0"), attr[2])
-    return f'{attr[1]}{" ".join(value.split())}"'
-
-
-def _drop_bare_groups(svg: str) -> str:
-    """Drops each <g> without attributes (matplotlib nests them deep), unless it holds a tooltip."""
-    tokens, out, kept = re.split(r"(<g\b[^>]*>|</g>)", svg), [], []
-    for i, token in enumerate(tokens):
-        if token == "</g>":
-            out += [token] if kept.pop() else []
-        elif token.startswith("<g"):
-            kept.append(token != "<g>" or tokens[i + 1].startswith("<title>"))
-            out += [token] if kept[-1] else []
-        else:
-            out.append(token)
-    return "".join(out)
-
-
-def _inline_svg(svg: str, label: str, tags: dict[str, str]) -> Markup:
-    """matplotlib's SVG file as an element for the page: see the module's docstring."""
-    width, height = re.search(r'viewBox="0 0 ([\d.]+) ([\d.]+)"', svg).groups()
-    svg = _inline_uses(svg[svg.index("<svg") :])
-    svg = re.sub(r"<clipPath .*?</clipPath>|<style .*?</style>|<metadata>.*?</metadata>", "", svg, flags=re.S)
-    svg = re.sub(r' clip-path="[^"]*"| transform="rotate\(-0 [^)]*\)"', "", svg)
-    svg = re.sub(r'<g id="([^"]*)">', lambda g: tags.get(g[1], "<g>"), svg)
-    svg = re.sub(r"<(g|defs)[^>]*/>", "", _COORDS.sub(_round, svg))
-    svg = re.sub(r">\s+<", "><", svg.replace("\n", " ").strip())
-    svg = _drop_bare_groups(re.sub(r"<defs></defs>", "", svg))
-    head = f'<svg viewBox="0 0 {width} {height}" width="{width}" height="{height}" role="img" '
-    head += f'aria-label="{escape(label)}"><title>{escape(label)}</title>'
-    return Markup(head + svg[svg.index(">") + 1 :])  # matplotlib escaped its text, we the labels
-
-
 class Canvas:
-    """A figure on its way to inline SVG; artists tagged here get a tooltip or a CSS class in it."""
+    """A figure on its way to inline SVG, named `name` (unique on the page); artists marked here get an id
+    or a tooltip in it."""
 
-    def __init__(self, fig: Figure, ax: Axes | None):
-        self.fig, self.ax = fig, ax
-        self._tags: dict[str, str] = {}
+    def __init__(self, name: str, fig: Figure, ax: Axes | None):
+        self.name, self.fig, self.ax = name, fig, ax
+        self._tips: dict[str, str] = {}  # group id -> tooltip
         self._labels: list[tuple[Annotation, list[Spot]]] = []
 
-    def _tag(self, artist: Artist, opening: str) -> None:
-        gid = f"tag{len(self._tags)}"
+    def mark(self, artist: Artist, key: str) -> str:
+        """`artist`'s group gets the id "<name>-<key>" (a hook for the page's script and tests)."""
+        gid = f"{self.name}-{key}"
         artist.set_gid(gid)
-        self._tags[gid] = opening
+        return gid
 
     def tip(self, artist: Artist, text: str) -> None:
-        self._tag(artist, f"<g><title>{escape(text)}</title>")
-
-    def css(self, artist: Artist, cls: str) -> None:
-        self._tag(artist, f'<g class="{cls}">')
+        self._tips[self.mark(artist, f"tip{len(self._tips)}")] = text
 
     def legend(self, rows: list[list[Artist]]) -> None:
         """A legend below the plot that reads row by row (matplotlib fills a legend column by column)."""
         columns = max(len(row) for row in rows)
-        grid = [row + [Line2D([], [], ls="none", label="")] * (columns - len(row)) for row in rows]
+        grid = [row + [_blank()] * (columns - len(row)) for row in rows]
         handles = [row[col] for col in range(columns) for row in grid]
         self.fig.legend(handles=handles, loc="outside lower center", ncols=columns)
 
@@ -166,19 +104,51 @@ class Canvas:
                     break
             taken.append(note.get_window_extent(renderer))
 
-    def svg(self, label: str, **save: Any) -> Markup:
+    def shrink_to(self, artist: Artist, pad: float) -> None:
+        """The figure cut down to `artist` plus `pad` px around it. (savefig's bbox_inches="tight" does the
+        same, but leaves the page not knowing the size to show the SVG at.)"""
+        self.fig.draw_without_rendering()
+        box = artist.get_window_extent().padded(pad * self.fig.dpi / 72)
+        self.fig.set_size_inches(box.width / self.fig.dpi, box.height / self.fig.dpi)
+
+    def svg(self, label: str) -> Markup:
+        """The chart for the page: matplotlib's <svg> element in a box showing 1 SVG pt as 1 px."""
+        self._name_groups()
         out = io.StringIO()
-        self.fig.savefig(out, format="svg", metadata=NO_METADATA, **save)
-        return _inline_svg(out.getvalue(), label, self._tags)
+        with plt.rc_context({"svg.hashsalt": self.name}):  # marker ids: unique on the page, the same each run
+            self.fig.savefig(out, format="svg", metadata=NO_METADATA)
+        svg = out.getvalue()
+        svg = svg[svg.index("<svg") :]  # an element in HTML takes no XML prolog; matplotlib always writes one
+        width = self.fig.get_figwidth() * 72  # in pt in the SVG; the page's CSS fits it to this box
+        box = f'<div class="chart" role="img" aria-label="{escape(label)}" title="{escape(label)}" '
+        box += f'style="width:{width:g}px" data-tips="{escape(json.dumps(self._tips))}">'
+        return Markup(f"{box}{svg}</div>")  # matplotlib escaped its text, we the label and tips
+
+    def _name_groups(self) -> None:
+        """Each artist's group gets an id of this chart (matplotlib's own, figure_1 and the like, would repeat
+        in every chart of the page). Clipping is off: the axes' limits already hold what is drawn, the
+        failed configs' crosses sit on the axis line, and a clip path would be one more id to keep unique."""
+        self.fig.draw_without_rendering()  # makes the ticks the saved figure will have
+        for n, artist in enumerate(self.fig.findobj()):
+            artist.set_gid(artist.get_gid() or f"{self.name}-{n}")
+            artist.set_clip_on(False)
+
+
+def _blank() -> Line2D:
+    """A legend entry that fills a place and draws nothing (not even an empty group)."""
+    blank = Line2D([], [], ls="none", label="")
+    blank.set_visible(False)
+    return blank
 
 
 @contextmanager
-def canvas(width: float, height: float, *, axes: bool = True) -> Iterator[Canvas]:
-    """A figure `width` x `height` px (1 SVG pt shown as 1 px) in the page's style, closed on exit."""
+def canvas(name: str, width: float, height: float, *, axes: bool = True) -> Iterator[Canvas]:
+    """A figure `width` x `height` px (1 SVG pt shown as 1 px) in the page's style, closed on exit; `name`
+    is unique on the page (its figure's id, say)."""
     with plt.rc_context(RC):
         fig = plt.figure(figsize=(width / 72, height / 72), layout="constrained")
         try:
-            yield Canvas(fig, fig.add_subplot() if axes else None)
+            yield Canvas(name, fig, fig.add_subplot() if axes else None)
         finally:
             plt.close(fig)
 

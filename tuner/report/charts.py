@@ -138,7 +138,7 @@ def plot_batch(entries: list[Entry], styles: Styles, facts: Facts) -> Plot:
     failed = [e for e in entries if e.failed and e.tps is None and is_num(e.config.get("batch_size"))]
     plot = Plot("plot-batch", "Tokens/s against batch size", "No config has both a batch size and a speed.")
     if fast:
-        plot.svg = _draw_batch(fast, failed, styles, plot.title)
+        plot.svg = _draw_batch(fast, failed, styles, plot)
         crosses = "; red crosses on the axis: configs that failed at that batch size" if failed else ""
         plot.caption = BATCH_CAPTION.format(
             timed_steps=facts.timed_steps, timed_windows=facts.timed_windows, crosses=crosses
@@ -146,8 +146,8 @@ def plot_batch(entries: list[Entry], styles: Styles, facts: Facts) -> Plot:
     return plot
 
 
-def _draw_batch(fast: list[Entry], failed: list[Entry], styles: Styles, title: str) -> Markup:
-    with canvas(560, 400) as c:
+def _draw_batch(fast: list[Entry], failed: list[Entry], styles: Styles, plot: Plot) -> Markup:
+    with canvas(plot.id, 560, 400) as c:
         _batch_axes(c.ax, sorted({float(e.config["batch_size"]) for e in fast + failed}))
         c.ax.set_ylim(0, max(e.tps for e in fast) * 1.15)
         _fastest_lines(c.ax, fast, styles)
@@ -156,7 +156,7 @@ def _draw_batch(fast: list[Entry], failed: list[Entry], styles: Styles, title: s
         _failed_crosses(c, failed)
         styles.legend(c, *([_marker("X", FAILED, FAILED, "failed (oom / nan / error)")] if failed else []))
         c.place_labels([(float(e.config["batch_size"]), e.tps or 0.0) for e in fast + failed])
-        return c.svg(title)
+        return c.svg(plot.title)
 
 
 def _failed_crosses(c: Canvas, failed: list[Entry]) -> None:
@@ -212,7 +212,7 @@ def plot_pareto(entries: list[Entry], styles: Styles, facts: Facts) -> Plot:
     title = "Validation loss against tokens/s (the Pareto view)"
     plot = Plot("plot-pareto", title, "No config has both a speed and a checked loss.")
     if shown:
-        plot.svg = _draw_pareto(shown, styles, facts, title)
+        plot.svg = _draw_pareto(shown, styles, facts, plot)
         twins = ", each trained with the fastest execution screened for its loss knobs (the table says which)"
         plot.caption = PARETO_CAPTION.format(
             shared_loss_runs=facts.shared_loss_runs, twins=twins if facts.twins else ""
@@ -220,8 +220,8 @@ def plot_pareto(entries: list[Entry], styles: Styles, facts: Facts) -> Plot:
     return plot
 
 
-def _draw_pareto(shown: list[Entry], styles: Styles, facts: Facts, title: str) -> Markup:
-    with canvas(560, 400) as c:
+def _draw_pareto(shown: list[Entry], styles: Styles, facts: Facts, plot: Plot) -> Markup:
+    with canvas(plot.id, 560, 400) as c:
         _limit_band(c, [v for v in (facts.base_loss, facts.limit) if is_num(v)], facts)
         _front_line(c, _pareto_front([(e.tps, e.loss) for e in shown]))
         for e in shown:
@@ -229,7 +229,7 @@ def _draw_pareto(shown: list[Entry], styles: Styles, facts: Facts, title: str) -
         _pareto_axes(c.ax, [e.tps for e in shown])
         styles.legend(c)
         c.place_labels([(e.tps, e.loss) for e in shown])
-        return c.svg(title)
+        return c.svg(plot.title)
 
 
 def _front_line(c: Canvas, front: list[tuple[float, float]]) -> None:
@@ -238,7 +238,7 @@ def _front_line(c: Canvas, front: list[tuple[float, float]]) -> None:
         xs = [t for (t, _), nxt in zip(front, front[1:] + front[-1:]) for t in (t, nxt[0])]
         ys = [v for _, v in front for v in (v, v)]
         (line,) = c.ax.plot(xs, ys, color="#495057", lw=1.2, ls=(0, (3, 3)), zorder=2)
-        c.css(line, "front")
+        c.mark(line, "front")
 
 
 def _pareto_axes(ax: Axes, speeds: list[float]) -> None:
@@ -254,8 +254,8 @@ def _limit_band(c: Canvas, band: list[float], facts: Facts) -> None:
     """Green from the baseline's loss up to the limit, the limit itself a dashed line."""
     if len(band) != 2:
         return
-    c.css(c.ax.axhspan(min(band), max(band), color="#d3f9d8", lw=0, zorder=0), "band")
-    c.css(c.ax.axhline(max(band), color=GREEN, lw=1.4, ls=(0, (5, 3)), zorder=1), "limit")
+    c.mark(c.ax.axhspan(min(band), max(band), color="#d3f9d8", lw=0, zorder=0), "band")
+    c.mark(c.ax.axhline(max(band), color=GREEN, lw=1.4, ls=(0, (5, 3)), zorder=1), "limit")
     top = max(band)  # its label on the line, at the right end unless a point sits there
     spots = [((1, top), -4, 4, "right"), ((0, top), 4, 4, "left"), ((1, top), -4, -13, "right")]
     c.label(f"limit {fmt_loss(facts.limit)}", spots, ("axes fraction", "data"), color=GREEN)
@@ -288,7 +288,7 @@ def _role_legend(c: Canvas, shown: list[Entry]) -> None:
 
 @dataclass(frozen=True)
 class _BarAxis:
-    title: str
+    plot: Plot
     label: str  # the x axis's
     tick: Callable[[float], str]
     reference: float | None  # a dashed line at 1× or at the baseline's value
@@ -297,19 +297,19 @@ class _BarAxis:
 def _hbars(rows: list[tuple[Entry, float | None]], show: Callable[[float], str], axis: _BarAxis) -> Markup:
     """Horizontal bars, one per config, labelled with its id and main knobs."""
     values = [v for _, v in rows if v is not None] + [axis.reference or 0.0]
-    with canvas(1120, 70 + 22 * len(rows)) as c:
+    with canvas(axis.plot.id, 1120, 70 + 22 * len(rows)) as c:
         c.ax.set_yticks(range(len(rows)), [_bar_label(e) for e, _ in rows])
         c.ax.set_ylim(len(rows) - 0.5, -0.5)
         c.ax.set_xlim(0, (max(values) or 1.0) * 1.18)
         for i, (entry, value) in enumerate(rows):
             _bar(c, i, entry, value, show)
         if axis.reference:
-            c.css(c.ax.axvline(axis.reference, color=GREEN, lw=1.4, ls=(0, (5, 3))), "limit")
+            c.mark(c.ax.axvline(axis.reference, color=GREEN, lw=1.4, ls=(0, (5, 3))), "limit")
         c.ax.grid(axis="y", visible=False)
         c.ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: axis.tick(v)))
         c.ax.set_xlabel(axis.label)
         _role_legend(c, [e for e, value in rows if value is not None])
-        return c.svg(axis.title)
+        return c.svg(axis.plot.title)
 
 
 def _bar_label(entry: Entry) -> str:
@@ -330,7 +330,7 @@ def _bar(c: Canvas, i: int, entry: Entry, value: float | None, show: Callable[[f
 
 def plot_speedup(entries: list[Entry], facts: Facts) -> Plot:
     plot = Plot("plot-speedup", "Speed-up against the baseline")
-    axis = _BarAxis(plot.title, "× baseline tokens/s", lambda v: f"{v:g}×", reference=1.0)
+    axis = _BarAxis(plot, "× baseline tokens/s", lambda v: f"{v:g}×", reference=1.0)
     plot.svg = _hbars([(e, e.speedup) for e in entries], lambda v: f"{v:.2f}×", axis)
     plot.caption = SPEEDUP_CAPTION.format(base_tps=fmt_tps(facts.base_tps))
     return plot
@@ -342,7 +342,7 @@ def plot_energy(entries: list[Entry]) -> Plot | None:
     if not rows:
         return None
     plot = Plot("plot-energy", "Energy per token", caption=ENERGY_CAPTION)
-    plot.svg = _hbars(rows, fmt_jpt, _BarAxis(plot.title, "energy per token", fmt_jpt, entries[0].jpt))
+    plot.svg = _hbars(rows, fmt_jpt, _BarAxis(plot, "energy per token", fmt_jpt, entries[0].jpt))
     return plot
 
 
@@ -372,7 +372,7 @@ def timeline_panel(key: str, label: str, unit: str, lines: list[Timeline]) -> Pl
         return plot
     scale, unit = (1 / 1024, "GiB") if unit == "MiB" and max(values) >= 1024 else (1, unit)
     t_max = max(p["t"] for line in lines for p in line.points) or 1.0
-    with canvas(560, 250) as c:
+    with canvas(plot.id, 560, 250) as c:
         for k, line in enumerate(lines):
             pts = [(p["t"], p[key] * scale) for p in line.points if is_num(p.get(key))]
             if pts:
@@ -403,6 +403,6 @@ def timeline_legend(lines: list[Timeline]) -> Markup:
     handles: list[Artist] = [Line2D([], [], color=line.color, lw=2.5, label=line.name) for line in lines]
     if any(_throttled_spans(line.points) for line in lines):
         handles.append(Patch(color=GREY, label="strip along the top: that run's clocks throttled"))
-    with canvas(1000, 26, axes=False) as c:
-        c.fig.legend(handles=handles, loc="center", ncols=len(handles))
-        return c.svg("runs shown in the GPU telemetry panels", bbox_inches="tight", pad_inches=0.02)
+    with canvas("timeline-legend", 1000, 26, axes=False) as c:
+        c.shrink_to(c.fig.legend(handles=handles, loc="center", ncols=len(handles)), pad=1.5)
+        return c.svg("runs shown in the GPU telemetry panels")

@@ -12,3 +12,12 @@ document.querySelectorAll("table.sortable th").forEach((th, col) => th.addEventL
     return dir * (isNaN(nx) || isNaN(ny) ? x.localeCompare(y) : nx - ny);
   }));
 }));
+
+// Chart tooltips: matplotlib names the group of each artist with one (its gid) but writes no <title>.
+document.querySelectorAll(".chart").forEach((chart) => {
+  for (const [id, text] of Object.entries(JSON.parse(chart.dataset.tips))) {
+    const title = document.createElementNS("http://www.w3.org/2000/svg", "title");
+    title.textContent = text;
+    document.getElementById(id).prepend(title);
+  }
+});
