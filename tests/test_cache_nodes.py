@@ -17,9 +17,8 @@ from toy_workload import TOY
 
 from trainables import compile_cache
 from trainables.compile_cache import NODE_CACHE_VAR, NodeCache, manifest, node_cache_root
-from trainables.trainable import SERVER_VAR
 from tuner import cache_server
-from tuner.runner import Placement, run_cases
+from tuner.runner import Placement, TrialInputs, run_cases
 
 TESTS = Path(__file__).resolve().parent
 
@@ -127,15 +126,16 @@ def test_a_graph_compiled_on_one_node_is_a_cache_hit_on_another(tmp_path, two_no
         "TRITON_CACHE_DIR": str(driver_cache / "triton"),
         "TORCHINDUCTOR_COMPILE_THREADS": "1",
         "RAY_USAGE_STATS_ENABLED": "0",
-        SERVER_VAR: cache_server.server_name(),
     }
     ray.init(address=two_node_cluster.address, runtime_env={"env_vars": env}, log_to_driver=False,
              logging_level="ERROR")  # fmt: skip
-    server = cache_server.serve(env)  # held while the trials run, as the search holds it
+    name = cache_server.server_name()
+    server = cache_server.serve(env, name)  # held while the trials run, as the search holds it
     assert server is not None
     case = {**TOY, "compile": "default", "tokens": 8 * 16 * 12}
-    first = run_cases("node1", tmp_path / "out", [case], Placement({"cpu": 1, "node1": 1}))
-    second = run_cases("node2", tmp_path / "out", [case], Placement({"cpu": 1, "node2": 1}))
+    inputs = TrialInputs(cache_server=name)
+    first = run_cases("node1", tmp_path / "out", [case], Placement({"cpu": 1, "node1": 1}), inputs=inputs)
+    second = run_cases("node2", tmp_path / "out", [case], Placement({"cpu": 1, "node2": 1}), inputs=inputs)
 
     assert first[0].status == second[0].status == "ok", (first[0].error, second[0].error)
     assert first[0].node_id != second[0].node_id

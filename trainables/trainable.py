@@ -33,8 +33,6 @@ from trainables.result import INTERIM_FIELDS, TrialResult
 
 # The key under `config["train"]` where the tuner labels a trial (its case and repeat); not a knob.
 LABELS = "_labels"
-# The name of the actor that serves the driver's compile caches (tuner/cache_server.py).
-SERVER_VAR = "HYBRID_TUNER_CACHE_SERVER"
 SYNC_TIMEOUT_S = 300.0  # one call of a cache sync; one that takes longer is a failed sync
 
 
@@ -60,10 +58,10 @@ class _DriverCache:
         return self._get(self.actor.write.remote(root, files))
 
 
-def _follow_driver_caches(node_id: str) -> tuple[NodeCache | None, str | None]:
-    """On a node other than the driver's, this node's copy of the search's compile caches (None on the
-    driver's node, or where no server was started), and a notice when the server cannot be reached."""
-    name = os.environ.get(SERVER_VAR)
+def _follow_driver_caches(node_id: str, name: str | None) -> tuple[NodeCache | None, str | None]:
+    """On a node other than the driver's, this node's copy of the search's compile caches, from the server
+    named `name` (None on the driver's node, or where no server was started), and a notice when the server
+    cannot be reached."""
     if not name:
         return None, None
     try:
@@ -109,11 +107,17 @@ def trial_config(config: dict[str, Any]) -> TrainConfig:
     return make_config({**base, **knobs}, section="train")  # keys named as a search config writes them
 
 
-def train_trial(config: dict[str, Any], timing_gate: str | None = None, corpus: Corpus | None = None) -> None:
+def train_trial(
+    config: dict[str, Any],
+    timing_gate: str | None = None,
+    corpus: Corpus | None = None,
+    cache_server: str | None = None,
+) -> None:
     """One trial. With `timing_gate` (speed runs that share a GPU: "turns", or "quiet" to also wait until
     no other run on the GPU is compiling), its GPU work after the first step waits for the GPU's gate, so no
     two trials on one GPU are ever timed at once (trainables/gate.py). `corpus`: the driver's, trained on
-    when the config is pinned to its sha256 (trainables/data.py:shipped_corpus)."""
+    when the config is pinned to its sha256 (trainables/data.py:shipped_corpus). `cache_server`: the name of
+    the driver's compile-cache server, for a trial on another node (`_follow_driver_caches`)."""
     placement = _placement()
     try:
         cfg = trial_config(config)
@@ -140,11 +144,13 @@ def train_trial(config: dict[str, Any], timing_gate: str | None = None, corpus: 
     if timing_gate and placement["gpu"] is not None:
         who = tune.get_context().get_trial_id()
         gate = GateClient(placement["node_id"], placement["gpu"], who, quiet=timing_gate == "quiet")
-    result = _train(cfg, placement, corpus, report=interim, gate=gate)
+    result = _train(cfg, placement, corpus, cache_server, report=interim, gate=gate)
     tune.report({**result.metrics(), "done": True})
 
 
-def run_beside(config: dict[str, Any], who: str, corpus: Corpus | None = None) -> dict[str, Any]:
+def run_beside(
+    config: dict[str, Any], who: str, corpus: Corpus | None = None, cache_server: str | None = None
+) -> dict[str, Any]:
     """A run that is no Tune trial, started by the driver as a Ray task: a full-budget loss run trained
     beside the screen's speed runs in its GPU's idle time, giving the GPU to every timed window
     (trainables/gate.py:BesideClient). Returns its TrialResult's metrics, as a trial's last report."""
@@ -153,7 +159,7 @@ def run_beside(config: dict[str, Any], who: str, corpus: Corpus | None = None) -
     hook = None
     if placement["gpu"] is not None:
         hook = BesideClient(placement["node_id"], placement["gpu"], who, sync=_finish_gpu_work)
-    return _train(cfg, placement, corpus, hook=hook).metrics()
+    return _train(cfg, placement, corpus, cache_server, hook=hook).metrics()
 
 
 def _finish_gpu_work() -> None:
@@ -165,6 +171,7 @@ def _train(
     cfg: TrainConfig,
     placement: dict[str, Any],
     corpus: Corpus | None,
+    cache_server: str | None,
     *,
     report=None,
     gate: GateClient | None = None,
@@ -172,7 +179,7 @@ def _train(
 ) -> TrialResult:
     """The run, against the search's compile caches (this node's copy of them off the driver's node), with
     its GPU's gate held around its timed steps (`gate`) or asked between steps (`hook`)."""
-    node_cache, notice = _follow_driver_caches(placement["node_id"])
+    node_cache, notice = _follow_driver_caches(placement["node_id"], cache_server)
     notices = [notice] if notice else []
     if not node_cache:
         _own_compile_caches()

@@ -3,8 +3,9 @@
 A search keeps one Inductor and one Triton cache dir (tuner/search.py:trial_env, in OUT on the driver's
 disk). Trials on the driver's node share them directly; a trial on another node reaches them through this
 actor, pinned to the driver's node: it fetches what its node lacks before it trains and sends back what it
-compiled (trainables/compile_cache.py, through trainables/trainable.py). The trials find the actor by the
-name in `SERVER_VAR` of their environment; without it they compile into their node's own cache.
+compiled (trainables/compile_cache.py, through trainables/trainable.py). The trials find the actor by its
+name, which they are given with their inputs (tuner/runner.py:TrialInputs); without it they compile into
+their node's own cache.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from model.library_env import COMPILE_CACHE_VARS
 from trainables.compile_cache import ROOTS, Manifest, manifest, read_files, safe, write_files
 from trainables.gate import NAMESPACE
-from trainables.trainable import SERVER_VAR
 
 
 @ray.remote(num_cpus=0, max_concurrency=8)
@@ -50,19 +50,17 @@ def server_name() -> str:
     return f"compile-cache:{uuid.uuid4().hex[:12]}"
 
 
-def serve(env: dict[str, str]):
-    """Starts the server of the cache dirs `env` gives the trials, on this (the driver's) node, under the
-    name `env[SERVER_VAR]`, and returns its handle (keep it: the server lives as long as the handle), or
-    None when `env` names no server. Call after Ray is up."""
-    if SERVER_VAR not in env:
-        return None
+def serve(env: dict[str, str], name: str):
+    """Starts the server of the cache dirs `env` gives the trials, on this (the driver's) node, under `name`,
+    and returns its handle (keep it: the server lives as long as the handle), or None when `env` names no
+    cache dirs. Call after Ray is up."""
     dirs = {root: env[var] for root, var in COMPILE_CACHE_VARS.items() if env.get(var)}
     if set(dirs) != set(ROOTS):
         return None
     # no mkdir here: the dirs appear with their first entry (write_files makes them), so a search that
     # fails before any trial leaves no OUT behind
     return CacheServer.options(
-        name=env[SERVER_VAR],
+        name=name,
         namespace=NAMESPACE,
         scheduling_strategy=NodeAffinitySchedulingStrategy(
             ray.get_runtime_context().get_node_id(), soft=False

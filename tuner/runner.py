@@ -55,6 +55,7 @@ class TrialInputs:
     """What every trial gets through Ray's object store (tune.with_parameters), not from its node's disk."""
 
     corpus: Corpus | None = None  # the corpus the driver resolved (None: each trial resolves its own)
+    cache_server: str | None = None  # the name of the driver's compile-cache server (tuner/cache_server.py)
 
 
 class Interrupted(KeyboardInterrupt):
@@ -275,7 +276,9 @@ def _fit(
     name = ledger.phase if attempt == 0 else f"{ledger.phase}-r{attempt}"
     record = LedgerCallback(ledger, total, already, tune_kwargs.get("time_budget_s"), rerun_lost)
     stoppers = [s for s in (tune_kwargs.pop("stopper", None), LedgerFailed(record)) if s is not None]
-    trainable = tune.with_parameters(train_trial, timing_gate=placement.gate, corpus=inputs.corpus)
+    trainable = tune.with_parameters(
+        train_trial, timing_gate=placement.gate, corpus=inputs.corpus, cache_server=inputs.cache_server
+    )
     # Tune names each trial actor (its repr in the dashboard) and trial after the function: say the phase.
     trainable.__name__ = f"{ledger.phase}_trial"
     tuner = tune.Tuner(

@@ -34,7 +34,6 @@ from trainables.data import Corpus, DataError, resolve_corpus, shipped_corpus
 from trainables.errors import find_cause, first_line
 from trainables.gate import open_gates
 from trainables.preflight import preflight
-from trainables.trainable import SERVER_VAR
 from trainables.workload import WorkloadInfo
 from tuner import cache_server, emit, eta, observe
 from tuner.config import SearchConfig, load_search_config
@@ -306,7 +305,6 @@ def trial_env(cfg: SearchConfig, out: Path) -> tuple[dict[str, str], str | None]
     threads = max(1, (os.cpu_count() or 1) // cfg.resources.speed_runs_per_gpu)
     cache = (out / "compile-cache").resolve()
     env, own = library_env.trial_env(cache, threads)
-    env[SERVER_VAR] = cache_server.server_name()  # trials on other nodes get these caches from the driver
     return env, str(cache) if own else None
 
 
@@ -463,12 +461,14 @@ def _search(args: argparse.Namespace, argv: list[str], out: Path, session: RaySe
     cfg, corpus, workload = read_config(args, out)
     env, compile_cache = trial_env(cfg, out)
     session.start(args, env)
-    server = cache_server.serve(env)  # held for the search's lifetime, as run_search holds the gates
+    name = cache_server.server_name()  # trials on other nodes get the caches from the driver through it
+    server = cache_server.serve(env, name)  # held for the search's lifetime, as run_search holds the gates
     say_where_results_go(out)
     command = "python -m tuner.search " + shlex.join(argv)
     ctx = open_context(
         cfg, out, resume=args.resume, command=command, compile_cache=compile_cache, workload=workload,
-        inputs=TrialInputs(corpus=corpus),  # through Ray's object store: no node needs its own copy
+        # through Ray's object store: no node needs its own copy
+        inputs=TrialInputs(corpus=corpus, cache_server=name if server else None),
     )  # fmt: skip
     code = run_search(ctx)
     del server

@@ -70,7 +70,7 @@ def start_beside(ctx: SearchContext, space: dict[str, Knob]) -> BesideRun | None
     task = ray.remote(max_calls=1)(run_beside).options(
         num_cpus=ctx.cfg.resources.cpus_per_trial, num_gpus=share
     )
-    ref = task.remote({"train": case}, BESIDE_WHO, ctx.inputs.corpus)
+    ref = task.remote({"train": case}, BESIDE_WHO, ctx.inputs.corpus, ctx.inputs.cache_server)
     how = ", ".join(f"{k}={v}" for k, v in execution(case).items() if ctx.base.get(k) != v)
     log(f"[baseline] its loss run trains beside the screen ({how}), in its GPU's idle time")
     return BesideRun(ref, case, point, time.time())
