@@ -17,6 +17,7 @@ from toy_workload import TOY
 
 from trainables import compile_cache
 from trainables.compile_cache import NODE_CACHE_VAR, NodeCache, manifest, node_cache_root
+from trainables.spec import TrialSpec
 from tuner import cache_server
 from tuner.runner import Placement, TrialInputs, run_cases
 
@@ -132,7 +133,7 @@ def test_a_graph_compiled_on_one_node_is_a_cache_hit_on_another(tmp_path, two_no
     name = cache_server.server_name()
     server = cache_server.serve(env, name)  # held while the trials run, as the search holds it
     assert server is not None
-    case = {**TOY, "compile": "default", "tokens": 8 * 16 * 12}
+    case = TrialSpec.of({**TOY, "compile": "default", "tokens": 8 * 16 * 12})
     inputs = TrialInputs(cache_server=name)
     first = run_cases("node1", tmp_path / "out", [case], Placement({"cpu": 1, "node1": 1}), inputs=inputs)
     second = run_cases("node2", tmp_path / "out", [case], Placement({"cpu": 1, "node2": 1}), inputs=inputs)

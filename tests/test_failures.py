@@ -24,7 +24,7 @@ import ray
 import yaml
 from toy_workload import TOY
 
-from trainables.trainable import LABELS
+from trainables.spec import LABELS, TrialSpec
 from tuner.runner import Ledger, LedgerCallback, Placement, run_cases
 
 TESTS = Path(__file__).resolve().parent
@@ -38,7 +38,7 @@ class FakeTrial:
 
     def __init__(self, trial_id: str, case: int, last_result: dict):
         self.trial_id, self.last_result = trial_id, last_result
-        self.config = {"train": {**TOY, LABELS: {"case": case, "repeat": 0}}}
+        self.config = TrialSpec.of(TOY).labelled(case=case, repeat=0).as_tune()
         self.path, self.status, self.pickled_error_file = None, "TERMINATED", None
 
 
@@ -94,8 +94,8 @@ def kill_when_reported(out: Path, case: int, killed: dict, timeout_s: float = 12
 @pytest.mark.slow
 @pytest.mark.timeout(600)  # case 1 would train for many minutes if the kill never came
 def test_a_killed_worker_fails_its_own_trial_and_no_other(tmp_path, one_cpu_ray, capfd):
-    cases = [{**TOY, "seed": i} for i in range(3)]
-    cases[1]["tokens"] = 8 * 16 * 400_000  # runs for minutes unless killed
+    cases = [TrialSpec.of({**TOY, "seed": i}) for i in range(3)]
+    cases[1] = cases[1].with_train(tokens=8 * 16 * 400_000)  # runs for minutes unless killed
     killed: dict = {}
     killer = threading.Thread(target=kill_when_reported, args=(tmp_path, 1, killed), daemon=True)
     killer.start()
@@ -269,7 +269,7 @@ def test_a_baseline_that_cannot_train_ends_with_the_command_that_shows_why(tmp_p
 
 def test_cases_can_have_repeats_of_their_own(tmp_path, one_cpu_ray):
     """The re-measure runs the baseline more often than the finalists (search.baseline_repeats)."""
-    cases = [{**TOY, "seed": i} for i in range(2)]
+    cases = [TrialSpec.of({**TOY, "seed": i}) for i in range(2)]
     rows = run_cases("p", tmp_path, cases, Placement({"cpu": 1}, 1, reuse_actors=True), repeats=[3, 1])
     assert [(r.case, r.repeat) for r in rows] == [(0, 0), (0, 1), (0, 2), (1, 0)]
     assert all(r.status == "ok" and r.tokens_per_s for r in rows)

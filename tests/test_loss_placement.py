@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 import ray
 
-from trainables.trainable import LABELS
+from trainables.spec import TrialSpec
 from tuner.config import load_search_config
 from tuner.context import SearchContext, State
 from tuner.phases.loss_check import spread_over_gpus
@@ -35,20 +35,20 @@ def ctx(gpus: int, on_gpu: bool = True):
     ],
 )
 def test_each_run_gets_at_least_its_even_part_of_the_gpus(gpus, shares, expected):
-    cases = [{"batch_size": 8, "gpu_memory_fraction": s} for s in shares]
-    got = [c["gpu_memory_fraction"] for c in spread_over_gpus(ctx(gpus), cases)]
+    cases = [TrialSpec.of({"batch_size": 8, "gpu_memory_fraction": s}) for s in shares]
+    got = [c.train.gpu_memory_fraction for c in spread_over_gpus(ctx(gpus), cases)]
     assert got == pytest.approx(expected)
 
 
 def test_a_baseline_run_still_training_beside_the_round_counts_as_one_of_its_runs():
     # run L (2 H200s): four half-GPU runs and the baseline's sixth of GPU 0: the fourth waited for a place
-    cases = [{"batch_size": 128, "gpu_memory_fraction": 0.25}] * 4
-    got = [c["gpu_memory_fraction"] for c in spread_over_gpus(ctx(2), cases, beside=1)]
+    cases = [TrialSpec.of({"batch_size": 128, "gpu_memory_fraction": 0.25})] * 4
+    got = [c.train.gpu_memory_fraction for c in spread_over_gpus(ctx(2), cases, beside=1)]
     assert got == pytest.approx([1 / 3] * 4)  # GPU 0: 1/6 + 2/3; GPU 1: the other two
 
 
 def test_on_cpu_nothing_changes():
-    cases = [{"gpu_memory_fraction": None}] * 3
+    cases = [TrialSpec.of({"gpu_memory_fraction": None})] * 3
     assert spread_over_gpus(ctx(0, on_gpu=False), cases) == cases
 
 
@@ -62,8 +62,8 @@ def _which_gpu(hold_s: float) -> int:
 def test_ray_places_the_spread_shares_evenly_on_two_gpus(runs):
     ray.init(num_cpus=1, num_gpus=2, include_dashboard=False, log_to_driver=False)
     try:
-        cases = spread_over_gpus(ctx(2), [{"gpu_memory_fraction": 0.25}] * runs)
-        refs = [_which_gpu.options(num_gpus=c["gpu_memory_fraction"]).remote(1.0) for c in cases]
+        cases = spread_over_gpus(ctx(2), [TrialSpec.of({"gpu_memory_fraction": 0.25})] * runs)
+        refs = [_which_gpu.options(num_gpus=c.train.gpu_memory_fraction).remote(1.0) for c in cases]
         per_gpu = collections.Counter(ray.get(refs, timeout=60))
     finally:
         ray.shutdown()
@@ -82,7 +82,7 @@ def search_context(tmp_path, gpus: int, cpus: int, gpu_mem_mb: int = 81_559) -> 
 
 
 def trial(case: int, batch: int = 8) -> dict:
-    return {"train": {"batch_size": batch, "precision": "bf16", LABELS: {"case": case, "repeat": 0}}}
+    return TrialSpec.of({"batch_size": batch, "precision": "bf16"}).labelled(case=case, repeat=0).as_tune()
 
 
 def test_one_gpu_warms_all_fifteen_remeasure_runs_up_at_once(tmp_path):

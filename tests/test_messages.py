@@ -9,7 +9,7 @@ import pytest
 
 from trainables import train
 from trainables.config import ConfigError, TrainConfig
-from trainables.trainable import LABELS, trial_config
+from trainables.spec import LABELS, TrialSpec
 from tuner import search
 from tuner.config import SearchSection
 from tuner.runner import _planned_tokens
@@ -74,7 +74,7 @@ def test_the_training_cli_names_keys_as_its_set_takes_them(capsys):
 
 def test_a_trials_config_error_names_the_key_as_a_search_config_writes_it():
     with pytest.raises(ConfigError, match=r"config key 'train.precision': Input should be 'fp32'"):
-        trial_config({"train": {"batch_size": 8}, "precision": "fp8"})
+        TrialSpec.of_tune({"train": {"batch_size": 8}, "precision": "fp8"})
 
 
 def test_search_help_gives_phases_outputs_exit_codes_and_what_resume_does():

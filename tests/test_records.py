@@ -11,6 +11,7 @@ from pydantic import ValidationError
 
 from tests.factories import make_row, make_summary, on_two_gpus, synthetic_summary
 from trainables.result import RunResult, TrialResult
+from trainables.spec import TrialSpec
 from tuner.records import Summary, TrialRow, summary_schema
 from tuner.trial_rows import NOT_IN_ROW, trial_row
 
@@ -100,7 +101,23 @@ def _distinct(name: str, kind: str, n: int):
 def test_a_row_keeps_every_figure_of_a_trials_last_report():
     values = {f.name: _distinct(f.name, str(f.type), n) for n, f in enumerate(fields(TrialResult))}
     reported = TrialResult(**values)
-    fields_of_row = trial_row(reported.metrics(), {"train": {}, "batch_size": 8}, None, "trial-dir", "t1")
+    fields_of_row = trial_row(reported.metrics(), TrialSpec.of({"batch_size": 8}), None, "trial-dir", "t1")
     row = TrialRow(**fields_of_row, id="screen-0", phase="screen")
     kept = {name: getattr(row, name) for name in values if name not in NOT_IN_ROW}
     assert kept == {name: values[name] for name in kept}
+
+
+def test_a_specs_labels_reach_its_row_through_tunes_plain_config():
+    spec = TrialSpec.of({"batch_size": 8}, knobs={"batch_size": 8}, screen_id="screen-3", twin_of="screen-3")
+    spec = spec.labelled(case=1, repeat=0)
+    back = TrialSpec.of_tune(json.loads(json.dumps(spec.as_tune())))  # as Ray keeps it (params.json)
+    assert back == spec
+    row = TrialRow(**trial_row({"status": "ok"}, back, None, None), id="loss_check_0-0", phase="loss_check_0")
+    assert (row.config, row.screen_id, row.twin_of, row.case, row.repeat) == (
+        {"batch_size": 8},
+        "screen-3",
+        "screen-3",
+        1,
+        0,
+    )
+    assert row.train == spec.train.model_dump()

@@ -17,6 +17,7 @@ import ray
 from toy_workload import TOY
 
 from tests.factories import make_row, synthetic_summary, without_best, without_telemetry
+from trainables.spec import TrialSpec
 from tuner.context import Telemetry
 from tuner.phases import finish, remeasure
 from tuner.records import BASELINE_ID, TrialRow
@@ -104,7 +105,7 @@ def test_no_winner_is_crowned_when_a_finalist_has_only_contended_figures(who):
 
 
 def test_the_runs_interleave_across_cases_in_time(tmp_path, one_cpu_ray):
-    cases = [{**TOY, "seed": i} for i in range(2)]
+    cases = [TrialSpec.of({**TOY, "seed": i}) for i in range(2)]
     rows = run_cases("p", tmp_path, cases, Placement({"cpu": 1}, 1, reuse_actors=True), repeats=[3, 2])
     assert [(r.case, r.repeat) for r in rows] == [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1)]  # case order
     in_time = [r.case for r in sorted(rows, key=lambda r: r.window_t0)]
@@ -118,7 +119,7 @@ def test_under_a_cpu_burner_contended_windows_are_repeated_then_the_baseline_sta
         time.sleep(1)
         ctx = SimpleNamespace(out=tmp_path, telemetry=Telemetry(), notices=[], inputs=TrialInputs())
         ctx.notice = ctx.notices.append
-        cases = [{**TOY, "seed": 0}, {**TOY, "seed": 1, "batch_size": 16}]
+        cases = [TrialSpec.of({**TOY, "seed": 0}), TrialSpec.of({**TOY, "seed": 1, "batch_size": 16})]
         rows = remeasure.measure(ctx, cases, [1, 1], Placement({"cpu": 1}, 1, reuse_actors=True))
     finally:
         for proc in burners:

@@ -19,6 +19,7 @@ from tensorboardX.proto.event_pb2 import Event
 
 from tests.factories import make_row
 from tests.fake_nvml import POWER_CAP, THERMAL, FakeNvml, NVMLError_LibraryNotFound
+from trainables.spec import TrialSpec
 from tuner import observe
 from tuner.context import Telemetry
 from tuner.gpus import gpu_usage
@@ -521,7 +522,7 @@ def scrape_metric(port: int, name: str, label: str, timeout_s: float = 15.0) -> 
 def test_a_stopped_trial_keeps_the_window_of_its_last_interim_report():
     interim = {"status": "running", "tokens_per_s": 1e5, "window_t0": 2.0, "window_t1": 8.0}
     interim |= {"window_tokens": 400_000, "gpu": 0, "node_id": "n1", "pid": 7}
-    row = trial_row(interim, {"batch_size": 16, "train": {}}, None, None)
+    row = trial_row(interim, TrialSpec.of({"batch_size": 16}), None, None)
     assert row["status"] == "stopped" and row["tokens_per_s"] == 1e5
     assert (row["window_t0"], row["window_t1"], row["gpu"], row["node_id"]) == (2.0, 8.0, 0, "n1")
     joined = annotate_trial(row, summarize_window(ramp(), row["window_t0"], row["window_t1"]))

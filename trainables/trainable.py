@@ -1,7 +1,8 @@
 """The Ray Tune function trainable: a thin wrapper that runs the training loop and reports its metrics.
 
-The tuner passes the baseline training config as `config["train"]` and the trial's knobs as the other
-top-level keys (so they show in Ray's tables and the dashboard); the trainable needs nothing from the tuner. Interim reports let Ray stop clearly slow
+The tuner passes a `TrialSpec` (trainables/spec.py) as Tune's plain config, read back by `TrialSpec.of_tune`:
+the training config, a searcher's knobs as top-level keys (so they show in Ray's tables and the dashboard)
+and the phase's labels, which the trainable never reads; it needs nothing from the tuner. Interim reports let Ray stop clearly slow
 trials; the last report carries the run's full result, a `TrialResult` as its metrics dict (status,
 speed, loss, memory, telemetry window: trainables/result.py).
 The search hands every trial the corpus its driver resolved (`corpus`, through Ray's object store), so a
@@ -25,14 +26,13 @@ from ray import tune
 
 from model import library_env
 from trainables.compile_cache import Manifest, NodeCache, node_cache_root
-from trainables.config import ConfigError, TrainConfig, make_config
+from trainables.config import ConfigError, TrainConfig
 from trainables.data import Corpus, shipped_corpus
 from trainables.gate import NAMESPACE, BesideClient, GateClient
 from trainables.loop import train
 from trainables.result import INTERIM_FIELDS, TrialResult
+from trainables.spec import TrialSpec
 
-# The key under `config["train"]` where the tuner labels a trial (its case and repeat); not a knob.
-LABELS = "_labels"
 SYNC_TIMEOUT_S = 300.0  # one call of a cache sync; one that takes longer is a failed sync
 
 
@@ -99,14 +99,6 @@ def _placement() -> dict[str, Any]:
     return {"node_id": ctx.get_node_id(), "gpu": int(gpu_ids[0]) if gpu_ids else None}
 
 
-def trial_config(config: dict[str, Any]) -> TrainConfig:
-    """The training config a trial's Tune config stands for: the baseline under `train` (less its labels),
-    the trial's knobs over it. ConfigError on bad values."""
-    knobs = {k: v for k, v in config.items() if k != "train"}
-    base = {k: v for k, v in config.get("train", {}).items() if k != LABELS}
-    return make_config({**base, **knobs}, section="train")  # keys named as a search config writes them
-
-
 def train_trial(
     config: dict[str, Any],
     timing_gate: str | None = None,
@@ -120,7 +112,7 @@ def train_trial(
     the driver's compile-cache server, for a trial on another node (`_follow_driver_caches`)."""
     placement = _placement()
     try:
-        cfg = trial_config(config)
+        cfg = TrialSpec.of_tune(config).train
     except ConfigError as err:
         tune.report({"status": "error", "error": str(err), "tokens_per_s": 0.0, "done": True, **placement})
         return
@@ -149,17 +141,16 @@ def train_trial(
 
 
 def run_beside(
-    config: dict[str, Any], who: str, corpus: Corpus | None = None, cache_server: str | None = None
+    spec: TrialSpec, who: str, corpus: Corpus | None = None, cache_server: str | None = None
 ) -> dict[str, Any]:
     """A run that is no Tune trial, started by the driver as a Ray task: a full-budget loss run trained
     beside the screen's speed runs in its GPU's idle time, giving the GPU to every timed window
     (trainables/gate.py:BesideClient). Returns its TrialResult's metrics, as a trial's last report."""
     placement = _placement()
-    cfg = trial_config(config)  # built by the driver from a config it validated
     hook = None
     if placement["gpu"] is not None:
         hook = BesideClient(placement["node_id"], placement["gpu"], who, sync=_finish_gpu_work)
-    return _train(cfg, placement, corpus, cache_server, hook=hook).metrics()
+    return _train(spec.train, placement, corpus, cache_server, hook=hook).metrics()
 
 
 def _finish_gpu_work() -> None:

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 from pydantic import TypeAdapter
 
 from trainables.config import ConfigError
-from trainables.trainable import LABELS
+from trainables.spec import TrialSpec
 from trainables.workload import WorkloadInfo
 from tuner.config import SearchConfig
 from tuner.records import Hardware, ProbedBatch
@@ -169,7 +169,7 @@ class SearchContext:
         cpus = max(1, min(self.cfg.resources.cpus_per_trial, cpus_per_gpu // per_gpu))
 
         def resources(config: dict[str, Any]) -> dict[str, float]:
-            peak = peaks_mb[config["train"][LABELS]["case"]]
+            peak = peaks_mb[TrialSpec.of_tune(config).labels.case]
             need = (
                 self._memory_need(peak) if peak else None
             )  # the baseline is not screened: no peak of its own

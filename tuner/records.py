@@ -109,6 +109,14 @@ class TrialRow(Record):
     )
     twin_of: str | None = Field(None, description="loss runs: the screen trial whose execution it borrowed")
 
+    def with_verdict(self, gate: LossGate) -> TrialRow:
+        """This loss run's row with the gate's verdict on it."""
+        return self.model_copy(update={"feasible": gate.verdict(self)})
+
+    def speed_only(self) -> TrialRow:
+        """This short speed run's row without its val loss, which means nothing after so few steps."""
+        return self.model_copy(update={"val_loss": None})
+
     @property
     def phase_name(self) -> str:
         """The phase without its round number (loss_check_0 -> loss_check)."""

@@ -27,7 +27,8 @@ from ray.tune.stopper import CombinedStopper
 
 from trainables.config import ConfigError
 from trainables.data import Corpus
-from trainables.trainable import LABELS, train_trial, trial_config
+from trainables.spec import TRAIN, TrialSpec
+from trainables.trainable import train_trial
 from tuner.distinct import DistinctConfigs
 from tuner.knobs import freeze
 from tuner.node_loss import NODE_LOSS_RERUNS, died_with_node
@@ -174,7 +175,7 @@ class LedgerCallback(Callback):
     def _finish(self, trials, trial, error):
         if self.ledger.has(trial.trial_id):  # one row per Ray trial: a finished trial is never rewritten
             return
-        fields = trial_row(trial.last_result, trial.config, error, trial.path, trial.trial_id)
+        fields = trial_row(trial.last_result, _spec(trial.config), error, trial.path, trial.trial_id)
         if error is not None and died_with_node(error, fields["node_id"]):
             node = short_node_id(fields["node_id"])
             if self.rerun_lost:  # no row: the phase runs it again
@@ -208,18 +209,26 @@ def _fmt_s(seconds: float) -> str:
     return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
 
 
+def _spec(config: dict[str, Any]) -> TrialSpec:
+    """The spec a trial's Tune config carries, as the trial reads it, or as asked where it refused it."""
+    try:
+        return TrialSpec.of_tune(config)
+    except ConfigError:
+        return TrialSpec.as_asked(config)
+
+
 def _label(config: dict) -> str:
     """A trial in a few words: its case number, or the knobs that say most about its speed."""
-    labels = (config.get("train") or {}).get(LABELS)
-    if labels:
-        return f"case {labels['case']}" + (f"#{labels['repeat']}" if labels.get("repeat") else "")
+    labels = _spec(config).labels
+    if labels.case is not None:
+        return f"case {labels.case}" + (f"#{labels.repeat}" if labels.repeat else "")
     knobs = [str(config[k]) for k in ("batch_size", "precision", "compile", "kernels") if k in config]
     return "/".join(knobs) or "trial"
 
 
 def _planned_tokens(config: dict) -> int | None:
     try:
-        cfg = trial_config(config)  # as the trial itself reads it
+        cfg = TrialSpec.of_tune(config).train  # as the trial itself reads it
     except ConfigError:
         return None
     return cfg.total_steps * cfg.tokens_per_step
@@ -308,14 +317,14 @@ def _fit(
 def run_cases(
     phase: str,
     out: Path,
-    cases: list[dict[str, Any]],
+    cases: list[TrialSpec],
     placement: Placement,
     *,
     repeats: int | Sequence[int] = 1,
     inputs: TrialInputs = TrialInputs(),
 ) -> list[TrialRow]:
-    """Each training config in `cases`, `repeats` times (or repeats[i] times for case i); rows in case
-    order, one per (case, repeat). The runs go round robin (every case's first repeat, then every case's
+    """Each trial in `cases`, `repeats` times (or repeats[i] times for case i); rows in case order, one per
+    (case, repeat), labelled as their specs are (the runner adds case and repeat). The runs go round robin (every case's first repeat, then every case's
     second, ...), so a burst of outside load lands on all the cases alike, not on one case's repeats."""
     ledger = Ledger(out, phase)
     counts = [repeats] * len(cases) if isinstance(repeats, int) else list(repeats)
@@ -323,7 +332,7 @@ def run_cases(
     for attempt in range(NODE_LOSS_RERUNS + 1):
         done = {(r.case, r.repeat) for r in ledger.rows()}
         pending = [
-            {**cases[i], LABELS: {"case": i, "repeat": rep}}
+            cases[i].labelled(case=i, repeat=rep).as_tune()[TRAIN]
             for i, rep in round_robin(counts)
             if (i, rep) not in done
         ]
@@ -333,7 +342,7 @@ def run_cases(
         lost = _fit(
             ledger,
             out,
-            {"train": tune.grid_search(pending)},
+            {TRAIN: tune.grid_search(pending)},
             placement,
             total=total,
             already=len(done),

@@ -1,15 +1,17 @@
-"""A ledger row's fields from what a Ray trial left: its last report, its config and its error.
+"""A ledger row's fields from what a trial was and what it left: its `TrialSpec`, its last report, its error.
 
 The runner's LedgerCallback turns each finished Ray trial into one row of the ledger; what a row keeps of the
 trial's metrics, and how a failure reads in one line, is decided here, apart from the running of trials.
 A trial's last report is a `TrialResult` (trainables/result.py); a row keeps each of its fields but those
-NOT_IN_ROW names, so a figure added there reaches the ledger without a list here to update.
+NOT_IN_ROW names, so a figure added there reaches the ledger without a list here to update; its spec's
+labels (trainables/spec.py:TrialLabels) are TrialRow fields of the same names, so a phase labels its rows
+by the specs it hands the runner, never by editing the rows it gets back.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import fields
+from dataclasses import asdict, fields
 from typing import Any
 
 from ray import cloudpickle
@@ -17,7 +19,7 @@ from ray.exceptions import RayActorError, RayTaskError
 
 from trainables.errors import first_line
 from trainables.result import TrialResult
-from trainables.trainable import LABELS
+from trainables.spec import TrialSpec
 
 PLACEMENT_KEYS = ("node", "node_id", "gpu", "pid")  # all a failed trial's row keeps of its metrics
 
@@ -36,12 +38,12 @@ RESULT_KEYS = tuple(f.name for f in fields(TrialResult) if f.name not in {*NOT_I
 
 def trial_row(
     metrics: dict[str, Any] | None,
-    config: dict[str, Any],
+    spec: TrialSpec,
     error: Any,
     path: str | None,
     trial_id: str | None = None,
 ) -> dict[str, Any]:
-    """The fields of a row from what a Ray trial left: its last metrics, its config, its error (the ledger
+    """The fields of a row from a trial's spec and what it left: its last metrics, its error (the ledger
     adds the phase and id). `trial_id` (the Ray trial's own) keys the row: metrics that name another trial
     are not this one's (a reused worker answers with its previous trial's until it is reset) and are
     dropped. A failed trial keeps only where it ran: a speed or loss it reported before failing is no result."""
@@ -54,15 +56,12 @@ def trial_row(
         status, m["error"] = "error", describe_error(error, m.get("pid"))
     elif status in (None, "running"):
         status = "stopped"  # the stopper ended it before its final report
-    train = dict(config.get("train") or {})
-    labels = train.pop(LABELS, None) or {}
-    knobs = {k: v for k, v in config.items() if k != "train"}
+    labels = asdict(spec.labels)
     speed = m.get("tokens_per_s")
     return {
-        "config": knobs,
-        "train": {**train, **knobs},  # the whole config the trial trained
-        "case": labels.get("case"),
-        "repeat": labels.get("repeat"),
+        "config": labels.pop("knobs"),
+        "train": spec.train.model_dump(),  # the whole config the trial trained
+        **labels,
         "ray_trial_id": trial_id or m.get("trial_id"),
         "status": status,
         "tokens_per_s": speed

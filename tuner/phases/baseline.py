@@ -17,6 +17,7 @@ from typing import Any
 
 import ray
 
+from trainables.spec import TrialSpec
 from trainables.trainable import run_beside
 from tuner.config import Knob
 from tuner.context import SearchContext, SearchFailed, log
@@ -40,10 +41,10 @@ WAIT_LINE_S = 30.0  # the longest the search is silent while it waits for the be
 @dataclass
 class BesideRun:
     """The baseline's loss run, trained beside the screen: its Ray task (None when its row is already in the
-    ledger, from before a resume), the training config it runs, and the start point it took the execution of."""
+    ledger, from before a resume), the trial it runs, and the start point it took the execution of."""
 
     ref: Any
-    case: dict[str, Any]
+    spec: TrialSpec
     point: dict[str, Any]
     started: float
 
@@ -61,19 +62,19 @@ def start_beside(ctx: SearchContext, space: dict[str, Knob]) -> BesideRun | None
     if point is None:
         return None
     case = {**ctx.base, **execution({**ctx.base, **point}), "out_dir": None}
-    if Ledger(ctx.out, BESIDE_PHASE).rows():
-        return BesideRun(None, case, point, time.time())
     share = ctx.beside_share(case)
-    case["gpu_memory_fraction"] = share
+    spec = TrialSpec.of({**case, "gpu_memory_fraction": share})
+    if Ledger(ctx.out, BESIDE_PHASE).rows():
+        return BesideRun(None, spec, point, time.time())
     # max_calls=1: the worker exits with the run; kept idle, its CUDA context on the GPU made every later
     # window there "GPU shared" (2 H200s, run L: 13 re-measure windows timed again, 277 s instead of ~80)
     task = ray.remote(max_calls=1)(run_beside).options(
         num_cpus=ctx.cfg.resources.cpus_per_trial, num_gpus=share
     )
-    ref = task.remote({"train": case}, BESIDE_WHO, ctx.inputs.corpus, ctx.inputs.cache_server)
+    ref = task.remote(spec, BESIDE_WHO, ctx.inputs.corpus, ctx.inputs.cache_server)
     how = ", ".join(f"{k}={v}" for k, v in execution(case).items() if ctx.base.get(k) != v)
     log(f"[baseline] its loss run trains beside the screen ({how}), in its GPU's idle time")
-    return BesideRun(ref, case, point, time.time())
+    return BesideRun(ref, spec, point, time.time())
 
 
 def _twin_point(ctx: SearchContext, space: dict[str, Knob]) -> dict[str, Any] | None:
@@ -91,7 +92,7 @@ def beside_row(ctx: SearchContext, run: BesideRun) -> TrialRow | None:
     ledger = Ledger(ctx.out, BESIDE_PHASE)
     if not ledger.rows():
         metrics, error = _wait(run)
-        ledger.append(trial_row(metrics, {"train": run.case}, error, None))
+        ledger.append(trial_row(metrics, run.spec, error, None))
     row = annotate(ctx, ledger.rows()[:1])[0]
     if row.status != "ok":
         ctx.notice(f"the baseline's loss run beside the screen failed ({row.error}): it trains again now")
@@ -155,7 +156,7 @@ def checked(ctx: SearchContext, baseline: TrialRow) -> tuple[TrialRow, LossGate]
     if baseline.status != "ok" or baseline.val_loss is None:
         raise SearchFailed(f"the baseline run failed ({baseline.status}: {baseline.error})")
     gate = ctx.cfg.quality.gate(baseline.val_loss)
-    baseline.feasible = gate.verdict(baseline)
+    baseline = baseline.with_verdict(gate)
     changed = {k: v for k, v in (baseline.execution or {}).items() if ctx.base.get(k) != v}
     how = ", ".join(f"{k}={v}" for k, v in changed.items())
     how = f"as its twin {baseline.twin_of} runs ({how})" if baseline.twin_of else f"with {how}"

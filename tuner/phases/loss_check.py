@@ -9,8 +9,8 @@ passed configs screened faster)."""
 from __future__ import annotations
 
 import math
-from typing import Any
 
+from trainables.spec import TrialSpec
 from tuner.context import SearchContext
 from tuner.knobs import execution
 from tuner.observe import annotate
@@ -32,7 +32,7 @@ def run(
     feasible = len(passed)
     budget = s.max_loss_checks if s.max_loss_checks is not None else 2 * s.loss_check_top
     base_case, twin = baseline.loss_case(ctx, screen)
-    base_case["gpu_memory_fraction"] = _gpu_share(ctx, twin)
+    base_spec = TrialSpec.of({**base_case, "gpu_memory_fraction": _gpu_share(ctx, twin)})
     base_row, gate, rows, round_no = None, None, [], 0
     while base_row is None or (
         queue and feasible < s.loss_check_top and len(rows) < budget and _in_reach(ctx, queue[0], passed)
@@ -41,7 +41,7 @@ def run(
         take = max(0, min(_slots(ctx) - extra, s.loss_check_top - feasible, budget - len(rows)))
         batch = _round_picks(queue, passed, take, s.remeasure_top)
         queue = queue[len(batch) :]
-        cases = ([base_case] if extra else []) + [_case(ctx, p) for p in batch]
+        cases = ([base_spec] if extra else []) + [_spec(ctx, p) for p in batch]
         training = int(base_row is None and beside is not None and not beside.done())
         new = (
             ctx.phase(
@@ -54,15 +54,11 @@ def run(
         )
         round_no += 1
         if base_row is None:
-            row, twin = (new.pop(0), twin) if extra else _beside_or_own(ctx, screen, beside, base_case, twin)
+            row, twin = (new.pop(0), twin) if extra else _beside_or_own(ctx, screen, beside, base_spec, twin)
             base_row, gate = baseline.checked(ctx, baseline.as_baseline(row, twin))
-        for row in new:
-            pick = batch[row.case - extra]
-            row.config, row.screen_id, row.twin_of = pick.config, pick.id, pick.id
-            row.execution = execution(row.train)
-            row.feasible = gate.verdict(row)
-            feasible += bool(row.feasible)
-            passed += [pick] if row.feasible else []
+        new = [row.with_verdict(gate) for row in new]  # in case order: the batch's order
+        passed += [pick for pick, row in zip(batch, new, strict=True) if row.feasible]
+        feasible += sum(bool(row.feasible) for row in new)
         rows += new
     return [base_row, *rows]
 
@@ -71,7 +67,7 @@ def _beside_or_own(
     ctx: SearchContext,
     screen: list[TrialRow],
     beside: baseline.BesideRun,
-    base_case: dict[str, Any],
+    base_spec: TrialSpec,
     twin: TrialRow | None,
 ) -> tuple[TrialRow, TrialRow | None]:
     """The baseline's loss row and the twin whose execution it took: from its run beside the screen (the
@@ -79,7 +75,7 @@ def _beside_or_own(
     row = baseline.beside_row(ctx, beside)
     if row is not None:
         return row, next((r for r in screen if r.config == beside.point), None)
-    own = ctx.phase("loss_check_baseline", lambda: _round(ctx, "baseline", [base_case]), list[TrialRow])
+    own = ctx.phase("loss_check_baseline", lambda: _round(ctx, "baseline", [base_spec]), list[TrialRow])
     return own[0], twin
 
 
@@ -109,12 +105,16 @@ def _in_reach(ctx: SearchContext, pick: Candidate, passed: list[Candidate]) -> b
     return False
 
 
-def _case(ctx: SearchContext, pick: Candidate) -> dict[str, Any]:
-    return {**ctx.base, **pick.config, "gpu_memory_fraction": _gpu_share(ctx, pick.row), "out_dir": None}
+def _spec(ctx: SearchContext, pick: Candidate) -> TrialSpec:
+    """A candidate's loss run, labelled with the screen trial it checks, whose execution it trains with."""
+    case = {**ctx.base, **pick.config, "gpu_memory_fraction": _gpu_share(ctx, pick.row), "out_dir": None}
+    return TrialSpec.of(
+        case, knobs=pick.config, screen_id=pick.id, twin_of=pick.id, execution=execution(case)
+    )
 
 
 def _round(
-    ctx: SearchContext, round_no: int | str, cases: list[dict[str, Any]], beside: int = 0
+    ctx: SearchContext, round_no: int | str, cases: list[TrialSpec], beside: int = 0
 ) -> list[TrialRow]:
     # Full token budget, the baseline's seed and data order; GPU fractions with a memory cap each.
     name = f"loss_check_{round_no}"
@@ -124,9 +124,7 @@ def _round(
     )
 
 
-def spread_over_gpus(
-    ctx: SearchContext, cases: list[dict[str, Any]], beside: int = 0
-) -> list[dict[str, Any]]:
+def spread_over_gpus(ctx: SearchContext, cases: list[TrialSpec], beside: int = 0) -> list[TrialSpec]:
     """Each run takes at least 1/ceil(runs / GPUs) of a GPU, so a round's runs spread evenly over the GPUs:
     Ray fills one GPU's fractions before the next (on two H100s, four quarter-GPU runs trained on GPU 0 at
     151-193K tok/s while GPU 1 trained one at 575K, and the round lasted as long as GPU 0's). `beside`: runs
@@ -136,13 +134,13 @@ def spread_over_gpus(
     if not ctx.on_gpu:
         return cases
     floor = 1.0 / math.ceil((len(cases) + beside) / max(1, ctx.hw.gpus))
-    return [{**c, "gpu_memory_fraction": max(c["gpu_memory_fraction"] or 0.0, floor)} for c in cases]
+    return [c.with_train(gpu_memory_fraction=max(c.train.gpu_memory_fraction or 0.0, floor)) for c in cases]
 
 
 def _resources(ctx: SearchContext):
     cpus = ctx.cfg.resources.cpus_per_trial
     if ctx.on_gpu:  # per trial: its own GPU share (see _gpu_share)
-        return lambda config: {"cpu": cpus, "gpu": config["train"].get("gpu_memory_fraction") or 1.0}
+        return lambda config: {"cpu": cpus, "gpu": TrialSpec.of_tune(config).train.gpu_memory_fraction or 1.0}
     return {"cpu": cpus}
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from trainables.spec import TrialSpec
 from tuner.context import SearchContext
 from tuner.observe import annotate
 from tuner.records import BASELINE_ID, TrialRow
@@ -31,15 +32,16 @@ def run(ctx: SearchContext, screen: list[TrialRow]) -> list[TrialRow]:
             peaks.append(t.peak_mem_mb)
     s = ctx.cfg.search
     asked = [s.baseline_runs] + [s.repeats] * (len(cases) - 1)
-    rows = measure(ctx, cases, asked, ctx.remeasure_placement(sum(asked), peaks))
-    for row in rows:
-        row.finalist, row.config = finalists[row.case]
-        row.val_loss = None
-    return rows
+    specs = [
+        TrialSpec.of(case, finalist=finalist, knobs=knobs)
+        for (finalist, knobs), case in zip(finalists, cases, strict=True)
+    ]
+    rows = measure(ctx, specs, asked, ctx.remeasure_placement(sum(asked), peaks))
+    return [row.speed_only() for row in rows]
 
 
 def measure(
-    ctx: SearchContext, cases: list[dict], asked: Sequence[int], placement: Placement
+    ctx: SearchContext, cases: list[TrialSpec], asked: Sequence[int], placement: Placement
 ) -> list[TrialRow]:
     """Every case timed `asked[i]` times in uncontended windows where that can be had: contended windows
     are timed again (bounded by `more_runs`); the counts follow from the ledger, so --resume goes on."""

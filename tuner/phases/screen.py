@@ -13,6 +13,7 @@ from optuna.storages.journal import JournalFileBackend
 from optuna.trial import TrialState
 from ray.tune.search.optuna import OptunaSearch
 
+from trainables.spec import TrialSpec
 from tuner.config import Knob, Range, parse_duration
 from tuner.context import SearchContext, log
 from tuner.observe import annotate
@@ -44,7 +45,10 @@ def run(ctx: SearchContext, space: dict[str, Knob]) -> list[TrialRow]:
     rows = run_proposals(
         "screen",
         ctx.out,
-        {"train": {**ctx.short_run({}), "compile_deadline_s": _deadline_s(ctx)}, **to_tune(space)},
+        {
+            **TrialSpec.of({**ctx.short_run({}), "compile_deadline_s": _deadline_s(ctx)}).as_tune(),
+            **to_tune(space),
+        },
         ctx.speed_placement(),
         trials=s.trials,
         make_searcher=make_searcher,
@@ -52,9 +56,7 @@ def run(ctx: SearchContext, space: dict[str, Knob]) -> list[TrialRow]:
         time_budget_s=wall_budget_s(ctx),
         inputs=ctx.inputs,
     )
-    for row in rows:
-        row.val_loss = None  # a short run's loss means nothing; the loss check fills it in
-    return annotate(ctx, rows)
+    return annotate(ctx, [row.speed_only() for row in rows])  # the loss check measures their losses
 
 
 def wall_budget_s(ctx: SearchContext) -> float | None:
