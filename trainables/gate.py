@@ -203,7 +203,6 @@ class BesideClient:
         self.actor = _gate(node_id, gpu)
         ray.get(self.actor.arrive.remote(who, self.pid))  # compiling until its first step is done
         self.waited_s = 0.0
-        self.compiling_beside: int | None = None  # not a timed run
         self.next_check = 0.0
 
     def __call__(self) -> None:

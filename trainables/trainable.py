@@ -194,7 +194,7 @@ def _train(
         gpu=placement["gpu"] if placement["gpu"] is not None else run.gpu,  # Ray's GPU id, as telemetry's
         cache_sync="; ".join(notices) or None,
         gate_wait_s=round(client.waited_s, 3) if client else None,
-        compiling_beside=client.compiling_beside if client else None,
+        compiling_beside=gate.compiling_beside if gate else None,  # only a timed run counts them
     )
     if result.status != "ok":
         result = replace(result, tokens_per_s=0.0)  # a failed run: 0 tok/s, so the search avoids its region

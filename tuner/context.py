@@ -169,10 +169,8 @@ class SearchContext:
         cpus = max(1, min(self.cfg.resources.cpus_per_trial, cpus_per_gpu // per_gpu))
 
         def resources(config: dict[str, Any]) -> dict[str, float]:
-            peak = peaks_mb[TrialSpec.of_tune(config).labels.case]
-            need = (
-                self._memory_need(peak) if peak else None
-            )  # the baseline is not screened: no peak of its own
+            peak = peaks_mb[TrialSpec.of_tune(config).labels.case]  # None: the baseline, not screened
+            need = self._memory_need(peak) if peak else None
             share = self._share(need, per_gpu) if need is not None else self._speed_share(config, per_gpu)
             return {"cpu": cpus, "gpu": share}
 
