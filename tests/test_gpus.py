@@ -55,6 +55,24 @@ def test_gpu_usage_keeps_every_gpu_of_every_node_that_answered():
     assert usage[1].spans[SEARCH].util_median == 62.0 and usage[1].spans[SEARCH].mem_used_mean_mb is None
 
 
+def test_gpu_usage_keeps_only_the_gpus_trials_ran_on():
+    # a search under CUDA_VISIBLE_DEVICES=1: the sampler reads GPUs 0-2, the trials ran on GPU 1 only
+    stats = {"span_s": 10.0, "samples": 50, "covered_s": 9.8, "util_mean": 60.0, "util_median": 62.0}
+    answers = [
+        {"available": True, "node_id": NODE, "gpus": [{"gpu": g, "spans": {SEARCH: stats}} for g in range(3)]}
+    ]
+    rows = [
+        make_row("screen-0", "screen", gpu=1, node_id=NODE),
+        make_row("screen-1", "screen", gpu=1, node_id=NODE),
+    ]
+    assert [u.gpu for u in gpu_usage(answers, rows)] == [1]
+    assert [u.gpu for u in gpu_usage(answers, [make_row("cpu-run", "screen")])] == [
+        0,
+        1,
+        2,
+    ]  # no GPU known: all
+
+
 def test_one_gpu_or_cpu_runs_have_no_population_to_compare():
     assert gpu_population(remeasured("baseline", {0: [100.0, 101.0, 99.0]})) == []
     cpu = [make_row(f"r{n}", "remeasure", finalist="baseline", tokens_per_s=100.0) for n in range(3)]

@@ -51,8 +51,11 @@ def phase_spans(timings: Mapping[str, float], rows: Iterable[TrialRow]) -> dict[
     return spans
 
 
-def gpu_usage(answers: Iterable[Mapping[str, Any]]) -> list[GpuUsage]:
-    """Each GPU of each node that answered (tuner.telemetry.fetch_usage) as a record, by node then index."""
+def gpu_usage(answers: Iterable[Mapping[str, Any]], rows: Iterable[TrialRow] = ()) -> list[GpuUsage]:
+    """Each GPU of each node that answered (tuner.telemetry.fetch_usage) as a record, by node then index.
+    With `rows`, only the GPUs a trial ran on: a sampler reads every GPU NVML sees, and a search limited by
+    CUDA_VISIBLE_DEVICES does not use them all."""
+    ran_on = {(row.node_id, row.gpu) for row in rows if row.gpu is not None}
     return [
         GpuUsage(
             node_id=answer.get("node_id"),
@@ -63,6 +66,7 @@ def gpu_usage(answers: Iterable[Mapping[str, Any]]) -> list[GpuUsage]:
         for answer in answers
         if answer.get("available")
         for gpu in answer.get("gpus", [])
+        if not ran_on or (answer.get("node_id"), gpu["gpu"]) in ran_on
     ]
 
 

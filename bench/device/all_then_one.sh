@@ -1,9 +1,10 @@
 # Issues 24 and 20 on a machine with N GPUs (2 or 4), in one sitting: the README's command exactly, cold, on
-# all N GPUs; then the same command on GPU 0 alone (CUDA_VISIBLE_DEVICES=0), cold again (each search
-# compiles into its own OUT/compile-cache; the first one's is moved aside); then, side by side on separate
-# GPUs: the seed baseline (300 steps) and best.yaml alone on GPU 0, followed there by the Hugging Face
-# example's search (issue 23); the GPU tests on GPU 1 (at most TESTS_S seconds); on 4 GPUs also the rest of
-# the ceiling sweep on GPU 2 with the one-GPU search's caches. Run K (4x H200) used this with N=4.
+# GPU 0 alone (CUDA_VISIBLE_DEVICES=0; issue 20's run, first so that a sitting cut short still has it); then
+# the same command on all N GPUs, cold again (each search compiles into its own OUT/compile-cache; the first
+# one's is moved aside while the second runs, and back after); then, side by side on separate GPUs: the seed
+# baseline (300 steps) and best.yaml of the one-GPU search alone on GPU 0; the GPU tests split over GPUs 1
+# and 2 (at most TESTS_S seconds); the Hugging Face example's search (issue 23) on GPU 3 (on GPU 0 after the
+# pair on 2 GPUs). Run K (4x H200) ran all-then-one, with the ceiling sweep beside.
 # Output in /tmp/final (one folder per search); `bash bench/device/poll.sh 540 ALLDONE` waits.
 set -u
 R=/tmp/final; mkdir -p $R
@@ -23,31 +24,38 @@ search() {  # $1: the label; the README's command exactly, on the GPUs CUDA_VISI
   echo "EXIT $1 $? after $(( $(date +%s) - T )) s" >> $R/search.log
   mkdir -p $R/$1 && cp out/search/summary.json out/search/report.md out/search/report.html out/search/best.yaml $R/$1/
 }
-search all
-mv out/search out/search-all
 export CUDA_VISIBLE_DEVICES=0
 search one
+mv out/search out/search-one
+unset CUDA_VISIBLE_DEVICES
+search all
+mv out/search out/search-all && mv out/search-one out/search  # best.yaml's run reads the caches it names
 TR="python3 -m trainables.train --data tinyshakespeare.txt --json"
-( $TR --config configs/default.yaml --set max_steps=300 > $R/one/train_baseline.json 2> $R/one/train_baseline.err
-  $TR --config out/search/best.yaml > $R/one/train_best.json 2> $R/one/train_best.err
-  echo "PAIR $(date -u +%FT%TZ)" >> $R/search.log
-  # issue 23: the Hugging Face example at a GPU size (the image has transformers)
-  [ $N -ge 4 ] && export CUDA_VISIBLE_DEVICES=3
+hf() {  # issue 23: the Hugging Face example at a GPU size (the image has transformers)
   timeout 360 python3 -m tuner.search --config examples/hf_llama/search.yaml --data tinyshakespeare.txt \
     --set train.model.num_hidden_layers=6 --set train.model.hidden_size=384 \
     --set train.model.intermediate_size=1024 --set train.seq_len=256 --set train.tokens=10240000 \
     --out out/hf > $R/hf.log 2>&1
   echo "HF exit $? $(date -u +%FT%TZ)" >> $R/search.log
-  mkdir -p $R/hf && cp out/hf/summary.json out/hf/report.md out/hf/best.yaml $R/hf/ ) &
-( export CUDA_VISIBLE_DEVICES=1
-  timeout $TESTS_S python3 -m pytest -v -m gpu -p no:cacheprovider tests/test_fused_gpu.py > $R/gpu_tests.log 2>&1
-  echo "GPUTESTS exit $? $(date -u +%FT%TZ)" >> $R/search.log ) &
-if [ $N -ge 4 ]; then
-( export CUDA_VISIBLE_DEVICES=2 CC=$PWD/out/search/compile-cache
-  export TORCHINDUCTOR_CACHE_DIR=$CC/inductor TRITON_CACHE_DIR=$CC/triton
-  python3 bench/ceiling.py --data tinyshakespeare.txt --batches 512,64 --precisions bf16 \
-    --compiles reduce-overhead --kernels fused,torch --steps 40 --profile --out $R/ceiling > $R/ceiling.md 2> $R/ceiling.err
-  echo "CEILING $(date -u +%FT%TZ)" >> $R/search.log ) &
+  mkdir -p $R/hf && cp out/hf/summary.json out/hf/report.md out/hf/best.yaml $R/hf/
+}
+gpu_tests() {  # $1: the GPU, $2: the label, then the test selection
+  local G=$1 L=$2; shift 2
+  CUDA_VISIBLE_DEVICES=$G timeout $TESTS_S python3 -m pytest -v -m gpu -p no:cacheprovider "$@" > $R/gpu_tests_$L.log 2>&1
+  echo "GPUTESTS $L exit $? $(date -u +%FT%TZ)" >> $R/search.log
+}
+( export CUDA_VISIBLE_DEVICES=0
+  $TR --config configs/default.yaml --set max_steps=300 > $R/one/train_baseline.json 2> $R/one/train_baseline.err
+  $TR --config out/search/best.yaml > $R/one/train_best.json 2> $R/one/train_best.err
+  echo "PAIR $(date -u +%FT%TZ)" >> $R/search.log
+  [ $N -lt 4 ] && hf ) &
+[ $N -ge 4 ] && ( export CUDA_VISIBLE_DEVICES=3; hf ) &
+F=tests/test_fused_gpu.py
+if [ $N -ge 3 ]; then  # the compiled-model tests (cold fla autotuning, minutes) apart from the rest
+  gpu_tests 1 ops $F -k "not model_matches" &
+  gpu_tests 2 model $F -k "model_matches" &
+else
+  gpu_tests 1 all $F &
 fi
 wait
 echo "ALLDONE $(date -u +%FT%TZ)" >> $R/search.log

@@ -208,7 +208,7 @@ def _gpu_usage(ctx: SearchContext, timings: dict[str, float], trials: list[Trial
     spans = phase_spans(timings, trials)
     if not (ctx.on_gpu and ctx.telemetry.actors and spans):
         return []
-    return gpu_usage(fetch_usage(ctx.telemetry.actors, spans))
+    return gpu_usage(fetch_usage(ctx.telemetry.actors, spans), trials)
 
 
 def _measurement(ctx: SearchContext) -> dict:
