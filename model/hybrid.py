@@ -280,6 +280,7 @@ class HybridLM(nn.Module):
     def __init__(self, cfg: HybridConfig):
         super().__init__()
         self.config = cfg
+        ops.preload(dict(zip(("rwkv6", "ssd", "causal_conv1d"), cfg.op_backends, strict=True)))
         self.embedding = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.blocks = nn.ModuleList([HybridBlock(cfg, i) for i in range(cfg.n_layers)])
         self.norm_out = RMSNorm(cfg.d_model)

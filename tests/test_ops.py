@@ -221,3 +221,16 @@ def test_missing_conv_kernel_is_one_line_naming_its_module():
     assert kernel is None and "\n" not in why
     assert why.startswith("model.ops.conv_fused.causal_conv1d_fused is not importable (ModuleNotFoundError")
     assert "causal_conv1d_cuda" in why
+
+
+def test_a_model_built_for_fused_kernels_imports_them_before_any_trace(monkeypatch):
+    """A first import inside a compiled forward is a graph break (fullgraph and CUDA graphs refuse it): the
+    model loads its fused kernels when it is built, and a torch-kernel model loads none."""
+    from model.hybrid import HybridConfig, HybridLM
+    from model.ops import _backend
+
+    monkeypatch.setattr(_backend, "_loaded", {})
+    HybridLM(HybridConfig(d_model=32, n_layers=1, kernels="torch"))
+    assert _backend._loaded == {}
+    HybridLM(HybridConfig(d_model=32, n_layers=1, kernels="fused"))
+    assert set(_backend._loaded) == {"rwkv6", "ssd", "causal_conv1d"}

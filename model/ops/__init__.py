@@ -7,9 +7,9 @@ fused kernel when it is importable and the tensors are on CUDA, else "torch"). F
 on first use; ``available_backends()`` says which can run here.
 """
 
-from model.ops._backend import available_backends
+from model.ops._backend import available_backends, preload
 from model.ops.conv import causal_conv1d
 from model.ops.rwkv6 import rwkv6
 from model.ops.ssd import ssd
 
-__all__ = ["available_backends", "causal_conv1d", "rwkv6", "ssd"]
+__all__ = ["available_backends", "causal_conv1d", "preload", "rwkv6", "ssd"]

@@ -42,6 +42,15 @@ def load_fused(op: str) -> tuple[Callable | None, str]:
     return _loaded[op]
 
 
+def preload(backends: dict[str, str]) -> None:
+    """Imports the fused kernel of each op (op -> backend) that may run it, before any torch.compile: a first
+    import inside a traced forward is a graph break, which fullgraph and CUDA graphs refuse. "auto" imports
+    only where CUDA is, as only there can it pick the fused kernel."""
+    for op, backend in backends.items():
+        if backend == FUSED[op][0] or (backend == "auto" and torch.cuda.is_available()):
+            load_fused(op)
+
+
 def resolve(op: str, backend: str, tensors: tuple[torch.Tensor, ...], unsupported: str | None = None) -> str:
     """Implementation to run: "naive", "torch" or "fused"; ValueError if ``backend`` cannot run here.
 
