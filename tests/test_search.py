@@ -128,6 +128,9 @@ def test_smoke_search_writes_everything_and_picks_the_fastest_feasible(tmp_path,
     else:
         assert s["best"] is None
         assert "baseline" in proc.stderr
+    # best.yaml's run gets as many CPU threads as the runs that timed it (Ray: one per CPU of a trial)
+    smoke = yaml.safe_load(Path("configs/smoke.yaml").read_text())
+    assert load_config(out / "best.yaml").cpu_threads == smoke["resources"]["cpus_per_trial"] == 1
 
 
 def test_oom_and_nan_are_infeasible_and_never_chosen(tmp_path):

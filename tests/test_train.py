@@ -478,13 +478,28 @@ def test_speed_knobs_run_on_cpu_and_keep_the_loss(baseline, variant, tolerance):
         assert val_loss == pytest.approx(base_val, abs=tolerance + 1e-5), step  # val is rounded to 5 places
 
 
-def test_compile_default_runs_on_cpu(baseline):
-    result = quiet_train(tiny_config(compile="default", max_steps=4, eval_interval=0))
+def test_compile_default_runs_on_cpu(baseline, monkeypatch):
+    import torch._inductor.config as inductor_config
+
+    monkeypatch.delenv("TORCHINDUCTOR_COMPILE_THREADS", raising=False)
+    monkeypatch.setattr(inductor_config, "compile_threads", inductor_config.compile_threads)  # put back after
+    result = quiet_train(tiny_config(compile="default", max_steps=4, eval_interval=0, compile_threads=1))
     assert result.status == "ok", result.error
+    assert result.compile_threads == 1 == inductor_config.compile_threads  # as best.yaml names them
     assert result.steps == 4 and math.isfinite(result.val_loss)
     # Same schedule and batches as the eager baseline, whose first point is also at step 4.
     assert result.train_loss == pytest.approx(baseline.history[0]["train_loss"], abs=1e-3)
     assert result.compile_s > result.step_ms_median / 1000  # compiling costs more than a step
+
+
+def test_a_run_uses_and_reports_the_cpu_threads_its_config_names():
+    before = torch.get_num_threads()
+    try:
+        result = quiet_train(tiny_config(max_steps=2, eval_interval=0, cpu_threads=1))
+        assert result.status == "ok" and result.cpu_threads == 1 == torch.get_num_threads()
+    finally:
+        torch.set_num_threads(before)
+    assert quiet_train(tiny_config(max_steps=2, eval_interval=0)).cpu_threads == before  # None: torch's own
 
 
 def test_non_finite_loss_ends_the_run_with_status_nan():

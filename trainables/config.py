@@ -183,6 +183,19 @@ class TrainConfig(BaseModel):
         description="folder for Inductor and Triton caches (a search's best.yaml names the search's, so "
         "its run reuses the kernels the search compiled); None = the environment's / torch's default",
     )
+    cpu_threads: Annotated[int | None, RUN] = Field(
+        None,
+        ge=1,
+        description="torch's CPU (intra-op) threads; None = torch's default. A search's best.yaml gives its "
+        "trials' count: on a busy host, dozens of threads spinning between a GPU run's small CPU ops slowed "
+        "its steps 2.4x (docs/benchmarks.md, run N)",
+    )
+    compile_threads: Annotated[int | None, RUN] = Field(
+        None,
+        ge=1,
+        description="Inductor's compile workers; None = Inductor's default (or TORCHINDUCTOR_COMPILE_THREADS, "
+        "which wins); a search's best.yaml gives its trials' count",
+    )
     out_dir: Annotated[str | None, RUN] = Field(None, description="write tokenizer, config and metrics here")
     save_model: Annotated[bool, RUN] = False
 

@@ -230,6 +230,7 @@ def _placed(device: torch.device) -> RunResult:
         node=platform.node(),
         pid=os.getpid(),
         cpu_count=os.cpu_count(),
+        cpu_threads=torch.get_num_threads(),
     )
 
 
@@ -260,6 +261,24 @@ def _prepare(cfg: TrainConfig, workload: Job, device: torch.device) -> None:
     # fp32 means fp32: TF32 tensor cores only when asked for.
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = cfg.precision == "tf32"
     torch.manual_seed(cfg.seed)
+    _use_threads(cfg)
+
+
+def _use_threads(cfg: TrainConfig) -> None:
+    """The CPU threads the config names, before anything compiles (Inductor sizes its worker pool at the
+    first compile); an exported TORCHINDUCTOR_COMPILE_THREADS wins, as Inductor read it at import."""
+    if cfg.cpu_threads:
+        torch.set_num_threads(cfg.cpu_threads)
+    if cfg.compile_threads and not os.environ.get(library_env.COMPILE_THREADS_VAR):
+        import torch._inductor.config as inductor_config
+
+        inductor_config.compile_threads = cfg.compile_threads
+
+
+def _compile_threads() -> int | None:
+    """Inductor's compile workers, where Inductor is loaded (a compiled run); None in an eager run."""
+    config = sys.modules.get("torch._inductor.config")
+    return getattr(config, "compile_threads", None) if config else None
 
 
 def _failure(err: Exception, cpu_capped: bool, deadline_s: float | None = None) -> tuple[str, str]:
@@ -328,6 +347,7 @@ def train(
         status=status,
         error=error,
         peak_mem_mb=peak_mem_mb,
+        compile_threads=_compile_threads(),  # read at the end: Inductor loads at the first compile
         compile_cache_use=cache.outcome(),
         wall_s=round(time.time() - started, 3),
     )

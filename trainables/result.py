@@ -56,6 +56,8 @@ class RunResult:
     cpu_own_cores: float | None = figure("CPU cores this run (with its workers) kept busy over the window")
     cpu_others_cores: float | None = figure("CPU cores other processes kept busy over the window")
     cpu_count: int | None = figure("the host's CPU count")
+    cpu_threads: int | None = figure("torch's CPU (intra-op) threads it ran with")
+    compile_threads: int | None = figure("Inductor's compile workers it ran with (None: Inductor not loaded)")
     params: int | None = figure("the model's parameter count")
     history: tuple[dict[str, Any], ...] = figure("each eval point: step, tokens, train_loss, val_loss", ())
     wall_s: float | None = figure("seconds from the call of train() to its return")

@@ -76,6 +76,8 @@ class TrialRow(Record):
     cpu_own_cores: float | None = None
     cpu_others_cores: float | None = None
     cpu_count: int | None = None
+    cpu_threads: int | None = None
+    compile_threads: int | None = None
     cpu_shared: bool | None = Field(None, description="other processes contended for the CPUs")
     gate_wait_s: float | None = Field(
         None, description="seconds it waited for its GPU while another run was timed there"

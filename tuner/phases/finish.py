@@ -92,7 +92,12 @@ def summarize(
 def write(ctx: SearchContext, summary: Summary) -> int:
     """OUT's files; the exit code: 0 a config was chosen, 3 the baseline stays the answer."""
     best = summary.best
-    config = {**ctx.base, **(best.config if best else {}), "compile_cache": ctx.compile_cache}
+    config = {
+        **ctx.base,
+        **(best.config if best else {}),
+        "compile_cache": ctx.compile_cache,
+        **measured_threads(summary.trials, best.id if best else BASELINE_ID),
+    }
     # best.yaml is for training on whatever corpus its user has; the corpus check is the search's own
     dump_config(make_config({**config, "data_sha256": None}), ctx.out / "best.yaml", ctx.knobs_left_out)
     (ctx.out / "summary.json").write_text(summary.model_dump_json(indent=1))
@@ -191,6 +196,17 @@ def _timelines(remeasure: list[TrialRow], best_id: str | None) -> dict[str, list
         if run:
             out[run.id] = run.timeline.get("points", [])
     return out
+
+
+THREADS = ("cpu_threads", "compile_threads")
+
+
+def measured_threads(rows: list[TrialRow], config_id: str) -> dict[str, int]:
+    """The CPU and compile threads the config's runs had (Ray gives a trial as many CPU threads as CPUs),
+    for best.yaml: its run then spins no more threads between steps than the runs that timed it."""
+    runs = [r for r in rows if config_id in (r.id, r.finalist)]
+    found = {name: [getattr(r, name) for r in runs if getattr(r, name) is not None] for name in THREADS}
+    return {name: values[0] for name, values in found.items() if values}
 
 
 def _without_timelines(rows: list[TrialRow]) -> list[TrialRow]:
