@@ -144,3 +144,31 @@ def test_a_screen_runs_share_follows_the_memory_the_probe_measured(tmp_path):
 
 def test_older_state_files_keep_a_bare_batch_per_precision():
     assert ProbedBatch.model_validate(256) == ProbedBatch(batch=256, peak_mb=None)
+
+
+# --- which candidates the loss check trains ---------------------------------------------------------------
+
+
+def test_the_baselines_group_does_not_use_up_a_top_of_one(tmp_path, monkeypatch):
+    # The Hugging Face example on an H200 (loss_check_top 1): a twin of the baseline (speed knobs only)
+    # passed without a run and filled the top; batch 32, screened 1.86x faster, was never checked.
+    from tests.factories import make_row
+    from tuner.phases import loss_check
+
+    ctx = search_context(tmp_path, gpus=0, cpus=4)
+    ctx.cfg.search.loss_check_top = 1
+    screen = [
+        make_row("screen-4", config={"batch_size": 32}, tokens_per_s=294_294.0),
+        make_row("screen-0", config={"fused_adamw": True}, tokens_per_s=177_614.0),
+    ]
+    trained: list[list] = []
+
+    def fake_round(ctx, round_no, cases, beside=0):  # every run trains to a loss inside the gate
+        trained.append([c.labels.screen_id for c in cases])
+        return [make_row(f"loss-{round_no}-{n}", "loss_check_0", val_loss=1.5, train=c.train.model_dump())
+                for n, c in enumerate(cases)]  # fmt: skip
+
+    monkeypatch.setattr(loss_check, "_round", fake_round)
+    rows = loss_check.run(ctx, screen)
+    assert trained == [[None, "screen-4"]]  # round 0: the baseline and the fastest of a loss of its own
+    assert [r.feasible for r in rows] == [True, True]

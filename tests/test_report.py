@@ -167,6 +167,15 @@ def test_table_has_baseline_then_winner_then_by_speed_then_failed():
     assert rows[labels.index("cfg-9 (oom)")][8] == "79.0 GiB"
 
 
+def test_a_config_faster_than_the_answer_but_never_loss_checked_is_not_called_slower():
+    # the Hugging Face example on an H200: batch 32 screened 1.86x the answer; loss_check_top was used up
+    summary = json.loads(json.dumps(SUMMARY))
+    cfg8 = next(t for t in summary["trials"] if t["id"] == "cfg-8")
+    cfg8["tokens_per_s"] = 90000.0
+    why = rendered(summary).split("## Why others were rejected")[1].split("\n## ")[0]
+    assert "- cfg-8: its loss was never checked (search.loss_check_top reached): 90,000 tok/s" in why
+
+
 def test_winner_diff_and_rejection_reasons():
     text = rendered(SUMMARY)
     assert "- batch_size: 8 -> 128" in text and "- precision: fp32 -> bf16" in text

@@ -111,6 +111,9 @@ def rejection(row: ConfigRow, summary: Summary) -> str:
     if row.status == "stopped":
         return f"stopped early: slower than the early-stop threshold ({tps} tok/s)"
     if row.feasible is None:
+        best = summary.best.tokens_per_s if summary.best else None
+        if best and (row.median("tokens_per_s") or 0) > best:  # faster, but never loss-checked
+            return f"its loss was never checked (search.loss_check_top reached): {tps} tok/s in the screen"
         return f"slower ({tps} tok/s in the screen): its loss was never checked"
     if any(t.phase_name == "remeasure" for t in row.trials):
         return f"re-measured at {tps} tok/s but not chosen"
