@@ -482,10 +482,13 @@ def test_compile_default_runs_on_cpu(baseline, monkeypatch):
     import torch._inductor.config as inductor_config
 
     monkeypatch.delenv("TORCHINDUCTOR_COMPILE_THREADS", raising=False)
-    monkeypatch.setattr(inductor_config, "compile_threads", inductor_config.compile_threads)  # put back after
-    result = quiet_train(tiny_config(compile="default", max_steps=4, eval_interval=0, compile_threads=1))
+    before = inductor_config.compile_threads  # put back by assignment: monkeypatch's undo deletes it
+    try:
+        result = quiet_train(tiny_config(compile="default", max_steps=4, eval_interval=0, compile_threads=1))
+        assert result.compile_threads == 1 == inductor_config.compile_threads  # as best.yaml names them
+    finally:
+        inductor_config.compile_threads = before
     assert result.status == "ok", result.error
-    assert result.compile_threads == 1 == inductor_config.compile_threads  # as best.yaml names them
     assert result.steps == 4 and math.isfinite(result.val_loss)
     # Same schedule and batches as the eager baseline, whose first point is also at step 4.
     assert result.train_loss == pytest.approx(baseline.history[0]["train_loss"], abs=1e-3)

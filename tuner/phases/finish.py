@@ -96,7 +96,9 @@ def write(ctx: SearchContext, summary: Summary) -> int:
         **ctx.base,
         **(best.config if best else {}),
         "compile_cache": ctx.compile_cache,
-        **measured_threads(summary.trials, best.id if best else BASELINE_ID),
+        # on a GPU the trials' threads: more only spin between steps; on a CPU they are the compute, and
+        # the trials had few only to share the machine
+        **(measured_threads(summary.trials, best.id if best else BASELINE_ID) if ctx.on_gpu else {}),
     }
     # best.yaml is for training on whatever corpus its user has; the corpus check is the search's own
     dump_config(make_config({**config, "data_sha256": None}), ctx.out / "best.yaml", ctx.knobs_left_out)
