@@ -170,3 +170,15 @@ def test_the_report_says_which_contended_runs_it_left_out():
     assert "1 contended run left out" in entry.how["tps"]
     table = render_markdown(summary).split("## Configs compared")[1].split("## ")[0]
     assert "(contended)" not in table
+
+
+def test_best_yaml_takes_the_threads_of_the_runs_that_crowned_its_config():
+    rows = [
+        make_row("screen-3", "screen", cpu_threads=1, compile_threads=2),
+        make_row("remeasure-0", "remeasure", finalist="screen-3", cpu_threads=2, compile_threads=10),
+        make_row("remeasure-1", "remeasure", finalist="screen-3", cpu_threads=2, compile_threads=10),
+        make_row("screen-5", "screen", cpu_threads=1),  # never re-measured
+    ]
+    assert finish.measured_threads(rows, "screen-3") == {"cpu_threads": 2, "compile_threads": 10}
+    assert finish.measured_threads(rows, "screen-5") == {"cpu_threads": 1}  # an eager run loads no Inductor
+    assert finish.measured_threads(rows, "screen-9") == {}  # nothing recorded: the libraries' defaults

@@ -128,8 +128,7 @@ def test_smoke_search_writes_everything_and_picks_the_fastest_feasible(tmp_path,
     else:
         assert s["best"] is None
         assert "baseline" in proc.stderr
-    # on a CPU, best.yaml's run keeps torch's threads (they are its compute), though each trial had one
-    assert {t["cpu_threads"] for t in remeasure} == {1}
+    # on a CPU, best.yaml's run keeps torch's threads (they are its compute), whatever the trials had
     assert load_config(out / "best.yaml").cpu_threads is None
 
 

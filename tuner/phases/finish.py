@@ -206,7 +206,8 @@ THREADS = ("cpu_threads", "compile_threads")
 def measured_threads(rows: list[TrialRow], config_id: str) -> dict[str, int]:
     """The CPU and compile threads the config's runs had (Ray gives a trial as many CPU threads as CPUs),
     for best.yaml: its run then spins no more threads between steps than the runs that timed it."""
-    runs = [r for r in rows if config_id in (r.id, r.finalist)]
+    # the re-measure's runs, whose figures crowned it; a config never re-measured: any run of it
+    runs = [r for r in rows if r.finalist == config_id] or [r for r in rows if r.id == config_id]
     found = {name: [getattr(r, name) for r in runs if getattr(r, name) is not None] for name in THREADS}
     return {name: values[0] for name, values in found.items() if values}
 
