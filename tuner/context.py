@@ -153,28 +153,45 @@ class SearchContext:
             gate="turns",
         )
 
-    def remeasure_placement(self, runs: int, peaks_mb: Sequence[float | None]) -> Placement:
-        """The re-measure's `runs` (of cases whose screen runs peaked at `peaks_mb`), all at once where the
-        CPUs and memory allow: their warm-ups (cache hits) overlap, then their `quiet` windows take turns,
-        each waiting until no run on its GPU is compiling (a launch-bound run loses speed to compiles on the
-        CPUs it launches from). In waves of `speed_runs_per_gpu`, every wave waited for its slowest warm-up:
-        186 s for 15 runs on one H100 (run J, docs/benchmarks.md). Each GPU takes an even part, so a
-        config's repeats land on several GPUs; a case's share is its measured peak memory, not the probe's
-        bound (which is the space's largest batch when everything fits: 4x the memory at batch 128)."""
+    def remeasure_placement(self, asked: Sequence[int], peaks_mb: Sequence[float | None]) -> Placement:
+        """The re-measure's runs (`asked[i]` of the case whose screen run peaked at `peaks_mb[i]`), all at once
+        where the CPUs and memory allow: their warm-ups (cache hits) overlap, then their `quiet` windows take
+        turns, each waiting until no run on its GPU is compiling (a launch-bound run loses speed to compiles
+        on the CPUs it launches from). In waves of `speed_runs_per_gpu`, every wave waited for its slowest
+        warm-up: 186 s for 15 runs on one H100 (run J, docs/benchmarks.md). Each GPU takes an even part, so a
+        config's repeats land on several GPUs. The shares only schedule (no run is capped): where any
+        `per_gpu` of the runs fit one GPU's memory together, each takes an even share; else a case's share is
+        its measured peak memory, not the probe's bound (the space's largest batch when everything fits)."""
         if not self.on_gpu:
             return self._cpu_speed_placement()
+        runs = sum(asked)
         gpus = max(1, self.hw.gpus)
         cpus_per_gpu = max(1, int(self.cluster_cpus / gpus))
         per_gpu = max(1, min(math.ceil(runs / gpus), cpus_per_gpu))
         cpus = max(1, min(self.cfg.resources.cpus_per_trial, cpus_per_gpu // per_gpu))
+        even = self._any_fit_together(asked, peaks_mb, per_gpu)
 
         def resources(config: dict[str, Any]) -> dict[str, float]:
             peak = peaks_mb[TrialSpec.of_tune(config).labels.case]  # None: the baseline, not screened
             need = self._memory_need(peak) if peak else None
-            share = self._share(need, per_gpu) if need is not None else self._speed_share(config, per_gpu)
+            if even:
+                share = 1 / per_gpu
+            else:
+                share = self._share(need, per_gpu) if need is not None else self._speed_share(config, per_gpu)
             return {"cpu": cpus, "gpu": share}
 
         return Placement(resources, per_gpu * gpus, self.reuse_actors(), gate="quiet")
+
+    def _any_fit_together(self, asked: Sequence[int], peaks_mb: Sequence[float | None], per_gpu: int) -> bool:
+        """Whether the `per_gpu` largest of the runs fit one GPU's memory (25% headroom each). Run N on one
+        H200: shares rounded up to fifteenths (7.9 GB -> 2/15) summed to 18/15, and three of the 15 runs
+        waited ~55 s for a place while the runs on the GPU needed 0.47 of its memory at most."""
+        base = self._probed_need(self.base["batch_size"], self.base["precision"])
+        needs = [self._memory_need(p) if p else base for p in peaks_mb]  # no peak: the unscreened baseline
+        if any(n is None for n in needs):
+            return False
+        runs = sorted((n for n, count in zip(needs, asked, strict=True) for _ in range(count)), reverse=True)
+        return sum(runs[:per_gpu]) <= 1.0
 
     def beside_share(self, case: dict[str, Any]) -> float:
         """A run trained beside the screen takes one screen run's place on its GPU (or more, as a screen run
@@ -201,11 +218,20 @@ class SearchContext:
         fitted where 24 were asked for."""
         train = config.get("train", {})
         batch = config.get("batch_size", train.get("batch_size", 1))
-        probed = self.probed.get(config.get("precision", train.get("precision")))
+        precision = config.get("precision", train.get("precision"))
+        probed = self.probed.get(precision)
         if probed is None or not probed.batch:
             return self._share(0.0, per_gpu)
-        need = self._memory_need(probed.peak_mb * batch / probed.batch) if probed.peak_mb else None
+        need = self._probed_need(batch, precision)
         return self._share(need if need is not None else batch / probed.batch, per_gpu)
+
+    def _probed_need(self, batch: int, precision: str) -> float | None:
+        """The share of a GPU's memory a run of `batch` at `precision` needs by the probe: the peak at the
+        probe's largest batch, scaled to this one (None: the probe measured no peak)."""
+        probed = self.probed.get(precision)
+        if probed is None or not probed.batch or not probed.peak_mb:
+            return None
+        return self._memory_need(probed.peak_mb * batch / probed.batch)
 
     def _memory_need(self, peak_mb: float) -> float | None:
         """The share of a GPU's memory that holds `peak_mb` with 25% headroom (None: the size is unknown)."""

@@ -36,7 +36,7 @@ def run(ctx: SearchContext, screen: list[TrialRow]) -> list[TrialRow]:
         TrialSpec.of(case, finalist=finalist, knobs=knobs)
         for (finalist, knobs), case in zip(finalists, cases, strict=True)
     ]
-    rows = measure(ctx, specs, asked, ctx.remeasure_placement(sum(asked), peaks))
+    rows = measure(ctx, specs, asked, ctx.remeasure_placement(asked, peaks))
     return [row.speed_only() for row in rows]
 
 
