@@ -180,14 +180,47 @@ def test_the_baselines_group_does_not_use_up_a_top_of_one(tmp_path, monkeypatch)
         make_row("screen-4", config={"batch_size": 32}, tokens_per_s=294_294.0),
         make_row("screen-0", config={"fused_adamw": True}, tokens_per_s=177_614.0),
     ]
+    trained = rounds_without_training(monkeypatch)
+    rows = loss_check.run(ctx, screen)
+    assert trained == [[None, "screen-4"]]  # round 0: the baseline and the fastest of a loss of its own
+    assert [r.feasible for r in rows] == [True, True]
+
+
+def rounds_without_training(monkeypatch) -> list[list]:
+    """Loss-check rounds whose runs all reach a loss inside the gate at once; records each round's picks."""
+    from tests.factories import make_row
+    from tuner.phases import loss_check
+
     trained: list[list] = []
 
-    def fake_round(ctx, round_no, cases, beside=0):  # every run trains to a loss inside the gate
+    def fake_round(ctx, round_no, cases, beside=0):
         trained.append([c.labels.screen_id for c in cases])
         return [make_row(f"loss-{round_no}-{n}", "loss_check_0", val_loss=1.5, train=c.train.model_dump())
                 for n, c in enumerate(cases)]  # fmt: skip
 
     monkeypatch.setattr(loss_check, "_round", fake_round)
-    rows = loss_check.run(ctx, screen)
-    assert trained == [[None, "screen-4"]]  # round 0: the baseline and the fastest of a loss of its own
-    assert [r.feasible for r in rows] == [True, True]
+    return trained
+
+
+def test_a_baseline_trained_beside_the_screen_needs_no_twin_of_its_own(tmp_path, monkeypatch):
+    # The start point it took its execution from failed in the screen: "no screened config shares the
+    # baseline's loss knobs: its loss run trains as configured" would be untrue, as it already trained.
+    from tests.factories import make_row
+    from tuner.phases import baseline, loss_check
+
+    ctx = search_context(tmp_path, gpus=0, cpus=4)
+    point = {"compile": "reduce-overhead"}
+    screen = [
+        make_row("screen-0", config=point, status="error"),
+        make_row("screen-1", config={"batch_size": 32}, tokens_per_s=1_000.0),
+    ]
+    beside = make_row("beside", "loss_check_beside", val_loss=1.5, train={**ctx.base, **point})
+    monkeypatch.setattr(baseline, "beside_row", lambda ctx, run: beside)
+    trained = rounds_without_training(monkeypatch)
+    rows = loss_check.run(ctx, screen, baseline.BesideRun(None, TrialSpec.of({}), point, 0.0))
+    assert (
+        trained == [["screen-1"]]
+        and rows[0].id == "baseline"
+        and rows[0].execution["compile"] == "reduce-overhead"
+    )
+    assert not any("shares the baseline's loss knobs" in n for n in ctx.notices), ctx.notices

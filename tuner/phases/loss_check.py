@@ -34,8 +34,8 @@ def run(
     # Hugging Face example on an H200: batch 32 screened 1.86x the baseline, its loss never checked)
     feasible = 0
     budget = s.max_loss_checks if s.max_loss_checks is not None else 2 * s.loss_check_top
-    base_case, twin = baseline.loss_case(ctx, screen)
-    base_spec = TrialSpec.of({**base_case, "gpu_memory_fraction": _gpu_share(ctx, twin)})
+    # the baseline's own loss run, unless it trained beside the screen (then asked for only if that failed)
+    base_spec, twin = _baseline_spec(ctx, screen) if beside is None else (None, None)
     base_row, gate, rows, round_no = None, None, [], 0
     while base_row is None or (
         queue and feasible < s.loss_check_top and len(rows) < budget and _in_reach(ctx, queue[0], passed)
@@ -57,7 +57,7 @@ def run(
         )
         round_no += 1
         if base_row is None:
-            row, twin = (new.pop(0), twin) if extra else _beside_or_own(ctx, screen, beside, base_spec, twin)
+            row, twin = (new.pop(0), twin) if extra else _beside_or_own(ctx, screen, beside)
             base_row, gate = baseline.checked(ctx, baseline.as_baseline(row, twin))
         new = [row.with_verdict(gate) for row in new]  # in case order: the batch's order
         passed += [pick for pick, row in zip(batch, new, strict=True) if row.feasible]
@@ -66,18 +66,21 @@ def run(
     return [base_row, *rows]
 
 
+def _baseline_spec(ctx: SearchContext, screen: list[TrialRow]) -> tuple[TrialSpec, TrialRow | None]:
+    """The baseline's loss run (with its twin's execution, and the twin's GPU share) and the twin."""
+    base_case, twin = baseline.loss_case(ctx, screen)
+    return TrialSpec.of({**base_case, "gpu_memory_fraction": _gpu_share(ctx, twin)}), twin
+
+
 def _beside_or_own(
-    ctx: SearchContext,
-    screen: list[TrialRow],
-    beside: baseline.BesideRun,
-    base_spec: TrialSpec,
-    twin: TrialRow | None,
+    ctx: SearchContext, screen: list[TrialRow], beside: baseline.BesideRun
 ) -> tuple[TrialRow, TrialRow | None]:
     """The baseline's loss row and the twin whose execution it took: from its run beside the screen (the
     twin: that start point's screen run), or, where that failed, from a round of its own."""
     row = baseline.beside_row(ctx, beside)
     if row is not None:
         return row, next((r for r in screen if r.config == beside.point), None)
+    base_spec, twin = _baseline_spec(ctx, screen)
     own = ctx.phase("loss_check_baseline", lambda: _round(ctx, "baseline", [base_spec]), list[TrialRow])
     return own[0], twin
 
