@@ -43,7 +43,8 @@ from model import ops
 
 KERNELS = ("torch", "fused", "auto", "naive")
 
-# kernels choice -> backend per op (rwkv6, ssd, causal_conv1d).
+OPS = ("rwkv6", "ssd", "causal_conv1d")  # the ops a kernels choice picks a backend for, in this order
+# kernels choice -> backend per op (OPS).
 _OP_BACKENDS = {
     "torch": ("torch", "torch", "torch"),
     "fused": ("fla", "mamba_ssm", "mamba_ssm"),
@@ -106,7 +107,7 @@ class HybridConfig:
 
     @property
     def op_backends(self) -> tuple[str, str, str]:
-        """Backends for (rwkv6, ssd, causal_conv1d)."""
+        """Backends for OPS (rwkv6, ssd, causal_conv1d)."""
         return _OP_BACKENDS[self.kernels]
 
 
@@ -280,7 +281,7 @@ class HybridLM(nn.Module):
     def __init__(self, cfg: HybridConfig):
         super().__init__()
         self.config = cfg
-        ops.preload(dict(zip(("rwkv6", "ssd", "causal_conv1d"), cfg.op_backends, strict=True)))
+        ops.preload(dict(zip(OPS, cfg.op_backends, strict=True)))
         self.embedding = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.blocks = nn.ModuleList([HybridBlock(cfg, i) for i in range(cfg.n_layers)])
         self.norm_out = RMSNorm(cfg.d_model)

@@ -12,9 +12,11 @@ from types import SimpleNamespace
 import pytest
 import ray
 
+from tests.factories import make_row
 from trainables.spec import TrialSpec
 from tuner.config import load_search_config
 from tuner.context import SearchContext, State
+from tuner.phases import baseline, loss_check
 from tuner.phases.loss_check import spread_over_gpus
 from tuner.records import Hardware, ProbedBatch
 from tuner.runner import round_robin
@@ -171,9 +173,6 @@ def test_older_state_files_keep_a_bare_batch_per_precision():
 def test_the_baselines_group_does_not_use_up_a_top_of_one(tmp_path, monkeypatch):
     # The Hugging Face example on an H200 (loss_check_top 1): a twin of the baseline (speed knobs only)
     # passed without a run and filled the top; batch 32, screened 1.86x faster, was never checked.
-    from tests.factories import make_row
-    from tuner.phases import loss_check
-
     ctx = search_context(tmp_path, gpus=0, cpus=4)
     ctx.cfg.search.loss_check_top = 1
     screen = [
@@ -188,9 +187,6 @@ def test_the_baselines_group_does_not_use_up_a_top_of_one(tmp_path, monkeypatch)
 
 def rounds_without_training(monkeypatch) -> list[list]:
     """Loss-check rounds whose runs all reach a loss inside the gate at once; records each round's picks."""
-    from tests.factories import make_row
-    from tuner.phases import loss_check
-
     trained: list[list] = []
 
     def fake_round(ctx, round_no, cases, beside=0):
@@ -205,9 +201,6 @@ def rounds_without_training(monkeypatch) -> list[list]:
 def test_a_baseline_trained_beside_the_screen_needs_no_twin_of_its_own(tmp_path, monkeypatch):
     # The start point it took its execution from failed in the screen: "no screened config shares the
     # baseline's loss knobs: its loss run trains as configured" would be untrue, as it already trained.
-    from tests.factories import make_row
-    from tuner.phases import baseline, loss_check
-
     ctx = search_context(tmp_path, gpus=0, cpus=4)
     point = {"compile": "reduce-overhead"}
     screen = [

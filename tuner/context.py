@@ -169,21 +169,24 @@ class SearchContext:
         cpus_per_gpu = max(1, int(self.cluster_cpus / gpus))
         per_gpu = max(1, min(math.ceil(runs / gpus), cpus_per_gpu))
         cpus = max(1, min(self.cfg.resources.cpus_per_trial, cpus_per_gpu // per_gpu))
-        even = self._any_fit_together(asked, peaks_mb, per_gpu)
+        even = self._even_shares_fit(asked, peaks_mb, per_gpu)
 
         def resources(config: dict[str, Any]) -> dict[str, float]:
             peak = peaks_mb[TrialSpec.of_tune(config).labels.case]  # None: the baseline, not screened
             need = self._memory_need(peak) if peak else None
             if even:
                 share = 1 / per_gpu
+            elif need is not None:
+                share = self._share(need, per_gpu)
             else:
-                share = self._share(need, per_gpu) if need is not None else self._speed_share(config, per_gpu)
+                share = self._speed_share(config, per_gpu)
             return {"cpu": cpus, "gpu": share}
 
         return Placement(resources, per_gpu * gpus, self.reuse_actors(), gate="quiet")
 
-    def _any_fit_together(self, asked: Sequence[int], peaks_mb: Sequence[float | None], per_gpu: int) -> bool:
-        """Whether the `per_gpu` largest of the runs fit one GPU's memory (25% headroom each). Run N on one
+    def _even_shares_fit(self, asked: Sequence[int], peaks_mb: Sequence[float | None], per_gpu: int) -> bool:
+        """Whether even shares are safe: the `per_gpu` largest runs fit one GPU's memory (25% headroom each),
+        so any `per_gpu` of them that Ray puts on one GPU do. Run N on one
         H200: shares rounded up to fifteenths (7.9 GB -> 2/15) summed to 18/15, and three of the 15 runs
         waited ~55 s for a place while the runs on the GPU needed 0.47 of its memory at most."""
         base = self._probed_need(self.base["batch_size"], self.base["precision"])
