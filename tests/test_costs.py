@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.factories import make_row
-from tuner.costs import break_even, break_even_tokens, cold_warmup, warm_warmup
+from tuner.costs import break_even, break_even_tokens, cold_warmup, warm_warmup, warmups_beside
 from tuner.records import BASELINE_ID, Finalist
 
 BASE = {"batch_size": 8, "precision": "fp32", "compile": "none", "kernels": "torch", "lr": 3e-4}
@@ -44,9 +44,63 @@ def test_warm_warm_up_is_the_shortest_cache_hit_of_the_graph_as_runs_side_by_sid
     rows = [
         make_row(f"remeasure-{i}", "remeasure", fused, warmup_s=w) for i, w in enumerate((23.3, 22.3, 22.7))
     ]
-    assert warm_warmup(rows, [cold, hit, other], BASE) == 10.7  # not the other graph's 9.9, not cold's 93.4
-    assert warm_warmup(rows, [cold, other], BASE) == 22.3  # no hit of its graph: its own shortest
+    assert warm_warmup(rows, [cold, hit, other], BASE).seconds == 10.7  # not 9.9 (another graph) nor 93.4
+    assert warm_warmup(rows, [cold, other], BASE).seconds == 22.3  # no hit of its graph: its own shortest
     assert warm_warmup([], [], BASE) is None
+
+
+# Run O's one-GPU re-measure (one H100, 2026-11-27): (id, case, window start relative, warm-up, gate wait).
+# The 15 runs started at once; the fused finalist's (case 1) took 23-25 s to warm up, 10 s on four GPUs.
+RUN_O = [
+    ("remeasure-0", 3, 0.0, 17.51, 0.0),
+    ("remeasure-1", 3, 0.9, 23.689, 2.712),
+    ("remeasure-2", 3, 1.7, 25.577, 3.896),
+    ("remeasure-3", 1, 2.7, 24.684, 4.91),
+    ("remeasure-4", 1, 4.1, 25.48, 6.954),
+    ("remeasure-5", 1, 5.7, 23.243, 10.925),
+    ("remeasure-6", 2, 7.8, 12.979, 29.959),
+    ("remeasure-7", 2, 10.2, 8.526, 33.837),
+    ("remeasure-8", 2, 12.5, 9.008, 37.713),
+    *[
+        (f"remeasure-{9 + i}", 0, t, 2.2, w)
+        for i, (t, w) in enumerate(((15.2, 47.6), (20.7, 53.5), (26.2, 60.7)))
+    ],
+]
+
+
+def run_o_rows(node: str = "n1") -> list:
+    return [
+        make_row(
+            rid,
+            "remeasure",
+            {},
+            case=case,
+            warmup_s=warm,
+            gate_wait_s=wait,
+            window_t0=1000.0 + t0,
+            node_id=node,
+        )
+        for rid, case, t0, warm, wait in RUN_O
+    ]
+
+
+def test_a_warm_up_counts_the_runs_that_warmed_up_beside_it_on_its_node():
+    rows = run_o_rows()
+    fused = [r for r in rows if r.case == 1]
+    warm = warm_warmup(fused, [], BASE, rows)
+    assert warm.seconds == 23.2  # its shortest
+    # the 8 other finalists' runs overlapped it; the eager baseline's 2 s warm-ups ended ~30 s before
+    assert warm.beside == 8
+    # runs on another node do not count, nor does a run without a timed window
+    elsewhere = run_o_rows("n2")
+    assert warmups_beside(fused[2], [fused[2], *elsewhere]) == 0
+    assert warmups_beside(make_row("x", "remeasure", {}, warmup_s=3.0), rows) is None
+    # one at a time (a CPU search's re-measure): each run warmed up alone
+    alone = [
+        make_row(f"r{i}", "remeasure", {}, warmup_s=5.0, gate_wait_s=0.0, window_t0=100.0 + 10 * i)
+        for i in range(3)
+    ]
+    assert [warmups_beside(r, alone) for r in alone] == [0, 0, 0]
 
 
 def baseline_finalist(runs: list[float], warmup: float = 2.0) -> Finalist:

@@ -445,6 +445,24 @@ def test_a_short_planned_run_goes_to_the_config_that_finishes_it_first():
     assert sel.finishes_later == "compiled" and sel.to_record().finishes_later == "compiled"
 
 
+def test_a_warm_up_measured_beside_other_runs_does_not_overturn_the_faster_winner():
+    # Run O, one H100: the fused finalist re-measured 1.35M tok/s against 0.75M for a torch one, but its
+    # warm-up, 23.2 s among 15 runs warming up at once, made the torch one's 22 s plan look shorter than
+    # its 31 s; alone its warm-up is ~10 s (four GPUs, four runs each), and it finishes first.
+    tokens = 10_240_000
+    fused = timed("screen-2", [1_343_382.6, 1_345_613.7, 1_349_720.5], 23.2, tokens, {"kernels": "fused"})
+    torch_ops = timed("screen-8", [749_705.4, 751_705.8, 753_391.1], 8.5, tokens, {"precision": "fp16"})
+    fused.warmup_beside, torch_ops.warmup_beside = 8, 8
+    sel = finish_first(pick_winner([fused, torch_ops], BASELINE), [fused, torch_ops], tokens)
+    assert sel.winner.id == "screen-2" and sel.finishes_later is None
+    assert "measured while 8 other runs warmed up beside it" in sel.reasons[-1]
+    assert "screen-2" not in sel.rejected
+    # the same figures measured alone: the planned-run time decides, as before
+    fused.warmup_beside = 0
+    sel = finish_first(pick_winner([fused, torch_ops], BASELINE), [fused, torch_ops], tokens)
+    assert sel.winner.id == "screen-8" and sel.finishes_later == "screen-2"
+
+
 def test_finishing_first_within_the_noise_does_not_overturn_the_winner():
     fins = [
         timed("a", [1000.0, 900.0, 1100.0], 10.0, 10_000),

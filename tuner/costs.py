@@ -10,6 +10,8 @@ fastest eager one: warm-up difference / (1/eager tok/s - 1/compiled tok/s).
 from __future__ import annotations
 
 import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 from tuner.knobs import graph_key
 from tuner.records import BASELINE_ID, BreakEven, Finalist, TrialRow
@@ -21,18 +23,53 @@ def time_to_train(warmup_s: float | None, tokens: int, tokens_per_s: float | Non
     return round((warmup_s or 0.0) + tokens / tokens_per_s, 1)
 
 
-def warm_warmup(rows: list[TrialRow], screen: list[TrialRow], baseline: dict) -> float | None:
+@dataclass(frozen=True)
+class WarmUp:
+    """A warm-up figure and how many other runs on its node were warming up while it was measured."""
+
+    seconds: float
+    beside: int | None  # 0: it warmed up alone; None: not known (no timed window recorded)
+
+
+def warm_warmup(
+    rows: list[TrialRow], screen: list[TrialRow], baseline: dict, everyone: Sequence[TrialRow] = ()
+) -> WarmUp | None:
     """Compile + warm-up as the user's run of best.yaml pays it, alone, with the search's caches: the shortest
     among a finalist's re-measure runs (`rows`) and the screen's cache hits of the same graph. Runs that warm
     up side by side slow each other, and that only adds time: on one H200 the re-measure's 15 runs, warming
     up at once, took 22 s for a fused graph a screen run had found in the cache in 10.7 s (best.yaml alone:
-    10.6 s on an H100), and the median made the torch runner-up's 10 s look the shorter plan."""
+    10.6 s on an H100), and the median made the torch runner-up's 10 s look the shorter plan. `beside`
+    counts the runs of `everyone` that warmed up at the same time on the same node as the shortest."""
     hits = [r for r in screen if r.compile_cache_use == "hit"]
     if rows:
         key = graph_key(rows[0].config, baseline)
         hits = [r for r in hits if graph_key(r.config, baseline) == key]
-    values = [r.warmup_s for r in [*rows, *hits] if r.status == "ok" and r.warmup_s is not None]
-    return round(min(values), 1) if values else None
+    measured = [r for r in [*rows, *hits] if r.status == "ok" and r.warmup_s is not None]
+    if not measured:
+        return None
+    shortest = min(measured, key=lambda r: r.warmup_s)
+    return WarmUp(round(shortest.warmup_s, 1), warmups_beside(shortest, everyone))
+
+
+def warmups_beside(row: TrialRow, everyone: Sequence[TrialRow]) -> int | None:
+    """How many other runs on its node were in their compile and warm-up for over a second of its own."""
+    span = _warmup_span(row)
+    if span is None:
+        return None
+    count = 0
+    for other in everyone:
+        theirs = _warmup_span(other) if other.id != row.id and other.node_id == row.node_id else None
+        if theirs and min(span[1], theirs[1]) - max(span[0], theirs[0]) > 1.0:
+            count += 1
+    return count
+
+
+def _warmup_span(row: TrialRow) -> tuple[float, float] | None:
+    """When its compile and warm-up ran: they end where its wait for the GPU's gate (if any) began."""
+    if row.window_t0 is None or row.warmup_s is None:
+        return None
+    end = row.window_t0 - (row.gate_wait_s or 0.0)
+    return end - row.warmup_s, end
 
 
 def break_even_tokens(

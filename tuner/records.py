@@ -190,7 +190,13 @@ class Finalist(Record):
     telemetry_trusted: bool | None = None
     warmup_s: float | None = Field(
         None,
-        description="compile + warm-up seconds, median of its re-measure runs (the search's caches warm)",
+        description="compile + warm-up seconds with the search's caches warm: the shortest of its re-measure "
+        "runs and the screen's cache hits of its graph",
+    )
+    warmup_beside: int | None = Field(
+        None,
+        description="runs on its node warming up while the run behind warmup_s warmed up (0: alone, as "
+        "best.yaml's run warms up; more: warmup_s may overstate it; None: not known)",
     )
     warmup_cold_s: float | None = Field(
         None, description="compile + warm-up with an empty cache: the longest screen run of the same graph"

@@ -272,13 +272,17 @@ def _times(fin: Finalist, tokens: int) -> tuple[float, float, float]:
 
 def finish_first(sel: Selection, finalists: list[Finalist], tokens: int) -> Selection:
     """When another feasible finalist finishes the planned run of `tokens` sooner than the winner, beyond
-    the spread of both (the run is shorter than the winner's break-even against it), that one wins."""
+    the spread of both (the run is shorter than the winner's break-even against it), that one wins; not
+    where the winner's warm-up was measured beside other warming-up runs, which may overstate it."""
     winner = sel.winner
     timed = [f for f in finalists if f.feasible is True and spread_or_none(f.runs)]
     if winner is None or not timed:
         return sel
     first = min(timed, key=lambda f: (_times(f, tokens)[0], f.id))
     if first.id == winner.id or _times(first, tokens)[2] >= _times(winner, tokens)[1]:
+        return sel
+    if winner.warmup_beside:
+        sel.reasons.append(_beside_warmup_note(winner, first, tokens))
         return sel
     why = (
         f"the planned run ({tokens:,} tokens) is shorter than {winner.id}'s break-even against {first.id}: "
@@ -290,6 +294,20 @@ def finish_first(sel: Selection, finalists: list[Finalist], tokens: int) -> Sele
     sel.rejected[winner.id] = f"faster once running, but {why}"
     sel.finishes_later, sel.winner = winner.id, first
     return sel
+
+
+def _beside_warmup_note(winner: Finalist, first: Finalist, tokens: int) -> str:
+    """Why a planned-run time that favours `first` does not overturn `winner`: the winner's warm-up was
+    measured while other runs warmed up beside it, which best.yaml's run, alone, does not pay. On one H100
+    the fused batch-128 graph took 23-25 s among 15 re-measure runs warming up at once and 10 s among four
+    per GPU, and its time to train lost to a torch config it outran 1.8x (run O, docs/benchmarks.md)."""
+    return (
+        f"kept {winner.id}: on the warm-ups measured, {first.id} would finish the planned run ({tokens:,} "
+        f"tokens) first ({_times(first, tokens)[0]:,.0f} s against {_times(winner, tokens)[0]:,.0f} s), but "
+        f"{winner.id}'s {winner.warmup_s:,.1f} s warm-up was measured while {winner.warmup_beside} other "
+        f"run{'s' if winner.warmup_beside != 1 else ''} warmed up beside it, and its run of best.yaml warms "
+        "up alone"
+    )
 
 
 def spread_or_none(values: Iterable[float]) -> tuple[float, float, float] | None:

@@ -150,7 +150,8 @@ def _finalists(
         rows = [r for r in rows if not r.contended] if clean else rows  # the runs its figures come from
         joules = [r.joules_per_token for r in rows if r.joules_per_token]
         trusted = [r.telemetry_trusted for r in rows if r.telemetry_trusted is not None]
-        warm = costs.warm_warmup(rows, screen if fid in screened else [], base_config)
+        warm = costs.warm_warmup(rows, screen if fid in screened else [], base_config, [*screen, *remeasure])
+        warm_s = warm.seconds if warm else None
         out.append(
             Finalist(
                 id=fid,
@@ -163,9 +164,10 @@ def _finalists(
                 # a J/token figure for every run, or none: a partial median would favour the lucky
                 joules_per_token=spread(joules)[0] if joules and len(joules) == len(rows) else None,
                 telemetry_trusted=all(trusted) if trusted else None,
-                warmup_s=warm,
+                warmup_s=warm_s,
+                warmup_beside=warm.beside if warm else None,
                 warmup_cold_s=costs.cold_warmup(src, screen, base_config) if fid in screened else None,
-                time_to_train_s=costs.time_to_train(warm, tokens, spread(runs)[0] if runs else None),
+                time_to_train_s=costs.time_to_train(warm_s, tokens, spread(runs)[0] if runs else None),
             )
         )
     return out

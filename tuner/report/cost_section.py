@@ -43,7 +43,7 @@ def _finalist_row(f: Finalist, summary: Summary) -> CostRow:
     cells = [
         fmt_tps(tps),
         fmt_warmup(f.warmup_cold_s),
-        fmt_warmup(f.warmup_s),
+        fmt_warmup(f.warmup_s) + (f" (beside {f.warmup_beside} warming up)" if f.warmup_beside else ""),
         fmt_seconds(f.time_to_train_s),
     ]
     return CostRow(f.id, _role(f, summary), cells)
