@@ -3,7 +3,8 @@
 # the same command on all N GPUs, cold again (each search compiles into its own OUT/compile-cache; the first
 # one's is moved aside while the second runs, and back after); then, on the machine with nothing else
 # running, the seed baseline (300 steps) and best.yaml of the one-GPU search alone on GPU 0 (issue 20's
-# pair); then the GPU tests split over GPUs 1 to 3 (at most TESTS_S seconds). Run K (4x H200) ran
+# pair); then the GPU tests split over GPUs 1 to 3 (at most TESTS_S seconds), and beside them on GPU 0 the
+# seed baseline in a plain process's main thread and in a Ray trial (bench/device/baseline_in_ray.py). Run K (4x H200) ran
 # all-then-one, with the ceiling sweep beside; run N ran the pair beside the tests and the Hugging Face
 # example, whose compiles took the pair's CPUs.
 # Output in /tmp/final (one folder per search); `bash bench/device/poll.sh 540 ALLDONE` waits.
@@ -52,6 +53,9 @@ elif [ $N -ge 3 ]; then
 else
   gpu_tests 1 all $F &
 fi
+( export CUDA_VISIBLE_DEVICES=0  # beside the tests: the baseline in the main thread, in a Ray trial, again
+  python3 bench/device/baseline_in_ray.py --data tinyshakespeare.txt > $R/one/baseline_in_ray.jsonl 2> $R/one/baseline_in_ray.err
+  echo "INRAY $(date -u +%FT%TZ)" >> $R/search.log ) &
 wait
 echo "ALLDONE $(date -u +%FT%TZ)" >> $R/search.log
 INNER
