@@ -91,6 +91,12 @@ def test_a_warm_up_counts_the_runs_that_warmed_up_beside_it_on_its_node():
     assert warm.seconds == 23.2  # its shortest
     # the 8 other finalists' runs overlapped it; the eager baseline's 2 s warm-ups ended ~30 s before
     assert warm.beside == 8
+    # the loss check's run of the graph found it cached and warmed up beside 2 others in 17.5 s
+    loss_run = make_row(
+        "loss_check_0-1", "loss_check_0", {}, warmup_s=17.5, gate_wait_s=0.0, window_t0=900.0, node_id="n1"
+    )
+    loss_run.compile_cache_use = "hit"
+    assert warm_warmup(fused, [loss_run], BASE, [*rows, loss_run]).seconds == 17.5
     # runs on another node do not count, nor does a run without a timed window
     elsewhere = run_o_rows("n2")
     assert warmups_beside(fused[2], [fused[2], *elsewhere]) == 0

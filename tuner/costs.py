@@ -32,15 +32,16 @@ class WarmUp:
 
 
 def warm_warmup(
-    rows: list[TrialRow], screen: list[TrialRow], baseline: dict, everyone: Sequence[TrialRow] = ()
+    rows: list[TrialRow], earlier: list[TrialRow], baseline: dict, everyone: Sequence[TrialRow] = ()
 ) -> WarmUp | None:
     """Compile + warm-up as the user's run of best.yaml pays it, alone, with the search's caches: the shortest
-    among a finalist's re-measure runs (`rows`) and the screen's cache hits of the same graph. Runs that warm
+    among a finalist's re-measure runs (`rows`) and the cache hits of the same graph among `earlier` runs
+    (the screen's, and the loss check's, whose rounds warm up fewer runs at once). Runs that warm
     up side by side slow each other, and that only adds time: on one H200 the re-measure's 15 runs, warming
     up at once, took 22 s for a fused graph a screen run had found in the cache in 10.7 s (best.yaml alone:
     10.6 s on an H100), and the median made the torch runner-up's 10 s look the shorter plan. `beside`
     counts the runs of `everyone` that warmed up at the same time on the same node as the shortest."""
-    hits = [r for r in screen if r.compile_cache_use == "hit"]
+    hits = [r for r in earlier if r.compile_cache_use == "hit"]
     if rows:
         key = graph_key(rows[0].config, baseline)
         hits = [r for r in hits if graph_key(r.config, baseline) == key]

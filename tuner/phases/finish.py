@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.metadata as md
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from trainables.config import dump_config, make_config
@@ -42,7 +43,7 @@ def summarize(
     gate: LossGate,
 ) -> Summary:
     tokens = ctx.base["tokens"]
-    finalists = _finalists(ctx.base, baseline, screen, remeasure, tokens)
+    finalists = _finalists(ctx.base, baseline, screen, remeasure, tokens, checked)
     base_runs = next((f.runs for f in finalists if f.id == BASELINE_ID), [])
     base_median = spread(base_runs)[0] if base_runs else None
     # The baseline competes too: when nothing beats it beyond noise, the simplest (it) wins; and a planned
@@ -123,10 +124,13 @@ def write(ctx: SearchContext, summary: Summary) -> int:
         )
         return EXIT_OK
     one_run = f"; {text}" if (text := one_run_text(best)) else ""
+    # a warm-up timed while other runs warmed up beside it is an upper bound of what the run alone pays
+    beside = next((f.warmup_beside for f in summary.finalists if f.id == best.id), None)
+    takes = "at most " if beside else "~"
     log(
         f"best: {best.id} {best.config} -> {best.tokens_per_s:,.0f} tok/s "
         f"({best.speedup}x baseline{one_run}), val loss {best.val_loss}; the planned run "
-        f"({summary.planned_tokens:,} tokens) takes ~{best.time_to_train_s:,.0f} s, compile included"
+        f"({summary.planned_tokens:,} tokens) takes {takes}{best.time_to_train_s:,.0f} s, compile included"
     )
     # absolute: best.yaml names the workload by absolute path too, so the command runs from any folder
     log(f"run it: python -m trainables.train --config {Path(summary.best_yaml).resolve()}")
@@ -134,7 +138,12 @@ def write(ctx: SearchContext, summary: Summary) -> int:
 
 
 def _finalists(
-    base_config: dict, baseline: TrialRow, screen: list[TrialRow], remeasure: list[TrialRow], tokens: int
+    base_config: dict,
+    baseline: TrialRow,
+    screen: list[TrialRow],
+    remeasure: list[TrialRow],
+    tokens: int,
+    loss_runs: Sequence[TrialRow] = (),
 ) -> list[Finalist]:
     runs: dict[str, list[TrialRow]] = {}
     for row in remeasure:
@@ -150,7 +159,8 @@ def _finalists(
         rows = [r for r in rows if not r.contended] if clean else rows  # the runs its figures come from
         joules = [r.joules_per_token for r in rows if r.joules_per_token]
         trusted = [r.telemetry_trusted for r in rows if r.telemetry_trusted is not None]
-        warm = costs.warm_warmup(rows, screen if fid in screened else [], base_config, [*screen, *remeasure])
+        earlier = [*screen, *loss_runs] if fid in screened else []
+        warm = costs.warm_warmup(rows, earlier, base_config, [*screen, *loss_runs, *remeasure])
         warm_s = warm.seconds if warm else None
         out.append(
             Finalist(
