@@ -393,8 +393,15 @@ def test_the_gpu_path_runs_end_to_end_on_a_cluster_with_fake_gpus(tmp_path, fake
     remeasured = [t for t in s["trials"] if t["phase"] == "remeasure"]
     for phase, rows in (("speed", timed), ("re-measure", remeasured)):
         assert {t["gpu"] for t in rows} == set(range(gpus)), f"not every GPU got {phase} runs"
+    # the candidates' loss runs trained ahead of the rounds, beside the screen, as the screen found them
+    ahead = [t for t in loss_runs if t["phase"] == "loss_check_ahead"]
+    started = proc.stderr.find("loss run trains ahead, beside the screen")
+    assert ahead and 0 <= started < proc.stderr.find("[search] screen done"), "started while the screen ran"
+    assert all(t["gate_wait_s"] is not None and t["screen_id"] for t in ahead)
+    checked_by = {t["loss_checked_by"] for t in s["trials"] if t["phase"] == "screen"}
+    assert {t["id"] for t in ahead} <= checked_by, "each run ahead stands for its candidates' loss"
     for round_no in {
-        t["phase"] for t in loss_runs if t["phase"] != "baseline"
+        t["phase"] for t in loss_runs if t["phase"] not in ("baseline", "loss_check_ahead")
     }:  # each round spreads its runs
         runs = [t for t in loss_runs if t["phase"] == round_no]
         per_gpu = [sum(1 for t in runs if t["gpu"] == g) for g in range(gpus)]

@@ -17,6 +17,7 @@ import statistics
 from tuner.context import SearchContext, log
 from tuner.costs import cached_warmup
 from tuner.phases import baseline
+from tuner.phases.loss_check import LossAhead
 from tuner.records import TrialRow
 from tuner.select import loss_check_candidates
 
@@ -26,10 +27,18 @@ def _fmt(seconds: float) -> str:
     return f"{seconds // 60}m{seconds % 60:02d}s"
 
 
-def loss_check_s(ctx: SearchContext, screen: list[TrialRow], beside_done: bool = False) -> float:
-    """With the baseline's loss run trained beside the screen and done, only the candidates' runs count."""
+def loss_check_s(
+    ctx: SearchContext, screen: list[TrialRow], beside_done: bool = False, ahead: LossAhead | None = None
+) -> float:
+    """With the baseline's loss run trained beside the screen and done, only the candidates' runs count, and
+    of those only the ones with no loss run ahead (`ahead`, loss_check.LossAhead), which beside the screen
+    have mostly trained by its end."""
     tokens, top = ctx.base["tokens"], ctx.cfg.search.remeasure_top
-    picks = [c.row for c in loss_check_candidates(screen, ctx.base, top) if not c.inherits]
+    picks = [
+        c.row
+        for c in loss_check_candidates(screen, ctx.base, top)
+        if not c.inherits and not (ahead is not None and ahead.started(c))
+    ]
     twin = None if beside_done else baseline.twin(ctx, screen)
     runs = [r for r in [*picks, twin] if r is not None and r.tokens_per_s]
     if not runs:
@@ -67,13 +76,18 @@ def _run_overhead_s(screen: list[TrialRow]) -> float:
     return statistics.median(spent) if spent else 0.0
 
 
-def after_screen(ctx: SearchContext, screen: list[TrialRow], beside: baseline.BesideRun | None) -> None:
+def after_screen(
+    ctx: SearchContext,
+    screen: list[TrialRow],
+    beside: baseline.BesideRun | None,
+    ahead: LossAhead | None = None,
+) -> None:
     if not _fastest(screen):
         return
     done = beside is not None and beside.done()
     if beside is not None:
         log(f"[baseline] its loss run beside the screen: {'done' if done else 'still training'}")
-    loss, again = loss_check_s(ctx, screen, done), remeasure_s(ctx, screen)
+    loss, again = loss_check_s(ctx, screen, done, ahead), remeasure_s(ctx, screen)
     log(
         f"[search] screen done; estimated: loss check ~{_fmt(loss)}, re-measure ~{_fmt(again)} "
         f"(ETA ~{_fmt(loss + again)})"

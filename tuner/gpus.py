@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from tuner.records import (
+    AHEAD_PHASE,
     GpuComparison,
     GpuPopulation,
     GpuSpeed,
@@ -40,7 +41,7 @@ def phase_spans(timings: Mapping[str, float], rows: Iterable[TrialRow]) -> dict[
     ends: dict[str, float] = {}
     for row in rows:
         phase = RAN_IN.get(row.phase_name, row.phase_name)
-        if row.window_t1:
+        if row.window_t1 and row.phase != AHEAD_PHASE:  # trained beside the screen, not in a round
             ends[phase] = max(ends.get(phase, row.window_t1), row.window_t1)
     spans = {p: (ends[p] - timings[p], ends[p]) for p in USAGE_PHASES if p in ends and p in timings}
     if "probe" in timings and "screen" in spans:

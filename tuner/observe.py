@@ -7,7 +7,7 @@ import ray
 from tensorboardX import SummaryWriter
 
 from tuner.context import SearchContext, Telemetry
-from tuner.records import BESIDE_PHASE, TrialRow
+from tuner.records import AHEAD_PHASE, BESIDE_PHASE, TrialRow
 from tuner.telemetry import (
     annotate_trial,
     describe_unavailable,
@@ -48,13 +48,13 @@ def annotate(ctx: SearchContext, rows: list[TrialRow]) -> list[TrialRow]:
     return out
 
 
-DURING_SCREEN = ("screen", BESIDE_PHASE)  # runs that compiled while the screen was filling the cache
+DURING_SCREEN = ("screen", BESIDE_PHASE, AHEAD_PHASE)  # runs that compiled while the screen filled the cache
 
 
 def _say_cache_misses(ctx: SearchContext, rows: list[TrialRow]) -> None:
     """After the screen the search's cache holds what it compiled: a run that still compiles from scratch
     pays minutes of warm-up the cache was there to save, and the user should hear of it."""
-    missed = [r for r in rows if r.compile_cache_use == "miss" and r.phase_name not in DURING_SCREEN]
+    missed = [r for r in rows if r.compile_cache_use == "miss" and r.phase not in DURING_SCREEN]
     if missed:
         warmups = [r.warmup_s for r in missed if r.warmup_s is not None]
         paid = f", {min(warmups):.0f}-{max(warmups):.0f} s of warm-up each" if warmups else ""

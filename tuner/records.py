@@ -20,6 +20,7 @@ Status = Literal["ok", "oom", "nan", "error", "timeout", "stopped"]
 FAILED_STATUSES = frozenset({"oom", "nan", "error", "timeout"})
 BASELINE_ID = "baseline"
 BESIDE_PHASE = "loss_check_beside"  # the ledger of the baseline's loss run trained beside the screen
+AHEAD_PHASE = "loss_check_ahead"  # the ledger of candidates' loss runs trained beside the screen
 NODE_ID_SHOWN = 8  # a Ray node id is 56 hex digits; its first 8 tell a cluster's nodes apart
 
 
@@ -121,8 +122,9 @@ class TrialRow(Record):
 
     @property
     def phase_name(self) -> str:
-        """The phase without its round number (loss_check_0 -> loss_check)."""
-        return re.sub(r"_\d+$", "", self.phase)
+        """The phase without its round (loss_check_0 -> loss_check; loss_check_ahead, the loss runs trained
+        ahead of the rounds, beside the screen -> loss_check)."""
+        return re.sub(r"_(\d+|ahead)$", "", self.phase)
 
     @property
     def failed(self) -> bool:

@@ -114,8 +114,10 @@ class LedgerCallback(Callback):
         already: int,
         budget_s: float | None = None,
         rerun_lost: bool = False,
+        on_row: Callable[[list[TrialRow]], None] | None = None,
     ):
         self.ledger, self.total, self.done = ledger, total, already
+        self.on_row = on_row  # told the phase's rows each time one is added
         self.budget_s = budget_s  # the phase ends by then however many trials are left
         self.rerun_lost = rerun_lost  # a trial lost with its node gets no row: the phase reruns it
         self.lost: list[str] = []  # the Ray trials lost with their nodes, left to rerun
@@ -186,6 +188,8 @@ class LedgerCallback(Callback):
                 return
             fields["error"] = f"NodeDied: the trial's node {node} died, and the trial with it"
         row = self.ledger.append(fields)
+        if self.on_row is not None:
+            self.on_row(self.ledger.rows())
         self.done += 1
         self.new += 1
         if row.status == "error":
@@ -275,6 +279,7 @@ def _fit(
     already,
     rerun_lost: bool = False,
     inputs: TrialInputs,
+    on_row: Callable[[list[TrialRow]], None] | None = None,
     **tune_kwargs,
 ) -> int:
     """One Tune experiment; tune_kwargs go to TuneConfig except `stopper`, which goes to RunConfig. Returns
@@ -283,7 +288,7 @@ def _fit(
     storage = (out / "ray").resolve()
     attempt = sum(1 for p in storage.glob(f"{ledger.phase}*") if p.is_dir()) if storage.exists() else 0
     name = ledger.phase if attempt == 0 else f"{ledger.phase}-r{attempt}"
-    record = LedgerCallback(ledger, total, already, tune_kwargs.get("time_budget_s"), rerun_lost)
+    record = LedgerCallback(ledger, total, already, tune_kwargs.get("time_budget_s"), rerun_lost, on_row)
     stoppers = [s for s in (tune_kwargs.pop("stopper", None), LedgerFailed(record)) if s is not None]
     trainable = tune.with_parameters(
         train_trial, timing_gate=placement.gate, corpus=inputs.corpus, cache_server=inputs.cache_server
@@ -382,9 +387,11 @@ def run_proposals(
     stopper_ratio: float,
     time_budget_s: float | None,
     inputs: TrialInputs = TrialInputs(),
+    on_row: Callable[[list[TrialRow]], None] | None = None,
 ) -> list[TrialRow]:
     """Up to `trials` searcher-proposed trials in total, across resumes, never one config twice (fewer
-    when the searcher keeps repeating measured configs: the space is exhausted); rows in completion order.
+    when the searcher keeps repeating measured configs: the space is exhausted); rows in completion order;
+    `on_row` is told the rows so far as each one finishes.
     Trials lost with their nodes are proposed anew, in a fresh experiment with a fresh searcher (the study
     and the ledger carry what was learned)."""
     ledger = Ledger(out, phase)
@@ -408,6 +415,7 @@ def run_proposals(
             already=len(done),
             rerun_lost=attempt < NODE_LOSS_RERUNS,
             inputs=inputs,
+            on_row=on_row,
             search_alg=searcher,
             num_samples=remaining,
             time_budget_s=budget,

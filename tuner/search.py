@@ -86,10 +86,14 @@ def run_search(ctx: SearchContext) -> int:
     ctx.probed = ctx.phase("probe", lambda: probe.run(ctx, space), dict[str, ProbedBatch])
     space = probe.bounded(ctx, space, ctx.probed)
     beside = baseline.start_beside(ctx, space)  # the baseline's loss run, in the screen's idle GPU time
-    screened = ctx.phase("screen", lambda: screen.run(ctx, space), list[TrialRow])
-    eta.after_screen(ctx, screened, beside)
+    ahead = loss_check.start_ahead(ctx)  # the candidates' loss runs, as the screen finds them
+    on_row = ahead.consider if ahead is not None else None
+    screened = ctx.phase("screen", lambda: screen.run(ctx, space, on_row), list[TrialRow])
+    eta.after_screen(ctx, screened, beside, ahead)
 
-    checked = ctx.phase("loss_check", lambda: loss_check.run(ctx, screened, beside), list[TrialRow])
+    checked = ctx.phase("loss_check", lambda: loss_check.run(ctx, screened, beside, ahead), list[TrialRow])
+    if ahead is not None:
+        ahead.cancel_rest()
     base_row, checked = checked[0], checked[1:]
     gate = ctx.cfg.quality.gate(base_row.val_loss)  # the loss check's gate (the phase may be resumed)
     propagate_feasibility(screened, checked, gate, baseline=ctx.base)

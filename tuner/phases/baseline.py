@@ -66,15 +66,31 @@ def start_beside(ctx: SearchContext, space: dict[str, Knob]) -> BesideRun | None
     spec = TrialSpec.of({**case, "gpu_memory_fraction": share})
     if Ledger(ctx.out, BESIDE_PHASE).rows():
         return BesideRun(None, spec, point, time.time())
+    ref = start_run_beside(ctx, spec, BESIDE_WHO, share)
+    how = ", ".join(f"{k}={v}" for k, v in execution(case).items() if ctx.base.get(k) != v)
+    log(f"[baseline] its loss run trains beside the screen ({how}), in its GPU's idle time")
+    return BesideRun(ref, spec, point, time.time())
+
+
+def start_run_beside(ctx: SearchContext, spec: TrialSpec, who: str, share: float) -> Any:
+    """A loss run beside the screen, as a Ray task on `share` of a GPU, `who` at its gate; its ref."""
     # max_calls=1: the worker exits with the run; kept idle, its CUDA context on the GPU made every later
     # window there "GPU shared" (2 H200s, run L: 13 re-measure windows timed again, 277 s instead of ~80)
     task = ray.remote(max_calls=1)(run_beside).options(
         num_cpus=ctx.cfg.resources.cpus_per_trial, num_gpus=share
     )
-    ref = task.remote(spec, BESIDE_WHO, ctx.inputs.corpus, ctx.inputs.cache_server)
-    how = ", ".join(f"{k}={v}" for k, v in execution(case).items() if ctx.base.get(k) != v)
-    log(f"[baseline] its loss run trains beside the screen ({how}), in its GPU's idle time")
-    return BesideRun(ref, spec, point, time.time())
+    return task.remote(spec, who, ctx.inputs.corpus, ctx.inputs.cache_server)
+
+
+def wait_for(ref: Any, started: float, what: str) -> tuple[dict[str, Any] | None, BaseException | None]:
+    """A run beside the screen's metrics, or its error (a line every WAIT_LINE_S while it trains on)."""
+    while not ray.wait([ref], timeout=0)[0]:
+        log(f"[loss_check] {what} is still training ({time.time() - started:.0f} s so far)")
+        ray.wait([ref], timeout=WAIT_LINE_S)
+    try:
+        return ray.get(ref), None
+    except Exception as err:  # noqa: BLE001 - a failed run is a row with its error, as a trial's is
+        return None, err
 
 
 def _twin_point(ctx: SearchContext, space: dict[str, Knob]) -> dict[str, Any] | None:
@@ -91,25 +107,13 @@ def beside_row(ctx: SearchContext, run: BesideRun) -> TrialRow | None:
     failed, and the loss check trains the baseline itself."""
     ledger = Ledger(ctx.out, BESIDE_PHASE)
     if not ledger.rows():
-        metrics, error = _wait(run)
+        metrics, error = wait_for(run.ref, run.started, "the baseline's loss run")
         ledger.append(trial_row(metrics, run.spec, error, None))
     row = annotate(ctx, ledger.rows()[:1])[0]
     if row.status != "ok":
         ctx.notice(f"the baseline's loss run beside the screen failed ({row.error}): it trains again now")
         return None
     return row
-
-
-def _wait(run: BesideRun) -> tuple[dict[str, Any] | None, BaseException | None]:
-    while not run.done():
-        log(
-            f"[loss_check] the baseline's loss run is still training ({time.time() - run.started:.0f} s so far)"
-        )
-        ray.wait([run.ref], timeout=WAIT_LINE_S)
-    try:
-        return ray.get(run.ref), None
-    except Exception as err:  # noqa: BLE001 - a failed run is a row with its error, as a trial's is
-        return None, err
 
 
 def twins(ctx: SearchContext, screen: list[TrialRow]) -> dict[tuple, TrialRow]:

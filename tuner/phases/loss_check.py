@@ -4,27 +4,42 @@ loss is used. Each trains with the fastest execution the screen found for its lo
 itself; for the baseline, its twin). Round 0 holds the baseline, whose loss sets the loss gate every verdict
 comes from (tuner.records.LossGate); later rounds go on until `loss_check_top` configs pass,
 `max_loss_checks` runs are spent, or the next candidate could no longer be re-measured (`remeasure_top`
-passed configs screened faster)."""
+passed configs screened faster).
+
+On GPUs the rounds need not wait for the screen: as its trials finish, the candidates round 0 would take if it
+ended then train their loss runs beside it, in its GPUs' idle time (`LossAhead`), as the baseline's does, and
+a round takes their rows instead of training them. Run O on four H100s spent 98 s in two rounds after a screen
+that left its GPUs 75-91% idle (docs/benchmarks.md)."""
 
 from __future__ import annotations
 
 import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import ray
 
 from trainables.spec import TrialSpec
-from tuner.context import SearchContext
-from tuner.knobs import execution
+from tuner.context import SearchContext, log
+from tuner.knobs import execution, loss_key
 from tuner.observe import annotate
 from tuner.phases import baseline
-from tuner.records import TrialRow
-from tuner.runner import Placement, run_cases
+from tuner.records import AHEAD_PHASE, TrialRow
+from tuner.runner import Ledger, Placement, run_cases
 from tuner.select import Candidate, could_be_remeasured, loss_check_candidates
+from tuner.trial_rows import trial_row
 
 
 def run(
-    ctx: SearchContext, screen: list[TrialRow], beside: baseline.BesideRun | None = None
+    ctx: SearchContext,
+    screen: list[TrialRow],
+    beside: baseline.BesideRun | None = None,
+    ahead: LossAhead | None = None,
 ) -> list[TrialRow]:
     """The baseline's loss row first, then every candidate's. With `beside` (the baseline's loss run, started
-    with the screen), round 0 holds candidates only, and their verdicts wait for that run's row."""
+    with the screen), round 0 holds candidates only, and their verdicts wait for that run's row. With
+    `ahead`, a candidate whose loss run trained beside the screen takes that run's row."""
     s = ctx.cfg.search
     picks = loss_check_candidates(screen, ctx.base, len(screen))
     queue = [p for p in picks if not p.inherits]  # the baseline's own loss stands for the rest
@@ -33,7 +48,7 @@ def run(
     # without a run, would otherwise fill a top of 1 and no faster config would ever be checked (the
     # Hugging Face example on an H200: batch 32 screened 1.86x the baseline, its loss never checked)
     feasible = 0
-    budget = s.max_loss_checks if s.max_loss_checks is not None else 2 * s.loss_check_top
+    budget = run_budget(ctx)
     # the baseline's own loss run, unless it trained beside the screen (then asked for only if that failed)
     base_spec, twin = _baseline_spec(ctx, screen) if beside is None else (None, None)
     base_row, gate, rows, round_no = None, None, [], 0
@@ -44,8 +59,11 @@ def run(
         take = max(0, min(_slots(ctx) - extra, s.loss_check_top - feasible, budget - len(rows)))
         batch = _round_picks(queue, passed, take, s.remeasure_top)
         queue = queue[len(batch) :]
-        cases = ([base_spec] if extra else []) + [_spec(ctx, p) for p in batch]
+        done_ahead = _rows_ahead(ctx, batch, ahead)  # first: a resumed round then sees the same cases
+        own = [p for p in batch if p.id not in done_ahead]
+        cases = ([base_spec] if extra else []) + [_spec(ctx, p) for p in own]
         training = int(base_row is None and beside is not None and not beside.done())
+        training += ahead.training() if ahead is not None else 0
         new = (
             ctx.phase(
                 f"loss_check_{round_no}",
@@ -59,11 +77,119 @@ def run(
         if base_row is None:
             row, twin = (new.pop(0), twin) if extra else _beside_or_own(ctx, screen, beside)
             base_row, gate = baseline.checked(ctx, baseline.as_baseline(row, twin))
+        trained = iter(new)
+        new = [done_ahead[p.id] if p.id in done_ahead else next(trained) for p in batch]
         new = [row.with_verdict(gate) for row in new]  # in case order: the batch's order
         passed += [pick for pick, row in zip(batch, new, strict=True) if row.feasible]
         feasible += sum(bool(row.feasible) for row in new)
         rows += new
     return [base_row, *rows]
+
+
+def _rows_ahead(ctx: SearchContext, batch: list[Candidate], ahead: LossAhead | None) -> dict[str, TrialRow]:
+    """The rows of the batch's candidates whose loss runs trained ahead of the round (waiting for those
+    still training); a candidate whose run failed trains in the round."""
+    rows = {}
+    for pick in batch:
+        if ahead is None or not ahead.started(pick):
+            continue
+        row = ahead.row(pick)
+        if row is None:
+            ctx.notice(f"loss check: {pick.id}'s loss run beside the screen failed: it trains in a round")
+            ahead.forget(pick)
+        else:
+            rows[pick.id] = row
+    return rows
+
+
+@dataclass
+class LossAhead:
+    """Loss runs of the candidates the screen has found so far, trained beside it (as the baseline's,
+    `baseline.start_beside`): at most `limit` in all (the loss check's run budget), `at_once` at a time
+    (one per GPU), each taking one screen run's place on its GPU and yielding it to every timed window."""
+
+    ctx: SearchContext
+    limit: int
+    at_once: int
+    refs: dict[tuple, Any] = field(default_factory=dict)  # loss key -> its Ray task (None: row in the ledger)
+    specs: dict[tuple, TrialSpec] = field(default_factory=dict)
+    started_at: dict[tuple, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.ledger = Ledger(self.ctx.out, AHEAD_PHASE)
+        for row in self.ledger.rows():  # from before a resume
+            self.refs[self._key(row.config)] = None
+
+    def _key(self, config: dict[str, Any]) -> tuple:
+        return loss_key(config, self.ctx.base)
+
+    def started(self, pick: Candidate) -> bool:
+        return self._key(pick.config) in self.refs
+
+    def forget(self, pick: Candidate) -> None:
+        self.refs.pop(self._key(pick.config), None)
+
+    def consider(self, screen: list[TrialRow]) -> None:
+        """Starts the loss runs of the fastest candidates so far that have none, while places are free. An
+        error here ends only the runs ahead (the rounds train the rest), not the screen it was called from."""
+        top = self.ctx.cfg.search.loss_check_top
+        try:
+            picks = [c for c in loss_check_candidates(screen, self.ctx.base, top) if not c.inherits][:top]
+            for pick in picks:
+                if self.started(pick) or len(self.refs) >= self.limit or self.training() >= self.at_once:
+                    continue
+                self._start(pick)
+        except Exception as err:  # noqa: BLE001 - reported, and the loss check trains what is left
+            self.limit = len(self.refs)
+            self.ctx.notice(f"loss runs ahead of the loss check stopped: {type(err).__name__}: {err}")
+
+    def training(self) -> int:
+        """How many of its runs are still training."""
+        refs = [r for r in self.refs.values() if r is not None]
+        return len(ray.wait(refs, num_returns=len(refs), timeout=0)[1]) if refs else 0
+
+    def _start(self, pick: Candidate) -> None:
+        spec = _spec(self.ctx, pick)
+        share = self.ctx.beside_share(spec.train.model_dump())
+        spec = spec.with_train(gpu_memory_fraction=share)
+        key = self._key(pick.config)
+        self.refs[key] = baseline.start_run_beside(self.ctx, spec, f"loss-ahead-{len(self.refs)}", share)
+        self.specs[key], self.started_at[key] = spec, time.time()
+        log(f"[loss_check] {pick.id}'s loss run trains ahead, beside the screen, in its GPU's idle time")
+
+    def row(self, pick: Candidate) -> TrialRow | None:
+        """The row of the loss run started for the pick's loss key (waiting for it to finish); None: it
+        failed. A run started for a twin that the screen later outran stands for the pick: same loss."""
+        key = self._key(pick.config)
+        ref = self.refs[key]
+        if ref is not None:
+            self.refs[key] = None
+            metrics, error = baseline.wait_for(ref, self.started_at[key], f"{pick.id}'s loss run ahead")
+            self.ledger.append(trial_row(metrics, self.specs[key], error, None))
+        row = [r for r in self.ledger.rows() if self._key(r.config) == key][-1]
+        return annotate(self.ctx, [row])[0] if row.status == "ok" else None
+
+    def cancel_rest(self) -> None:
+        """Ends the runs no round asked for (their configs were outrun later): the re-measure needs quiet
+        GPUs."""
+        left = [ref for ref in self.refs.values() if ref is not None]
+        for ref in left:
+            ray.cancel(ref, force=True)
+        if left:
+            log(f"[loss_check] {len(left)} loss run(s) ahead no round needed: stopped")
+
+
+def start_ahead(ctx: SearchContext) -> LossAhead | None:
+    """Loss runs ahead of the rounds, on GPUs with places to spare beside the screen (as the baseline's)."""
+    if not ctx.on_gpu or ctx.speed_placement().concurrent < 2 or ctx.state.phase("loss_check") is not None:
+        return None
+    return LossAhead(ctx, limit=run_budget(ctx), at_once=max(1, ctx.hw.gpus))
+
+
+def run_budget(ctx: SearchContext) -> int:
+    """The most loss runs the loss check trains: `max_loss_checks`, by default twice `loss_check_top`."""
+    s = ctx.cfg.search
+    return s.max_loss_checks if s.max_loss_checks is not None else 2 * s.loss_check_top
 
 
 def _baseline_spec(ctx: SearchContext, screen: list[TrialRow]) -> tuple[TrialSpec, TrialRow | None]:

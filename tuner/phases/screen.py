@@ -5,6 +5,7 @@ a resumed search goes on with what TPE already learned."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import optuna
@@ -25,7 +26,10 @@ STUDY = "screen"
 optuna.logging.set_verbosity(optuna.logging.WARNING)  # our progress lines say what the study does
 
 
-def run(ctx: SearchContext, space: dict[str, Knob]) -> list[TrialRow]:
+def run(
+    ctx: SearchContext, space: dict[str, Knob], on_row: Callable[[list[TrialRow]], None] | None = None
+) -> list[TrialRow]:
+    """The screen's rows; `on_row` is told the rows so far as each trial finishes."""
     s = ctx.cfg.search
     storage = _storage(ctx)
     if ctx.resume:
@@ -55,6 +59,7 @@ def run(ctx: SearchContext, space: dict[str, Knob]) -> list[TrialRow]:
         stopper_ratio=s.early_stop_ratio,
         time_budget_s=wall_budget_s(ctx),
         inputs=ctx.inputs,
+        on_row=on_row,
     )
     return annotate(ctx, [row.speed_only() for row in rows])  # the loss check measures their losses
 

@@ -1,0 +1,86 @@
+"""Loss runs ahead of the loss check (tuner/phases/loss_check.py:LossAhead): as the screen finds its fastest
+candidates, their full-budget loss runs train beside it on the GPUs, and a round takes their rows instead of
+training them. Real Ray tasks on a local cluster that advertises two GPUs it does not have; the runs train
+the smoke model on the CPU, through the same trainable the search uses."""
+
+from __future__ import annotations
+
+import pytest
+import ray
+
+from tests.factories import make_row
+from tests.test_loss_placement import rounds_without_training
+from trainables.gate import open_gates
+from tuner.config import load_search_config
+from tuner.context import SearchContext, State
+from tuner.phases import loss_check
+from tuner.records import AHEAD_PHASE, Hardware
+from tuner.runner import Ledger
+
+SMOKE_SHORT = ["train.tokens=16384", "train.eval_tokens=2048", "search.loss_check_top=2"]
+
+
+@pytest.fixture
+def two_fake_gpus():
+    ray.init(num_cpus=4, num_gpus=2, include_dashboard=False, log_to_driver=False)
+    gates = open_gates()  # the search's driver owns one per GPU; a run beside parks at its GPU's
+    try:
+        yield gates
+    finally:
+        ray.shutdown()
+
+
+def smoke_context(tmp_path) -> SearchContext:
+    cfg = load_search_config("configs/smoke.yaml", SMOKE_SHORT)
+    hw = Hardware(gpus=2, gpu_mem_mb=81_559)
+    return SearchContext(cfg, tmp_path, cfg.baseline().model_dump(), hw, 4, State(tmp_path), "")
+
+
+def test_the_fastest_candidates_train_ahead_and_a_round_takes_their_rows(
+    tmp_path, monkeypatch, two_fake_gpus
+):
+    ctx = smoke_context(tmp_path)
+    ahead = loss_check.start_ahead(ctx)
+    assert ahead is not None and ahead.limit == 4 and ahead.at_once == 2
+    screen = [
+        make_row("screen-0", config={"batch_size": 32}, tokens_per_s=3_000.0),
+        make_row("screen-1", config={"lr": 6e-3}, tokens_per_s=2_000.0),
+        make_row("screen-2", config={"lr": 1e-3, "batch_size": 8}, tokens_per_s=1_000.0),
+        make_row("screen-3", config={"compile": "default"}, tokens_per_s=9_000.0),  # the baseline's loss
+    ]
+    ahead.consider(screen[:1])  # as the screen's first trial finishes
+    ahead.consider(screen)  # then the rest: the top 2 that need a loss run of their own
+    picks = {c.id: c for c in loss_check.loss_check_candidates(screen, ctx.base, 4)}
+    assert [ahead.started(picks[i]) for i in ("screen-0", "screen-1", "screen-2")] == [True, True, False]
+    assert not ahead.started(picks["screen-3"])  # the baseline's own loss run stands for it
+    trained = rounds_without_training(monkeypatch)  # the rounds' own runs reach val loss 1.5 at once
+    rows = loss_check.run(ctx, screen, None, ahead)
+    assert trained[0] == [None], "round 0 trained only the baseline: its candidates had run ahead"
+    by_screen = {r.screen_id: r for r in rows[1:]}
+    for sid in ("screen-0", "screen-1"):
+        row = by_screen[sid]
+        assert row.phase == AHEAD_PHASE and row.status == "ok" and row.val_loss is not None
+        assert row.gate_wait_s is not None, "it ran beside the screen, at its GPU's gate"
+        assert row.train["tokens"] == 16_384, "a full-budget loss run, not a screen run"
+    # the smoke model's short runs end far above the fake rounds' 1.5: both fail the gate, and a later
+    # round trains the next candidate itself
+    assert trained[1:] == [["screen-2"]]
+    assert len(Ledger(tmp_path, AHEAD_PHASE).rows()) == 2
+    resumed = loss_check.LossAhead(ctx, limit=4, at_once=2)  # a resumed search reads the ledger
+    assert resumed.started(picks["screen-0"]) and resumed.row(picks["screen-0"]).screen_id == "screen-0"
+
+
+def test_runs_ahead_no_round_asked_for_are_stopped(tmp_path, two_fake_gpus):
+    ctx = smoke_context(tmp_path)
+    ahead = loss_check.start_ahead(ctx)
+    screen = [make_row("screen-0", config={"batch_size": 32}, tokens_per_s=3_000.0)]
+    ahead.consider(screen)
+    assert ahead.training() == 1
+    ahead.cancel_rest()
+    assert ahead.training() == 0 and not Ledger(tmp_path, AHEAD_PHASE).rows()
+
+
+def test_no_runs_ahead_on_cpus(tmp_path):
+    cfg = load_search_config("configs/smoke.yaml", SMOKE_SHORT)
+    ctx = SearchContext(cfg, tmp_path, cfg.baseline().model_dump(), Hardware(gpus=0), 2, State(tmp_path), "")
+    assert loss_check.start_ahead(ctx) is None
