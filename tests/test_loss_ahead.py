@@ -51,6 +51,7 @@ def test_the_fastest_candidates_train_ahead_and_a_round_takes_their_rows(
     ahead.consider(screen[:1])  # as the screen's first trial finishes
     ahead.consider(screen)  # then the rest: the top 2 that need a loss run of their own
     picks = {c.id: c for c in loss_check.loss_check_candidates(screen, ctx.base, 4)}
+    # the top 2 that need a loss run of their own; the spare waits: one run ahead per GPU at a time
     assert [ahead.started(picks[i]) for i in ("screen-0", "screen-1", "screen-2")] == [True, True, False]
     assert not ahead.started(picks["screen-3"])  # the baseline's own loss run stands for it
     trained = rounds_without_training(monkeypatch)  # the rounds' own runs reach val loss 1.5 at once
@@ -70,12 +71,18 @@ def test_the_fastest_candidates_train_ahead_and_a_round_takes_their_rows(
     assert resumed.started(picks["screen-0"]) and resumed.row(picks["screen-0"]).screen_id == "screen-0"
 
 
-def test_runs_ahead_no_round_asked_for_are_stopped(tmp_path, two_fake_gpus):
+def test_one_spare_trains_ahead_and_runs_no_round_asked_for_are_stopped(tmp_path, two_fake_gpus):
     ctx = smoke_context(tmp_path)
-    ahead = loss_check.start_ahead(ctx)
-    screen = [make_row("screen-0", config={"batch_size": 32}, tokens_per_s=3_000.0)]
+    ahead = loss_check.LossAhead(ctx, limit=4, at_once=4)
+    screen = [
+        make_row(f"screen-{i}", config={"lr": lr}, tokens_per_s=3_000.0 - i)
+        for i, lr in enumerate((1e-3, 2e-3, 4e-3, 6e-3))
+    ]
     ahead.consider(screen)
-    assert ahead.training() == 1
+    picks = loss_check.loss_check_candidates(screen, ctx.base, 4)
+    # loss_check_top is 2: those two and one spare, for when one of them fails the gate
+    assert [ahead.started(p) for p in picks] == [True, True, True, False]
+    assert ahead.training() == 3
     ahead.cancel_rest()
     assert ahead.training() == 0 and not Ledger(tmp_path, AHEAD_PHASE).rows()
 

@@ -104,8 +104,8 @@ def _rows_ahead(ctx: SearchContext, batch: list[Candidate], ahead: LossAhead | N
 
 @dataclass
 class LossAhead:
-    """Loss runs of the candidates the screen has found so far, trained beside it (as the baseline's,
-    `baseline.start_beside`): at most `limit` in all (the loss check's run budget), `at_once` at a time
+    """Loss runs of the candidates the screen has found so far (the `loss_check_top` fastest and one spare),
+    trained beside it (as the baseline's, `baseline.start_beside`): at most `limit` in all (the loss check's run budget), `at_once` at a time
     (one per GPU), each taking one screen run's place on its GPU and yielding it to every timed window."""
 
     ctx: SearchContext
@@ -132,7 +132,9 @@ class LossAhead:
     def consider(self, screen: list[TrialRow]) -> None:
         """Starts the loss runs of the fastest candidates so far that have none, while places are free. An
         error here ends only the runs ahead (the rounds train the rest), not the screen it was called from."""
-        top = self.ctx.cfg.search.loss_check_top
+        # one more than round 0 takes: if one of them fails the gate, the next has trained already (run O,
+        # four H100s: batch 512 fp16 failed it, and a second round trained batch 16 tf32 for 58.5 s)
+        top = self.ctx.cfg.search.loss_check_top + 1
         try:
             picks = [c for c in loss_check_candidates(screen, self.ctx.base, top) if not c.inherits][:top]
             for pick in picks:
