@@ -193,7 +193,7 @@ class Finalist(Record):
     warmup_s: float | None = Field(
         None,
         description="compile + warm-up seconds with the search's caches warm: the shortest of its re-measure "
-        "runs and the screen's cache hits of its graph",
+        "runs and the screen's and loss check's cache hits of its graph",
     )
     warmup_beside: int | None = Field(
         None,

@@ -18,6 +18,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+import torch  # noqa: E402
+
 from trainables.config import load_config  # noqa: E402
 from trainables.loop import train  # noqa: E402
 from trainables.spec import TrialSpec  # noqa: E402
@@ -54,8 +56,6 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=300)
     args = parser.parse_args()
     cfg = load_config(args.config, [f"max_steps={args.steps}"], data=args.data)
-    import torch
-
     gpus = int(torch.cuda.is_available() and cfg.device != "cpu")
     _line("main thread", train(cfg).metrics())
     _line("ray trial", in_ray(cfg, gpus))

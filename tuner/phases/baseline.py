@@ -40,8 +40,9 @@ WAIT_LINE_S = 30.0  # the longest the search is silent while it waits for the be
 
 @dataclass
 class BesideRun:
-    """The baseline's loss run, trained beside the screen: its Ray task (None when its row is already in the
-    ledger, from before a resume), the trial it runs, and the start point it took the execution of."""
+    """A loss run trained beside the screen (the baseline's, or a candidate's ahead of the loss check): its
+    Ray task (None when its row is already in the ledger, from before a resume), the trial it runs, and the
+    config it took the execution of (the baseline's: a start point)."""
 
     ref: Any
     spec: TrialSpec
@@ -56,7 +57,7 @@ def start_beside(ctx: SearchContext, space: dict[str, Knob]) -> BesideRun | None
     """Starts the baseline's loss run beside the screen, on one speed-run place of a GPU (None: on CPUs,
     where a run takes every core; with one place in all, which it would take from the screen; when no start
     point shares the baseline's loss knobs; or when the loss check is done already)."""
-    if not ctx.on_gpu or ctx.speed_placement().concurrent < 2 or ctx.state.phase("loss_check") is not None:
+    if not room_beside(ctx):
         return None
     point = _twin_point(ctx, space)
     if point is None:
@@ -66,29 +67,37 @@ def start_beside(ctx: SearchContext, space: dict[str, Knob]) -> BesideRun | None
     spec = TrialSpec.of({**case, "gpu_memory_fraction": share})
     if Ledger(ctx.out, BESIDE_PHASE).rows():
         return BesideRun(None, spec, point, time.time())
-    ref = start_run_beside(ctx, spec, BESIDE_WHO, share)
+    run = start_run_beside(ctx, spec, BESIDE_WHO, point)
     how = ", ".join(f"{k}={v}" for k, v in execution(case).items() if ctx.base.get(k) != v)
     log(f"[baseline] its loss run trains beside the screen ({how}), in its GPU's idle time")
-    return BesideRun(ref, spec, point, time.time())
+    return run
 
 
-def start_run_beside(ctx: SearchContext, spec: TrialSpec, who: str, share: float) -> Any:
-    """A loss run beside the screen, as a Ray task on `share` of a GPU, `who` at its gate; its ref."""
+def room_beside(ctx: SearchContext) -> bool:
+    """Whether loss runs may train beside the screen: on GPUs with more than one speed-run place (one of
+    them is taken from the screen), while the loss check is still to come."""
+    return ctx.on_gpu and ctx.speed_placement().concurrent >= 2 and ctx.state.phase("loss_check") is None
+
+
+def start_run_beside(ctx: SearchContext, spec: TrialSpec, who: str, point: dict[str, Any]) -> BesideRun:
+    """`spec` as a Ray task on its GPU share (its `gpu_memory_fraction`), `who` at its GPU's gate."""
+    share = spec.train.gpu_memory_fraction
     # max_calls=1: the worker exits with the run; kept idle, its CUDA context on the GPU made every later
     # window there "GPU shared" (2 H200s, run L: 13 re-measure windows timed again, 277 s instead of ~80)
     task = ray.remote(max_calls=1)(run_beside).options(
         num_cpus=ctx.cfg.resources.cpus_per_trial, num_gpus=share
     )
-    return task.remote(spec, who, ctx.inputs.corpus, ctx.inputs.cache_server)
+    ref = task.remote(spec, who, ctx.inputs.corpus, ctx.inputs.cache_server)
+    return BesideRun(ref, spec, point, time.time())
 
 
-def wait_for(ref: Any, started: float, what: str) -> tuple[dict[str, Any] | None, BaseException | None]:
-    """A run beside the screen's metrics, or its error (a line every WAIT_LINE_S while it trains on)."""
-    while not ray.wait([ref], timeout=0)[0]:
-        log(f"[loss_check] {what} is still training ({time.time() - started:.0f} s so far)")
-        ray.wait([ref], timeout=WAIT_LINE_S)
+def wait_for(run: BesideRun, what: str) -> tuple[dict[str, Any] | None, BaseException | None]:
+    """The run's metrics, or its error (a line every WAIT_LINE_S while it trains on)."""
+    while not run.done():
+        log(f"[loss_check] {what} is still training ({time.time() - run.started:.0f} s so far)")
+        ray.wait([run.ref], timeout=WAIT_LINE_S)
     try:
-        return ray.get(ref), None
+        return ray.get(run.ref), None
     except Exception as err:  # noqa: BLE001 - a failed run is a row with its error, as a trial's is
         return None, err
 
@@ -107,7 +116,7 @@ def beside_row(ctx: SearchContext, run: BesideRun) -> TrialRow | None:
     failed, and the loss check trains the baseline itself."""
     ledger = Ledger(ctx.out, BESIDE_PHASE)
     if not ledger.rows():
-        metrics, error = wait_for(run.ref, run.started, "the baseline's loss run")
+        metrics, error = wait_for(run, "the baseline's loss run")
         ledger.append(trial_row(metrics, run.spec, error, None))
     row = annotate(ctx, ledger.rows()[:1])[0]
     if row.status != "ok":

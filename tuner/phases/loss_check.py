@@ -14,7 +14,6 @@ that left its GPUs 75-91% idle (docs/benchmarks.md)."""
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -105,29 +104,28 @@ def _rows_ahead(ctx: SearchContext, batch: list[Candidate], ahead: LossAhead | N
 @dataclass
 class LossAhead:
     """Loss runs of the candidates the screen has found so far (the `loss_check_top` fastest and one spare),
-    trained beside it (as the baseline's, `baseline.start_beside`): at most `limit` in all (the loss check's run budget), `at_once` at a time
-    (one per GPU), each taking one screen run's place on its GPU and yielding it to every timed window."""
+    trained beside it as the baseline's is (`baseline.start_beside`): at most `limit` in all (the loss
+    check's run budget), `at_once` at a time (one per GPU), each on one screen run's place of its GPU,
+    yielding it to every timed window."""
 
     ctx: SearchContext
     limit: int
     at_once: int
-    refs: dict[tuple, Any] = field(default_factory=dict)  # loss key -> its Ray task (None: row in the ledger)
-    specs: dict[tuple, TrialSpec] = field(default_factory=dict)
-    started_at: dict[tuple, float] = field(default_factory=dict)
+    runs: dict[tuple, baseline.BesideRun | None] = field(default_factory=dict)  # by loss key; None: in ledger
 
     def __post_init__(self) -> None:
         self.ledger = Ledger(self.ctx.out, AHEAD_PHASE)
         for row in self.ledger.rows():  # from before a resume
-            self.refs[self._key(row.config)] = None
+            self.runs[self._key(row.config)] = None
 
     def _key(self, config: dict[str, Any]) -> tuple:
         return loss_key(config, self.ctx.base)
 
     def started(self, pick: Candidate) -> bool:
-        return self._key(pick.config) in self.refs
+        return self._key(pick.config) in self.runs
 
     def forget(self, pick: Candidate) -> None:
-        self.refs.pop(self._key(pick.config), None)
+        self.runs.pop(self._key(pick.config), None)
 
     def consider(self, screen: list[TrialRow]) -> None:
         """Starts the loss runs of the fastest candidates so far that have none, while places are free. An
@@ -138,52 +136,49 @@ class LossAhead:
         try:
             picks = [c for c in loss_check_candidates(screen, self.ctx.base, top) if not c.inherits][:top]
             for pick in picks:
-                if self.started(pick) or len(self.refs) >= self.limit or self.training() >= self.at_once:
+                if self.started(pick) or len(self.runs) >= self.limit or self.training() >= self.at_once:
                     continue
                 self._start(pick)
         except Exception as err:  # noqa: BLE001 - reported, and the loss check trains what is left
-            self.limit = len(self.refs)
+            self.limit = len(self.runs)
             self.ctx.notice(f"loss runs ahead of the loss check stopped: {type(err).__name__}: {err}")
 
     def training(self) -> int:
         """How many of its runs are still training."""
-        refs = [r for r in self.refs.values() if r is not None]
-        return len(ray.wait(refs, num_returns=len(refs), timeout=0)[1]) if refs else 0
+        return sum(1 for run in self.runs.values() if run is not None and not run.done())
 
     def _start(self, pick: Candidate) -> None:
         spec = _spec(self.ctx, pick)
-        share = self.ctx.beside_share(spec.train.model_dump())
-        spec = spec.with_train(gpu_memory_fraction=share)
-        key = self._key(pick.config)
-        self.refs[key] = baseline.start_run_beside(self.ctx, spec, f"loss-ahead-{len(self.refs)}", share)
-        self.specs[key], self.started_at[key] = spec, time.time()
+        spec = spec.with_train(gpu_memory_fraction=self.ctx.beside_share(spec.train.model_dump()))
+        who = f"loss-ahead-{len(self.runs)}"
+        self.runs[self._key(pick.config)] = baseline.start_run_beside(self.ctx, spec, who, pick.config)
         log(f"[loss_check] {pick.id}'s loss run trains ahead, beside the screen, in its GPU's idle time")
 
     def row(self, pick: Candidate) -> TrialRow | None:
         """The row of the loss run started for the pick's loss key (waiting for it to finish); None: it
         failed. A run started for a twin that the screen later outran stands for the pick: same loss."""
         key = self._key(pick.config)
-        ref = self.refs[key]
-        if ref is not None:
-            self.refs[key] = None
-            metrics, error = baseline.wait_for(ref, self.started_at[key], f"{pick.id}'s loss run ahead")
-            self.ledger.append(trial_row(metrics, self.specs[key], error, None))
+        run = self.runs[key]
+        if run is not None:
+            self.runs[key] = None
+            metrics, error = baseline.wait_for(run, f"{pick.id}'s loss run ahead")
+            self.ledger.append(trial_row(metrics, run.spec, error, None))
         row = [r for r in self.ledger.rows() if self._key(r.config) == key][-1]
         return annotate(self.ctx, [row])[0] if row.status == "ok" else None
 
     def cancel_rest(self) -> None:
         """Ends the runs no round asked for (their configs were outrun later): the re-measure needs quiet
         GPUs."""
-        left = [ref for ref in self.refs.values() if ref is not None]
-        for ref in left:
-            ray.cancel(ref, force=True)
+        left = [run for run in self.runs.values() if run is not None]
+        for run in left:
+            ray.cancel(run.ref, force=True)
         if left:
             log(f"[loss_check] {len(left)} loss run(s) ahead no round needed: stopped")
 
 
 def start_ahead(ctx: SearchContext) -> LossAhead | None:
     """Loss runs ahead of the rounds, on GPUs with places to spare beside the screen (as the baseline's)."""
-    if not ctx.on_gpu or ctx.speed_placement().concurrent < 2 or ctx.state.phase("loss_check") is not None:
+    if not baseline.room_beside(ctx):
         return None
     return LossAhead(ctx, limit=run_budget(ctx), at_once=max(1, ctx.hw.gpus))
 
