@@ -3,8 +3,10 @@
 # the same command on all N GPUs, cold again (each search compiles into its own OUT/compile-cache; the first
 # one's is moved aside while the second runs, and back after); then, on the machine with nothing else
 # running, the seed baseline (300 steps) and best.yaml of the one-GPU search alone on GPU 0 (issue 20's
-# pair); then the GPU tests split over GPUs 1 to 3 (at most TESTS_S seconds), and beside them on GPU 0 the
-# seed baseline in a plain process's main thread and in a Ray trial (bench/device/baseline_in_ray.py). Run K (4x H200) ran
+# pair); then, still alone, the seed baseline in a plain main thread, beside CPU spinners and in a Ray trial
+# (bench/device/baseline_where.py); with GPU_TESTS=1 (4 GPUs), then the GPU tests over GPUs 1 to 3 (at most
+# TESTS_S seconds each). Run O ran the tests (12 of 12 passed at 632b8a3; model/ and trainables/ unchanged
+# since), so run P leaves them out for the diagnosis. Run K (4x H200) ran
 # all-then-one, with the ceiling sweep beside; run N ran the pair beside the tests and the Hugging Face
 # example, whose compiles took the pair's CPUs.
 # Output in /tmp/final (one folder per search); `bash bench/device/poll.sh 540 ALLDONE` waits.
@@ -18,6 +20,7 @@ cd /tmp/p
 export PYTHONPATH=/tmp/site:/tmp/p PYTHONUNBUFFERED=1
 R=/tmp/final
 N=$(nvidia-smi -L | wc -l)
+lscpu > $R/lscpu.txt 2>&1  # the baseline is launch-bound: its speed is the host CPU's
 TESTS_S=${TESTS_S:-420}
 search() {  # $1: the label; the README's command exactly, on the GPUs CUDA_VISIBLE_DEVICES leaves
   local T=$(date +%s)
@@ -25,6 +28,7 @@ search() {  # $1: the label; the README's command exactly, on the GPUs CUDA_VISI
   python3 -m tuner.search --config configs/default.yaml --data tinyshakespeare.txt > $R/$1.log 2>&1
   echo "EXIT $1 $? after $(( $(date +%s) - T )) s" >> $R/search.log
   mkdir -p $R/$1 && cp out/search/summary.json out/search/report.md out/search/report.html out/search/best.yaml $R/$1/
+  cp -r out/search/trials $R/$1/ 2>/dev/null  # the rows, loss runs ahead among them
 }
 export CUDA_VISIBLE_DEVICES=0
 search one
@@ -42,20 +46,15 @@ gpu_tests() {  # $1: the GPU, $2: the label, then the test selection
   $TR --config configs/default.yaml --set max_steps=300 > $R/one/train_baseline.json 2> $R/one/train_baseline.err
   $TR --config out/search/best.yaml > $R/one/train_best.json 2> $R/one/train_best.err )
 echo "PAIR $(date -u +%FT%TZ)" >> $R/search.log
-F=tests/test_fused_gpu.py
-if [ $N -ge 4 ]; then  # each compiled-model test (cold fla autotuning, ~3 minutes) on a GPU of its own
+( export CUDA_VISIBLE_DEVICES=0  # still alone: where the launch-bound baseline runs slower
+  python3 bench/device/baseline_where.py --data tinyshakespeare.txt > $R/one/baseline_where.jsonl 2> $R/one/baseline_where.err
+  echo "WHERE $(date -u +%FT%TZ)" >> $R/search.log )
+if [ "${GPU_TESTS:-0}" = 1 ]; then  # each compiled-model test (cold fla autotuning) on a GPU of its own
+  F=tests/test_fused_gpu.py
   gpu_tests 1 ops $F -k "not model_matches" &
   gpu_tests 2 model0 $F -k "model_matches and dtype0" &
   gpu_tests 3 model1 $F -k "model_matches and dtype1" &
-elif [ $N -ge 3 ]; then
-  gpu_tests 1 ops $F -k "not model_matches" &
-  gpu_tests 2 model $F -k "model_matches" &
-else
-  gpu_tests 1 all $F &
 fi
-( export CUDA_VISIBLE_DEVICES=0  # beside the tests: the baseline in the main thread, in a Ray trial, again
-  python3 bench/device/baseline_in_ray.py --data tinyshakespeare.txt > $R/one/baseline_in_ray.jsonl 2> $R/one/baseline_in_ray.err
-  echo "INRAY $(date -u +%FT%TZ)" >> $R/search.log ) &
 wait
 echo "ALLDONE $(date -u +%FT%TZ)" >> $R/search.log
 INNER
