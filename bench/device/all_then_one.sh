@@ -1,10 +1,9 @@
 # Issues 24 and 20 on a machine with N GPUs (2 or 4), in one sitting: the README's command exactly, cold, on
-# GPU 0 alone (CUDA_VISIBLE_DEVICES=0; issue 20's run, first so that a sitting cut short still has it); then
-# the same command on all N GPUs, cold again (each search compiles into its own OUT/compile-cache; the first
-# one's is moved aside while the second runs, and back after); then, on the machine with nothing else
-# running, the seed baseline (300 steps) and best.yaml of the one-GPU search alone on GPU 0 (issue 20's
-# pair); then, still alone, the seed baseline in a plain main thread, beside CPU spinners and in a Ray trial
-# (bench/device/baseline_where.py); with GPU_TESTS=1 (4 GPUs), then the GPU tests over GPUs 1 to 3 (at most
+# GPU 0 alone (CUDA_VISIBLE_DEVICES=0; issue 20's run, first so that a sitting cut short still has it); then,
+# with nothing else running, the seed baseline (300 steps) and best.yaml of that search on GPU 0 (issue 20's
+# pair), and the seed baseline in a plain main thread and in a Ray trial (bench/device/baseline_where.py);
+# then the same command on all N GPUs, cold again (each search compiles into its own OUT/compile-cache; the
+# first one's is moved aside); with GPU_TESTS=1 (4 GPUs), then the GPU tests over GPUs 1 to 3 (at most
 # TESTS_S seconds each). Run O ran the tests (12 of 12 passed at 632b8a3; model/ and trainables/ unchanged
 # since), so run P leaves them out for the diagnosis. Run K (4x H200) ran
 # all-then-one, with the ceiling sweep beside; run N ran the pair beside the tests and the Hugging Face
@@ -30,25 +29,24 @@ search() {  # $1: the label; the README's command exactly, on the GPUs CUDA_VISI
   mkdir -p $R/$1 && cp out/search/summary.json out/search/report.md out/search/report.html out/search/best.yaml $R/$1/
   cp -r out/search/trials $R/$1/ 2>/dev/null  # the rows, loss runs ahead among them
 }
-export CUDA_VISIBLE_DEVICES=0
-search one
-mv out/search out/search-one
-unset CUDA_VISIBLE_DEVICES
-search all
-mv out/search out/search-all && mv out/search-one out/search  # best.yaml's run reads the caches it names
 TR="python3 -m trainables.train --data tinyshakespeare.txt --json"
 gpu_tests() {  # $1: the GPU, $2: the label, then the test selection
   local G=$1 L=$2; shift 2
   CUDA_VISIBLE_DEVICES=$G timeout $TESTS_S python3 -m pytest -v -m gpu -p no:cacheprovider "$@" > $R/gpu_tests_$L.log 2>&1
   echo "GPUTESTS $L exit $? $(date -u +%FT%TZ)" >> $R/search.log
 }
-( export CUDA_VISIBLE_DEVICES=0  # the pair alone: nothing else runs on the machine
-  $TR --config configs/default.yaml --set max_steps=300 > $R/one/train_baseline.json 2> $R/one/train_baseline.err
-  $TR --config out/search/best.yaml > $R/one/train_best.json 2> $R/one/train_best.err )
+export CUDA_VISIBLE_DEVICES=0
+search one
+# the pair alone, right after (nothing else runs on the machine); best.yaml's run reads the caches it names
+$TR --config configs/default.yaml --set max_steps=300 > $R/one/train_baseline.json 2> $R/one/train_baseline.err
+$TR --config out/search/best.yaml > $R/one/train_best.json 2> $R/one/train_best.err
 echo "PAIR $(date -u +%FT%TZ)" >> $R/search.log
-( export CUDA_VISIBLE_DEVICES=0  # still alone: where the launch-bound baseline runs slower
-  python3 bench/device/baseline_where.py --data tinyshakespeare.txt > $R/one/baseline_where.jsonl 2> $R/one/baseline_where.err
-  echo "WHERE $(date -u +%FT%TZ)" >> $R/search.log )
+# still alone: where the launch-bound baseline runs slower
+python3 bench/device/baseline_where.py --data tinyshakespeare.txt --rounds 1 --steps 150 --spinners '' > $R/one/baseline_where.jsonl 2> $R/one/baseline_where.err
+echo "WHERE $(date -u +%FT%TZ)" >> $R/search.log
+mv out/search out/search-one
+unset CUDA_VISIBLE_DEVICES
+search all
 if [ "${GPU_TESTS:-0}" = 1 ]; then  # each compiled-model test (cold fla autotuning) on a GPU of its own
   F=tests/test_fused_gpu.py
   gpu_tests 1 ops $F -k "not model_matches" &

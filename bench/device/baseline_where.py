@@ -81,14 +81,17 @@ def main() -> None:
     parser.add_argument("--data", required=True)
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--spinners", default="1,4", help="comma-separated counts; empty for none")
     args = parser.parse_args()
-    cfg = load_config(args.config, [f"max_steps={args.steps}"], data=args.data)
-    short = load_config(args.config, REMEASURE_SHAPE, data=args.data)
+    data = str(Path(args.data).resolve())  # a Ray trial runs in its own working directory
+    cfg = load_config(args.config, [f"max_steps={args.steps}"], data=data)
+    short = load_config(args.config, REMEASURE_SHAPE, data=data)
+    spinners = [int(count) for count in args.spinners.split(",") if count]
     gpus = int(torch.cuda.is_available() and cfg.device != "cpu")
     for _ in range(args.rounds):
         _line("main thread", train(cfg).metrics())
-        _line("1 spinner beside", beside_spinners(cfg, 1))
-        _line("4 spinners beside", beside_spinners(cfg, 4))
+        for count in spinners:
+            _line(f"{count} spinner(s) beside", beside_spinners(cfg, count))
         _line("ray trial", in_ray(cfg, gpus))
         for _ in range(3):
             _line("main thread, re-measure shape", train(short).metrics())
