@@ -75,3 +75,37 @@ def test_remeasure_estimate_counts_each_run_at_least_its_overhead_outside_the_wi
     assert remeasure_s(ctx, fastest) == pytest.approx(runs * 5.0 + 10.0 * CACHED_SHARE)
     ctx.hw.gpus = 2
     assert remeasure_s(ctx, fastest) == pytest.approx(runs * 5.0 / 2 + 10.0 * CACHED_SHARE)
+
+
+def test_remeasure_estimate_counts_the_baseline_windows_at_an_eager_screen_runs_step():
+    # Run P (one H100): the estimate said ~32 s for a 105 s re-measure; six of its 15 windows were the
+    # eager baseline's, 96-142 ms steps, counted at the winner's 23.5 ms. A screen run at the baseline's
+    # batch, precision and compile mode (fused kernels, stopped early at 16,386 tok/s) gives its step.
+    base = {**BASE, "seq_len": 256, "timing_warmup_steps": 10}
+    timed = {"wall_s": 14.0, "gate_wait_s": 0.0, "window_t0": 100.0, "window_t1": 101.0}  # 14-10-0-1 = 3 s
+    ro = {"compile": "reduce-overhead", "precision": "bf16", "batch_size": 128}
+    winner = make_row(
+        "s2",
+        "screen",
+        ro,
+        tokens_per_s=1.36e6,
+        warmup_s=10.0,
+        step_ms_median=23.5,
+        compile_cache_use="miss",
+        **timed,
+    )
+    eager = make_row("s4", "screen", {"kernels": "fused"}, status="stopped", tokens_per_s=16_386.5)
+    other = make_row(
+        "s5", "screen", {"precision": "bf16", "compile": "reduce-overhead"}, tokens_per_s=126_760.0
+    )
+    ctx = SimpleNamespace(base=base, cfg=SimpleNamespace(search=SearchSection(remeasure_top=1)))
+    ctx.hw = SimpleNamespace(gpus=1)
+    s = ctx.cfg.search
+    warmup = 10.0 * CACHED_SHARE
+    held = s.screen_steps + 9  # the gate is held from the second step
+    eager_window = held * 8 * 256 / 16_386.5
+    assert eager_window > 3.0
+    expected = s.repeats * max(held * 0.0235, 3.0) + s.baseline_runs * eager_window + warmup
+    assert remeasure_s(ctx, [winner, eager, other]) == pytest.approx(expected)
+    # without such a run the baseline's windows count at the winner's step, as before
+    assert remeasure_s(ctx, [winner, other]) == pytest.approx((s.repeats + s.baseline_runs) * 3.0 + warmup)

@@ -3,9 +3,11 @@
 Rough on purpose (it says "~"): loss runs share GPUs, so the loss check takes about its runs' compile plus
 the larger of its longest run and the GPU work of all its runs (the candidates the re-measure could time
 and the baseline's twin, at their screened speeds); the re-measure's runs take the GPU in turns (a window
-also waits until no run on its GPU is compiling), and each holds it for about its timed window or, when
-longer, what a screen run spent outside warm-up and window (data, model, the last report), plus one
-warm-up: on runs G to I's screens that gives 87-116 s against the 126-139 s they took (docs/benchmarks.md).
+also waits until no run on its GPU is compiling), and each holds it for about its gated steps (the untimed
+warm-up steps after the first, then the timed ones) or, when longer, what a screen run spent outside
+warm-up and window (data, model, the last report), plus one warm-up: on runs G to I's screens that gives
+87-116 s against the 126-139 s they took (docs/benchmarks.md). Not counted: the warm-ups of many runs on
+one GPU slow each other (run P: 30-34 s each for 15 runs on one H100, 10-12 s with about four per GPU).
 Both phases' runs find their graphs in the search's cache, which the screen filled, so their warm-up is a
 cached one (`costs.cached_warmup`).
 """
@@ -53,13 +55,32 @@ def remeasure_s(ctx: SearchContext, screen: list[TrialRow]) -> float:
     finalists = _fastest(screen)[: s.remeasure_top]
     if not finalists:
         return 0.0
-    window = [s.screen_steps * (r.step_ms_median or 0.0) / 1000 for r in finalists]
-    # The baseline is not screened (its twin is), so its windows are counted at the fastest's step time:
-    # short of the truth when the baseline is launch-bound (eager seed steps are ~7x longer on a GPU).
-    windows = [w for w in window for _ in range(s.repeats)] + [window[0]] * s.baseline_runs
+    # a run holds its GPU's gate from its second step through its last timed one
+    held = s.screen_steps + ctx.base.get("timing_warmup_steps", 0) - 1
+    window = [held * (r.step_ms_median or 0.0) / 1000 for r in finalists]
+    step = _baseline_step_s(ctx, screen)
+    baseline_window = held * step if step else window[0]
+    windows = [w for w in window for _ in range(s.repeats)] + [baseline_window] * s.baseline_runs
     per_run = _run_overhead_s(screen)
     turns = sum(max(w, per_run) for w in windows)
     return turns / max(1, ctx.hw.gpus) + max(cached_warmup(r, screen, ctx.base) or 0.0 for r in finalists)
+
+
+def _baseline_step_s(ctx: SearchContext, screen: list[TrialRow]) -> float | None:
+    """The baseline's step, from the screen's runs at its batch, precision and compile mode (their kernels
+    or loader may differ; stopped ones count, by their speed so far); None when the screen ran none. The
+    baseline itself is not screened, and launch-bound its eager steps are ~5x the winner's (run P: 96-142 ms
+    against 24 ms), six windows the estimate would otherwise count at the winner's step."""
+    same = ("batch_size", "precision", "compile")
+    speeds = [
+        r.tokens_per_s
+        for r in screen
+        if r.tokens_per_s and all(r.config.get(k, ctx.base.get(k)) == ctx.base.get(k) for k in same)
+    ]
+    if not speeds:
+        return None
+    tokens_per_step = ctx.base["batch_size"] * ctx.base.get("seq_len", 1) * ctx.base.get("grad_accum", 1)
+    return tokens_per_step / statistics.median(speeds)
 
 
 def _fastest(screen: list[TrialRow]) -> list[TrialRow]:
