@@ -1,13 +1,14 @@
-# Issues 24 and 20 on a machine with N GPUs (2 or 4), in one sitting: the README's command exactly, cold, on
-# GPU 0 alone (CUDA_VISIBLE_DEVICES=0; issue 20's run, first so that a sitting cut short still has it); then,
-# with nothing else running, the seed baseline (300 steps) and best.yaml of that search on GPU 0 (issue 20's
-# pair), and the seed baseline in a plain main thread and in a Ray trial (bench/device/baseline_where.py);
-# then the same command on all N GPUs, cold again (each search compiles into its own OUT/compile-cache; the
-# first one's is moved aside); with GPU_TESTS=1 (4 GPUs), then the GPU tests over GPUs 1 to 3 (at most
-# TESTS_S seconds each). Run O ran the tests (12 of 12 passed at 632b8a3; model/ and trainables/ unchanged
-# since), so run P leaves them out for the diagnosis. Run K (4x H200) ran
-# all-then-one, with the ceiling sweep beside; run N ran the pair beside the tests and the Hugging Face
-# example, whose compiles took the pair's CPUs.
+# Issues 20 and 24 on a machine with N GPUs, in one sitting: the README's command exactly, cold, on GPU 0
+# alone (CUDA_VISIBLE_DEVICES=0; issue 20's run, first so that a sitting cut short still has it); then, with
+# nothing else running, the seed baseline (300 steps) and best.yaml of that search on GPU 0 (issue 20's
+# pair), and the seed baseline in a main thread and in a Ray trial (bench/device/baseline_where.py); then,
+# where N >= 2, the same command on all N GPUs, cold again (each search compiles into its own
+# OUT/compile-cache; the first one's is moved aside). With GPU_TESTS=1, then the GPU tests (at most TESTS_S
+# seconds each): over GPUs 1 to 3 where N >= 4, else the whole file on GPU 0 after the rest. Issue 20 alone
+# on one H200: `GPU_TESTS=1 TESTS_S=720`, about 22 minutes held (run O's tests took 379 + 2 x 90 s).
+# Run P left the tests out (12 of 12 passed in run O; model/ and trainables/ unchanged since). Run K
+# (4x H200) ran all-then-one, with the ceiling sweep beside; run N ran the pair beside the tests and the
+# Hugging Face example, whose compiles took the pair's CPUs.
 # Output in /tmp/final (one folder per search); `bash bench/device/poll.sh 540 ALLDONE` waits.
 set -u
 R=/tmp/final; mkdir -p $R
@@ -44,14 +45,18 @@ echo "PAIR $(date -u +%FT%TZ)" >> $R/search.log
 # still alone: where the launch-bound baseline runs slower
 python3 bench/device/baseline_where.py --data tinyshakespeare.txt --rounds 1 --steps 150 --spinners '' > $R/one/baseline_where.jsonl 2> $R/one/baseline_where.err
 echo "WHERE $(date -u +%FT%TZ)" >> $R/search.log
-mv out/search out/search-one
-unset CUDA_VISIBLE_DEVICES
-search all
-if [ "${GPU_TESTS:-0}" = 1 ]; then  # each compiled-model test (cold fla autotuning) on a GPU of its own
-  F=tests/test_fused_gpu.py
+F=tests/test_fused_gpu.py
+if [ $N -ge 2 ]; then
+  mv out/search out/search-one
+  unset CUDA_VISIBLE_DEVICES
+  search all
+fi
+if [ "${GPU_TESTS:-0}" = 1 ] && [ $N -ge 4 ]; then  # each compiled-model test (cold autotuning) on a GPU of its own
   gpu_tests 1 ops $F -k "not model_matches" &
   gpu_tests 2 model0 $F -k "model_matches and dtype0" &
   gpu_tests 3 model1 $F -k "model_matches and dtype1" &
+elif [ "${GPU_TESTS:-0}" = 1 ]; then  # one GPU (issue 20 on an H200): the whole file after the rest
+  gpu_tests 0 all $F
 fi
 wait
 echo "ALLDONE $(date -u +%FT%TZ)" >> $R/search.log
