@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import statistics
 
+from trainables.config import TrainConfig, make_config
 from tuner.context import SearchContext, log
 from tuner.costs import cached_warmup
 from tuner.phases import baseline
@@ -55,10 +56,10 @@ def remeasure_s(ctx: SearchContext, screen: list[TrialRow]) -> float:
     finalists = _fastest(screen)[: s.remeasure_top]
     if not finalists:
         return 0.0
-    # a run holds its GPU's gate from its second step through its last timed one
-    held = s.screen_steps + ctx.base.get("timing_warmup_steps", 0) - 1
+    base = make_config(ctx.base)
+    held = s.screen_steps + base.timing_warmup_steps - 1  # the gate: from its second step to its last timed
     window = [held * (r.step_ms_median or 0.0) / 1000 for r in finalists]
-    step = _baseline_step_s(ctx, screen)
+    step = _baseline_step_s(base, screen)
     baseline_window = held * step if step else window[0]
     windows = [w for w in window for _ in range(s.repeats)] + [baseline_window] * s.baseline_runs
     per_run = _run_overhead_s(screen)
@@ -66,21 +67,18 @@ def remeasure_s(ctx: SearchContext, screen: list[TrialRow]) -> float:
     return turns / max(1, ctx.hw.gpus) + max(cached_warmup(r, screen, ctx.base) or 0.0 for r in finalists)
 
 
-def _baseline_step_s(ctx: SearchContext, screen: list[TrialRow]) -> float | None:
+def _baseline_step_s(base: TrainConfig, screen: list[TrialRow]) -> float | None:
     """The baseline's step, from the screen's runs at its batch, precision and compile mode (their kernels
     or loader may differ; stopped ones count, by their speed so far); None when the screen ran none. The
     baseline itself is not screened, and launch-bound its eager steps are ~5x the winner's (run P: 96-142 ms
     against 24 ms), six windows the estimate would otherwise count at the winner's step."""
-    same = ("batch_size", "precision", "compile")
+    same = {k: getattr(base, k) for k in ("batch_size", "precision", "compile")}
     speeds = [
         r.tokens_per_s
         for r in screen
-        if r.tokens_per_s and all(r.config.get(k, ctx.base.get(k)) == ctx.base.get(k) for k in same)
+        if r.tokens_per_s and all(r.config.get(k, v) == v for k, v in same.items())
     ]
-    if not speeds:
-        return None
-    tokens_per_step = ctx.base["batch_size"] * ctx.base.get("seq_len", 1) * ctx.base.get("grad_accum", 1)
-    return tokens_per_step / statistics.median(speeds)
+    return base.tokens_per_step / statistics.median(speeds) if speeds else None
 
 
 def _fastest(screen: list[TrialRow]) -> list[TrialRow]:

@@ -134,7 +134,7 @@ class LossAhead:
         # four H100s: batch 512 fp16 failed it, and a second round trained batch 16 tf32 for 58.5 s)
         top = self.ctx.cfg.search.loss_check_top + 1
         try:
-            picks = [c for c in loss_check_candidates(screen, self.ctx.base, top) if not c.inherits][:top]
+            picks = [c for c in loss_check_candidates(screen, self.ctx.base, top) if not c.inherits]
             for pick in picks:
                 if self.started(pick) or len(self.runs) >= self.limit or self.training() >= self.at_once:
                     continue
