@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import time
 from types import SimpleNamespace
 
 import pytest
 
 from tests.factories import make_row
+from tests.test_failures import FakeTrial
 from tuner.config import SearchSection
 from tuner.costs import CACHED_SHARE, cached_warmup
 from tuner.eta import loss_check_s, remeasure_s
+from tuner.runner import Ledger, LedgerCallback
 
 BASE = {"batch_size": 8, "precision": "fp32", "compile": "none", "lr": 3e-4, "tokens": 10_240_000}
 
@@ -109,3 +112,24 @@ def test_remeasure_estimate_counts_the_baseline_windows_at_an_eager_screen_runs_
     assert remeasure_s(ctx, [winner, eager, other]) == pytest.approx(expected)
     # without such a run the baseline's windows count at the winner's step, as before
     assert remeasure_s(ctx, [winner, other]) == pytest.approx((s.repeats + s.baseline_runs) * 3.0 + warmup)
+
+
+def _seconds(eta: str) -> int:
+    minutes, _, seconds = eta.rstrip("s").rpartition("m")
+    return int(minutes or 0) * 60 + int(seconds)
+
+
+def test_a_phase_progress_eta_keeps_to_the_estimate_while_it_has_time_left(tmp_path, capsys):
+    # Run Q's re-measure: 15 runs started together; after the first ended, their pace alone (one run per
+    # ~54 s, 14 left) said 12m34s, and the phase ended 65 s later. Its estimate bounds that until it runs out.
+    def eta_after_first(planned_s: float | None, elapsed: float) -> int:
+        ledger = Ledger(tmp_path / f"{planned_s}-{elapsed}", "remeasure")
+        record = LedgerCallback(ledger, 15, 0, planned_s=planned_s)
+        record.started = time.time() - elapsed
+        first = FakeTrial("a", 0, {"trial_id": "a", "status": "ok", "tokens_per_s": 1e6, "steps": 40})
+        record.on_trial_complete(0, [first], first)
+        return _seconds(capsys.readouterr().err.strip().rsplit("ETA ", 1)[1])
+
+    assert eta_after_first(None, 39.0) == pytest.approx(39 * 14, abs=2)  # the pace alone
+    assert eta_after_first(150.0, 39.0) == pytest.approx(150 - 39, abs=2)  # what the estimate has left
+    assert eta_after_first(150.0, 160.0) == pytest.approx(160 * 14, abs=2)  # past the estimate: the pace

@@ -100,9 +100,11 @@ def after_screen(
     screen: list[TrialRow],
     beside: baseline.BesideRun | None,
     ahead: LossAhead | None = None,
-) -> None:
+) -> float | None:
+    """Says what the loss check and the re-measure will take; returns the re-measure's estimate, which
+    bounds its progress lines' ETA (runner.LedgerCallback). None when the screen has no config to time."""
     if not _fastest(screen):
-        return
+        return None
     done = beside is not None and beside.done()
     if beside is not None:
         log(f"[baseline] its loss run beside the screen: {'done' if done else 'still training'}")
@@ -111,3 +113,4 @@ def after_screen(
         f"[search] screen done; estimated: loss check ~{_fmt(loss)}, re-measure ~{_fmt(again)} "
         f"(ETA ~{_fmt(loss + again)})"
     )
+    return again

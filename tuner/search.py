@@ -89,7 +89,7 @@ def run_search(ctx: SearchContext) -> int:
     ahead = loss_check.start_ahead(ctx)  # the candidates' loss runs, as the screen finds them
     on_row = ahead.consider if ahead is not None else None
     screened = ctx.phase("screen", lambda: screen.run(ctx, space, on_row), list[TrialRow])
-    eta.after_screen(ctx, screened, beside, ahead)
+    planned_remeasure_s = eta.after_screen(ctx, screened, beside, ahead)
 
     checked = ctx.phase("loss_check", lambda: loss_check.run(ctx, screened, beside, ahead), list[TrialRow])
     if ahead is not None:
@@ -97,7 +97,9 @@ def run_search(ctx: SearchContext) -> int:
     base_row, checked = checked[0], checked[1:]
     gate = ctx.cfg.quality.gate(base_row.val_loss)  # the loss check's gate (the phase may be resumed)
     propagate_feasibility(screened, checked, gate, baseline=ctx.base)
-    measured = ctx.phase("remeasure", lambda: remeasure.run(ctx, screened), list[TrialRow])
+    measured = ctx.phase(
+        "remeasure", lambda: remeasure.run(ctx, screened, planned_remeasure_s), list[TrialRow]
+    )
 
     summary = finish.summarize(ctx, base_row, screened, checked, measured, gate)
     del gates

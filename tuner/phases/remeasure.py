@@ -19,7 +19,8 @@ from tuner.records import BASELINE_ID, TrialRow
 from tuner.runner import Placement, run_cases
 
 
-def run(ctx: SearchContext, screen: list[TrialRow]) -> list[TrialRow]:
+def run(ctx: SearchContext, screen: list[TrialRow], planned_s: float | None = None) -> list[TrialRow]:
+    """`planned_s`: the search's estimate of this phase (eta.py), for its progress lines."""
     feasible = [t for t in screen if t.feasible and t.status == "ok"]
     feasible.sort(key=lambda t: -(t.tokens_per_s or 0))
     finalists: list[tuple[str, dict]] = [(BASELINE_ID, {})]
@@ -36,18 +37,26 @@ def run(ctx: SearchContext, screen: list[TrialRow]) -> list[TrialRow]:
         TrialSpec.of(case, finalist=finalist, knobs=knobs)
         for (finalist, knobs), case in zip(finalists, cases, strict=True)
     ]
-    rows = measure(ctx, specs, asked, ctx.remeasure_placement(asked, peaks))
+    rows = measure(ctx, specs, asked, ctx.remeasure_placement(asked, peaks), planned_s)
     return [row.speed_only() for row in rows]
 
 
 def measure(
-    ctx: SearchContext, cases: list[TrialSpec], asked: Sequence[int], placement: Placement
+    ctx: SearchContext,
+    cases: list[TrialSpec],
+    asked: Sequence[int],
+    placement: Placement,
+    planned_s: float | None = None,
 ) -> list[TrialRow]:
     """Every case timed `asked[i]` times in uncontended windows where that can be had: contended windows
-    are timed again (bounded by `more_runs`); the counts follow from the ledger, so --resume goes on."""
+    are timed again (bounded by `more_runs`); the counts follow from the ledger, so --resume goes on.
+    `planned_s` is the estimate of the first pass (the windows timed again are not in it)."""
     counts, seen = list(asked), {}
     while True:
-        rows = run_cases("remeasure", ctx.out, cases, placement, repeats=counts, inputs=ctx.inputs)
+        rows = run_cases(
+            "remeasure", ctx.out, cases, placement, repeats=counts, inputs=ctx.inputs, planned_s=planned_s
+        )
+        planned_s = None
         new = [r for r in rows if r.id not in seen]
         seen.update((r.id, r) for r in annotate(ctx, new))  # contention is known once joined
         rows = [seen[r.id] for r in rows]
