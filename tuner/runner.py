@@ -17,7 +17,6 @@ import os
 import sys
 import time
 from collections.abc import Callable, Sequence
-from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -294,13 +293,10 @@ def _fit(
     inputs: TrialInputs,
     on_row: Callable[[list[TrialRow]], None] | None = None,
     planned_s: float | None = None,
-    one_pending: bool = False,
     **tune_kwargs,
 ) -> int:
     """One Tune experiment; tune_kwargs go to TuneConfig except `stopper`, which goes to RunConfig. Returns
-    how many trials were lost with their nodes and left unrecorded (`rerun_lost`), for the caller to rerun.
-    `one_pending`: a searcher's next trial is made only once the last one has its resources
-    (`_one_pending_trial`)."""
+    how many trials were lost with their nodes and left unrecorded (`rerun_lost`), for the caller to rerun."""
     quiet_trial_failures()
     storage = (out / "ray").resolve()
     attempt = sum(1 for p in storage.glob(f"{ledger.phase}*") if p.is_dir()) if storage.exists() else 0
@@ -331,29 +327,10 @@ def _fit(
             verbose=0,
         ),
     )
-    with _one_pending_trial() if one_pending else nullcontext():
-        tuner.fit()
+    tuner.fit()
     if record.failure is not None:
         raise record.failure
     return len(record.lost)
-
-
-@contextmanager
-def _one_pending_trial():
-    """Tune makes a searcher's next trial only when no trial waits for resources (its
-    TUNE_MAX_PENDING_TRIALS_PG, read as the experiment starts; a value the user set is kept). With
-    max_concurrent_trials it lets that many wait, and then the small runs take every share of a GPU that a
-    finishing run frees, so a run that needs a larger share never starts: run R's batch-256 start point on
-    one H100 waited out the whole screen while eight smaller runs went through. Holding the queue while it
-    waits leaves part of a GPU idle until enough is free, and then it runs."""
-    if "TUNE_MAX_PENDING_TRIALS_PG" in os.environ:
-        yield
-        return
-    os.environ["TUNE_MAX_PENDING_TRIALS_PG"] = "1"
-    try:
-        yield
-    finally:
-        del os.environ["TUNE_MAX_PENDING_TRIALS_PG"]
 
 
 def run_cases(
@@ -456,7 +433,6 @@ def run_proposals(
             rerun_lost=attempt < NODE_LOSS_RERUNS,
             inputs=inputs,
             on_row=on_row,
-            one_pending=True,
             search_alg=searcher,
             num_samples=remaining,
             time_budget_s=budget,
