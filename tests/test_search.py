@@ -396,7 +396,12 @@ def test_the_gpu_path_runs_end_to_end_on_a_cluster_with_fake_gpus(tmp_path, fake
     # the candidates' loss runs trained ahead of the rounds, beside the screen, as the screen found them
     ahead = [t for t in loss_runs if t["phase"] == "loss_check_ahead"]
     started = proc.stderr.find("loss run trains ahead, beside the screen")
-    assert ahead and 0 <= started < proc.stderr.find("[search] screen done"), "started while the screen ran"
+    said = "\n".join(line for line in proc.stderr.splitlines() if line.startswith(("[loss_check]", "notice")))
+    assert 0 <= started < proc.stderr.find("[search] screen done"), (
+        f"none started while the screen ran:\n{said}"
+    )
+    # each stands for its candidates' loss, or, outrun by configs the screen found later, was stopped unneeded
+    assert ahead or "loss run(s) ahead no round needed: stopped" in proc.stderr, said
     assert all(t["gate_wait_s"] is not None and t["screen_id"] for t in ahead)
     checked_by = {t["loss_checked_by"] for t in s["trials"] if t["phase"] == "screen"}
     assert {t["id"] for t in ahead} <= checked_by, "each run ahead stands for its candidates' loss"
