@@ -48,7 +48,7 @@ def tune_trial():
 
     from trainables.trainable import train_trial
 
-    ray.init(num_cpus=16, num_gpus=1, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=16, num_gpus=1, include_dashboard=False, log_to_driver=False)
     res = tune.Tuner(
         tune.with_resources(train_trial, {"cpu": 2, "gpu": 1}),
         param_space={"train": cfg_dict()},
@@ -64,7 +64,7 @@ def background():
     import ray
     from ray import tune
 
-    ray.init(num_cpus=16, num_gpus=1, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=16, num_gpus=1, include_dashboard=False, log_to_driver=False)
 
     def idle(config):
         for _ in range(900):

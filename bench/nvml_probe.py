@@ -157,7 +157,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path, help="also write the JSON here")
     args = parser.parse_args()
 
-    ray.init(include_dashboard=False, configure_logging=False, log_to_driver=False)
+    ray.init(address="local", include_dashboard=False, configure_logging=False, log_to_driver=False)
     try:
         status, report = probe(args)
     except Exception as err:  # report what broke as JSON rather than a bare traceback

@@ -151,7 +151,7 @@ def main() -> int:
     overrides = [f"max_steps={args.steps}", "eval_interval=0", "eval_tokens=4096", *args.overrides]
     cfg = load_config(args.config, overrides, data=args.data)
 
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR")
+    ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="ERROR")
     if args.segments:
         result = segments(cfg, args.segments, args.steps, args.hz)
     else:

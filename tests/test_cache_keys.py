@@ -34,7 +34,7 @@ def key(stable):
     return FxGraphCachePickler(torch.fx.symbolic_trace(torch.nn.Identity())).get_hash(meta)
 
 
-ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False)
 in_worker = ray.remote(key)
 keys = {{"driver": key(False), "worker": ray.get(in_worker.remote(False))}}
 keys.update({{"driver_stable": key(True), "worker_stable": ray.get(in_worker.remote(True))}})

@@ -64,7 +64,7 @@ def test_rows_are_keyed_by_the_ray_trial_not_by_what_its_reused_worker_last_said
 @pytest.fixture
 def one_cpu_ray(monkeypatch):
     monkeypatch.chdir(TESTS)  # workers get the driver's cwd on sys.path: toy_workload imports
-    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
     yield
     ray.shutdown()
 

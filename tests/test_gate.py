@@ -16,7 +16,7 @@ from trainables.gate import BESIDE_CHECK_S, BesideClient, GateClient, TimingGate
 
 @pytest.fixture(scope="module")
 def fake_gpu_cluster():
-    ray.init(num_cpus=4, num_gpus=1, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=4, num_gpus=1, include_dashboard=False, log_to_driver=False)
     yield
     ray.shutdown()
 

@@ -22,7 +22,7 @@ SMOKE_SHORT = ["train.tokens=16384", "train.eval_tokens=2048", "search.loss_chec
 
 @pytest.fixture
 def two_fake_gpus():
-    ray.init(num_cpus=4, num_gpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=4, num_gpus=2, include_dashboard=False, log_to_driver=False)
     gates = open_gates()  # the search's driver owns one per GPU; a run beside parks at its GPU's
     try:
         yield gates

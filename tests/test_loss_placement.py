@@ -62,7 +62,7 @@ def _which_gpu(hold_s: float) -> int:
 
 @pytest.mark.parametrize("runs", [3, 5])
 def test_ray_places_the_spread_shares_evenly_on_two_gpus(runs):
-    ray.init(num_cpus=1, num_gpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=1, num_gpus=2, include_dashboard=False, log_to_driver=False)
     try:
         cases = spread_over_gpus(ctx(2), [TrialSpec.of({"gpu_memory_fraction": 0.25})] * runs)
         refs = [_which_gpu.options(num_gpus=c.train.gpu_memory_fraction).remote(1.0) for c in cases]
@@ -135,7 +135,7 @@ def test_ray_spreads_each_finalists_repeats_over_several_gpus(tmp_path, gpus):
     counts = [6, 3, 3, 3]  # the baseline, three finalists
     ctx = search_context(tmp_path, gpus=gpus, cpus=16 * gpus)
     placement = ctx.remeasure_placement(counts, [None, 3_839.0, 3_839.0, 3_839.0])
-    ray.init(num_cpus=16 * gpus, num_gpus=gpus, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=16 * gpus, num_gpus=gpus, include_dashboard=False, log_to_driver=False)
     try:
         order = round_robin(counts)  # the order run_cases launches them in
         refs = [

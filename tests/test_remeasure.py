@@ -32,7 +32,7 @@ BUSY_LOOP = "import time\nend = time.time() + 600\nwhile time.time() < end: pass
 @pytest.fixture
 def one_cpu_ray(monkeypatch):
     monkeypatch.chdir(TESTS)  # workers get the driver's cwd on sys.path: toy_workload imports
-    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
     yield
     ray.shutdown()
 

@@ -430,7 +430,7 @@ def local_ray(monkeypatch):
     monkeypatch.setenv("RAY_metrics_report_interval_ms", "500")  # gauges reach Prometheus quickly
     monkeypatch.chdir(REPO)  # workers get the driver's cwd on sys.path, so `tests.fake_nvml` imports
     # a fake GPU resource: the node looks like a GPU node to the scheduler, here and on GPU machines alike
-    ray.init(num_cpus=1, num_gpus=1, include_dashboard=False, configure_logging=False)
+    ray.init(address="local", num_cpus=1, num_gpus=1, include_dashboard=False, configure_logging=False)
     yield ray
     ray.shutdown()
 

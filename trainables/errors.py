@@ -24,3 +24,8 @@ def find_cause(err: BaseException | None, kind: type[E]) -> E | None:
         seen.add(id(err))
         err = err.__cause__ or err.__context__
     return None
+
+
+class EnvironmentFault(Exception):
+    """The machine cannot run what was asked (Ray cannot start or be reached, no CUDA for a config that needs
+    it): not bad input, so its own exit code (trainables.exit_codes.Exit.ENVIRONMENT)."""

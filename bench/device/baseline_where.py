@@ -63,7 +63,7 @@ def in_ray(cfg, gpus: int) -> dict:
 
     from trainables.trainable import train_trial
 
-    ray.init(include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", include_dashboard=False, log_to_driver=False)
     resources = {"cpu": 2, "gpu": 1} if gpus else {"cpu": 2}
     tuner = tune.Tuner(
         tune.with_resources(tune.with_parameters(train_trial, timing_gate=None), resources),
