@@ -76,6 +76,8 @@ def test_window_load_divides_by_wall_time():
     assert load["cpu_count"] == os.cpu_count()
     assert window_load(None, end)["cpu_others_cores"] is None
     assert window_load(end, end)["cpu_own_cores"] is None
+    short = CpuSnapshot(t=end.t - 0.2, host_busy_s=end.host_busy_s - 0.4, own_s=end.own_s - 0.2)
+    assert window_load(short, end)["cpu_others_cores"] is None  # 20 ticks: too short to judge
 
 
 def busy_for(seconds: float, busy_pid: int) -> tuple[dict, float]:

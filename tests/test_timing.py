@@ -65,6 +65,9 @@ def test_steady_speed_step_times_and_compile_time_leave_the_warmup_out():
         "window_t0": WALL0 + 6.0,
         "window_t1": None,
         "window_tokens": 0,
+        "cpu_own_cores": None,  # no segment of the window has ended yet
+        "cpu_others_cores": None,
+        "cpu_count": os.cpu_count(),
     }
     run(timer, clock, STEADY)
     assert timer.close_segment() == 7.25
@@ -118,3 +121,45 @@ def test_a_run_too_short_to_be_steady_reports_its_overall_rate_and_whole_window(
     assert summary["compile_s"] is None and summary["step_ms_median"] is None and summary["warmup_s"] is None
     # the CPU load over the whole run: this run was busy only after t = 6 s, so none of it
     assert (summary["cpu_own_cores"], summary["cpu_others_cores"]) == (0.0, 2.0)
+
+
+def test_the_window_so_far_carries_the_cpu_load_that_a_run_stopped_early_reports():
+    # a screen trial is stopped on an interim report after a few steady steps: that report is all it leaves,
+    # so the CPU shares over its window must travel with it, or its speed has no trust mark
+    clock = FakeClock()
+    timer = make_timer(clock)
+    timer.start()
+    run(timer, clock, WARMUP + STEADY[:2])
+    before_any_end = timer.window()
+    assert before_any_end["cpu_own_cores"] is None and before_any_end["cpu_others_cores"] is None
+    timer.close_segment()
+    window = timer.window()
+    assert (window["cpu_own_cores"], window["cpu_others_cores"]) == (1.0, 1.0)
+    assert window["cpu_count"] == os.cpu_count()
+    run(timer, clock, STEADY[2:])  # steps after the last segment's end do not move it until the next end
+    assert timer.window()["cpu_others_cores"] == 1.0
+
+
+def test_a_window_too_short_to_judge_has_no_cpu_shares():
+    # a 0.125 s window is a dozen scheduler ticks: its shares would be rounding, so they are left out
+    clock = FakeClock()
+    timer = make_timer(clock)
+    timer.start()
+    run(timer, clock, WARMUP + STEADY[:1])
+    timer.close_segment()
+    window = timer.window()
+    assert window["tokens_per_s"] == TOKENS / 0.125
+    assert window["cpu_own_cores"] is None and window["cpu_others_cores"] is None
+    assert timer.summary()["cpu_others_cores"] is None
+
+
+def test_a_new_window_forgets_the_load_of_the_one_before():
+    clock = FakeClock()
+    timer = make_timer(clock, warmup=1)
+    timer.start()
+    run(timer, clock, [4.0, 0.5])
+    timer.close_segment()
+    assert timer.window()["cpu_others_cores"] is not None
+    clock.now += 10.0  # waited for the GPU's timing gate
+    timer.begin_window()
+    assert timer.window()["cpu_others_cores"] is None

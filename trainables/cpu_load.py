@@ -4,6 +4,9 @@ On a GPU the telemetry's per-process memory shows when another job shares the ca
 did, and a second busy process turns 60 ms steps into seconds. A snapshot holds the host's busy CPU time
 and this process's own, its reaped children's and its live descendants' (DataLoader workers); between
 two snapshots, busy time that is not ours was other processes'.
+
+The kernel counts CPU time in ticks (USER_HZ, 10 ms), so over a window shorter than `MIN_WINDOW_S` a share
+is mostly rounding: such a window's shares are None, "too short to judge", and the report says so.
 """
 
 from __future__ import annotations
@@ -16,6 +19,9 @@ import psutil
 
 # Not busy: idle and waiting on I/O. guest and guest_nice are already inside user and nice (Linux).
 _NOT_BUSY = ("idle", "iowait", "guest", "guest_nice")
+# 25 ticks: a few ticks of rounding in the host's and our own counts move a share by under 0.2 cores,
+# well inside the 0.5 cores of others' load that tuner/telemetry calls contention.
+MIN_WINDOW_S = 0.25
 
 
 @dataclass(frozen=True)
@@ -54,10 +60,11 @@ def snapshot(pid: int | None = None) -> CpuSnapshot | None:
 
 
 def window_load(start: CpuSnapshot | None, end: CpuSnapshot | None) -> dict[str, float | int | None]:
-    """Mean CPU cores this run (with its workers) and other processes kept busy between two snapshots."""
+    """Mean CPU cores this run (with its workers) and other processes kept busy between two snapshots; None
+    where a snapshot is missing or the window is too short to judge (under MIN_WINDOW_S)."""
     load: dict[str, float | int | None] = {"cpu_own_cores": None, "cpu_others_cores": None}
     load["cpu_count"] = os.cpu_count()
-    if start is None or end is None or end.t <= start.t:
+    if start is None or end is None or end.t - start.t < MIN_WINDOW_S:
         return load
     wall = end.t - start.t
     own = max(0.0, end.own_s - start.own_s)

@@ -5,7 +5,8 @@ their excess over steady steps is the one-off `compile_s`. Steady tokens/s is st
 time, summed over segments that end at host-device syncs the loop makes anyway (log and eval points), so
 timing adds no syncs of its own; eval time between segments is left out. Step-time median and p90 come
 from CUDA events on GPU (read at segment ends) and the wall clock on CPU. The wall-clock (time.time)
-window of the steady phase, its tokens and the host's CPU load over it are what telemetry is joined on.
+window of the steady phase, its tokens and the host's CPU load over it are what telemetry is joined on; the
+load so far travels with the window at every segment's end, so a run stopped early keeps its trust mark.
 `FirstStepDeadline` bounds the first step (the compile) for speed screens.
 """
 
@@ -58,6 +59,7 @@ class StepTimer:
         self.window_t1: float | None = None
         self.window_tokens = 0
         self._cpu: dict[str, cpu_load.CpuSnapshot | None] = dict.fromkeys(("start", "t0", "t1"))
+        self._window_load = cpu_load.window_load(None, None)  # the CPU load over the window so far
 
     @classmethod
     def for_device(cls, device: torch.device, warmup_steps: int, tokens_per_step: int) -> StepTimer:
@@ -99,7 +101,11 @@ class StepTimer:
         self.steps += 1
         if self.steps == self.warmup_steps:
             self.warmup_s = round(self.close_segment() - self.run_start - self.waited_s, 3)
-            self.window_t0, self._cpu["t0"] = self.wall(), self.cpu_snapshot()
+            self._open_window()
+
+    def _open_window(self) -> None:
+        self.window_t0, self._cpu["t0"] = self.wall(), self.cpu_snapshot()
+        self._window_load = cpu_load.window_load(None, None)
 
     def close_segment(self) -> float:
         """Syncs and ends the segment since the last one (steady time once past the warm-up); returns now."""
@@ -113,6 +119,8 @@ class StepTimer:
             self.tokens_per_s = round(self.steady_tokens / self.steady_s, 1)
             self.window_t1, self.window_tokens = self.wall(), self.steady_tokens
             self._cpu["t1"] = self.cpu_snapshot()
+            # here, not in window(): the loop reads the window every step, this once per segment
+            self._window_load = cpu_load.window_load(self._cpu["t0"], self._cpu["t1"])
         return now
 
     def exclude_from_warmup(self, seconds: float) -> None:
@@ -123,7 +131,7 @@ class StepTimer:
         """The steady window starts now, not when the warm-up ended: time spent waiting between the two
         (for a GPU another run is being timed on) is neither warm-up nor steady time."""
         self.segment_start = self._now()
-        self.window_t0, self._cpu["t0"] = self.wall(), self.cpu_snapshot()
+        self._open_window()
 
     def resume(self) -> None:
         """Starts the next segment now: the time since the last close (an eval) is not training time."""
@@ -134,9 +142,11 @@ class StepTimer:
         return self.tokens_per_s or self.steps * self.tokens_per_step / max(now - self.run_start, 1e-9)
 
     def window(self) -> dict[str, Any]:
-        """The steady phase so far: speed, wall-clock window and its tokens, and the warm-up's length."""
+        """The steady phase so far: speed, wall-clock window and its tokens, the warm-up's length, and the
+        host's CPU load over the window up to its last segment's end (None until one ended, or while too
+        short to judge)."""
         keys = ("tokens_per_s", "warmup_s", "window_t0", "window_t1", "window_tokens")
-        return {key: getattr(self, key) for key in keys}
+        return {**{key: getattr(self, key) for key in keys}, **self._window_load}
 
     def _step_stats(self) -> dict[str, float | None]:
         if not self.step_s:
