@@ -32,7 +32,7 @@ def no_ray(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("Ray started before the bad input was caught")
 
-    monkeypatch.setattr(search, "start_ray", refuse)
+    monkeypatch.setattr("tuner.ray_session.connect", refuse)
 
 
 def refused_by_search(capsys, out: Path, data: Path, *argv: str) -> str:

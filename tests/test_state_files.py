@@ -96,6 +96,7 @@ def test_resume_repairs_before_ray_starts(tmp_path, monkeypatch, capsys):
     data = ["--data", str(SHAKESPEARE)] if SHAKESPEARE.exists() else []
     argv = ["--config", SMOKE, "--out", str(out), *data]
     cfg, *_ = search.read_config(search.build_parser().parse_args(argv), out)
+    out.mkdir()  # read_config checks, and writes nothing
     state = search.State(out)  # what a first run leaves: its config, in state.json
     state.data["config"] = {**cfg.model_dump(), "train": {**cfg.train}}
     state.save()
@@ -106,7 +107,7 @@ def test_resume_repairs_before_ray_starts(tmp_path, monkeypatch, capsys):
     def stop(*args, **kwargs):
         raise KeyboardInterrupt("stopped here")
 
-    monkeypatch.setattr(search, "start_ray", stop)
+    monkeypatch.setattr("tuner.ray_session.connect", stop)
     assert search.main([*argv, "--resume"]) == 130
     err = capsys.readouterr().err
     assert "screen.jsonl: dropped its last record" in err and "optuna.journal: dropped its last record" in err

@@ -17,36 +17,32 @@ import json
 import os
 import shlex
 import signal
-import socket
-import subprocess
 import sys
 import traceback
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-import psutil
 import ray
 
 from model import library_env
 from trainables.config import ConfigError, make_config
 from trainables.data import Corpus, DataError, resolve_corpus, shipped_corpus
-from trainables.errors import find_cause, first_line
+from trainables.errors import EnvironmentFault, find_cause, first_line
+from trainables.exit_codes import Exit
 from trainables.gate import open_gates
 from trainables.preflight import preflight
 from trainables.workload import WorkloadInfo
 from tuner import cache_server, emit, eta, observe
-from tuner.config import SearchConfig, load_search_config
+from tuner.config import SearchConfig, load_search_config, parse_duration
 from tuner.context import PhaseError, SearchContext, SearchFailed, State, log
+from tuner.out_lock import OutLock
 from tuner.phases import baseline, finish, loss_check, probe, remeasure, screen
+from tuner.ray_session import CONNECT_TIMEOUT_S, RaySession, RayTarget, ray_target, terminated
 from tuner.records import Hardware, ProbedBatch, TrialRow
 from tuner.runner import TrialInputs
 from tuner.select import propagate_feasibility
 from tuner.space import applicable, autotune_notice, fit_to_workload, probe_hardware
 from tuner.state_files import repair_state_files
 from tuner.streams import guarded_streams, say
-
-EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 1, 2, 130
 
 EPILOG = """\
 phases: hardware -> batch probe -> speed screen -> loss check (the baseline's too) -> re-measure ->
@@ -62,14 +58,22 @@ outputs, in OUT: summary.json, report.md, report.html (rebuild: python -m tuner.
   checked, and must be the ones that started the search (else exit 2, nothing changed); --address may
   differ. With no search in OUT yet, it starts one. An interrupted or crashed search prints the command.
 
+Ray: with no --address the search starts a private local Ray instance of its own, whatever cluster
+  Ray has recorded on this host; --address auto joins the cluster on this host, --address HOST:PORT (or
+  RAY_ADDRESS, which Ray Jobs set) a remote one. The first line printed says which.
+
 exit codes:
   0    a config was chosen (best.yaml)
   1    the search failed (e.g. the baseline itself does not train); the last lines say what to run next
-  2    bad input, found before any trial ran: one line names the key or option
+  2    bad input, found before any trial ran: one line names the key or option (or an OUT in use)
   3    nothing passed the loss check: the baseline is the answer (best.yaml is the baseline)
   4    the speed figures are not trusted: other processes contended for the machine during the
        re-measure, also when its windows were timed again, so no winner was crowned on them; the
        baseline is the answer (best.yaml), and the report says so at the top
+  5    the machine, not the input: Ray cannot be started or reached (within --connect-timeout), or
+       no CUDA for a config that needs it; one line says what and what to do
+  6    the screen finished no config (e.g. its time budget ended during the first compiles): the
+       baseline is the answer (best.yaml); the last lines say what to raise
   130  interrupted (Ctrl-C, SIGTERM): OUT is resumable with --resume; the last line is the command
        (on the terminal where stdout/stderr was a pipe that closed, e.g. `| tee` ended by Ctrl-C)
 
@@ -111,7 +115,7 @@ def _space_for_hardware(ctx: SearchContext):
     space, fixed, notices = applicable(ctx.cfg.search.space, ctx.hw.model_dump())
     ctx.base.update(fixed)
     if ctx.base["kernels"] == "fused" and not ctx.hw.cuda:
-        raise ConfigError("config key 'train.kernels': 'fused' needs CUDA workers (use torch or auto)")
+        raise EnvironmentFault("config key 'train.kernels': 'fused' needs CUDA workers (use torch or auto)")
     for n in notices:
         ctx.notice(n)
     if autotune := autotune_notice(space, ctx.hw.model_dump()):
@@ -160,20 +164,7 @@ def open_context(
     return ctx
 
 
-def check_address(address: str | None) -> None:
-    """Fail fast on an unreachable cluster (HOST:PORT); 'auto' is checked by ray.init itself."""
-    if not address or address in ("auto", "local") or address.startswith("ray://"):
-        return
-    host, _, port = address.rpartition(":")
-    if not host or not port.isdigit():
-        raise ConfigError(f"--address: expected auto or HOST:PORT, got {address!r}")
-    try:
-        socket.create_connection((host, int(port)), timeout=3).close()
-    except OSError as err:
-        raise ConfigError(f"--address: cannot reach Ray at {address} ({err.strerror or err})") from None
-
-
-def check_out(out: Path, resume: bool) -> None:
+def check_writable_dir(out: Path) -> None:
     try:
         out.mkdir(parents=True, exist_ok=True)
         probe_file = out / ".write-test"
@@ -181,10 +172,6 @@ def check_out(out: Path, resume: bool) -> None:
         probe_file.unlink()
     except OSError as err:
         raise ConfigError(f"--out: {out} is not writable ({err.strerror or err})") from None
-    if not resume and (out / "state.json").exists():
-        raise ConfigError(
-            f"--out: {out} holds an earlier search; pass --resume to continue it or pick a new OUT"
-        )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -199,7 +186,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data", help="corpus file or folder of .txt files")
     p.add_argument("--trials", type=int, help="speed-screen trials (overrides search.trials)")
     p.add_argument("--time-budget", help="e.g. 20m: stop proposing screen trials after this")
-    p.add_argument("--address", help="join a Ray cluster: auto or HOST:PORT (default: start one locally)")
+    p.add_argument(
+        "--address",
+        help="join a Ray cluster: auto (this host's) or HOST:PORT; default: a private local Ray "
+        "(RAY_ADDRESS, where set, is joined instead)",
+    )
+    p.add_argument(
+        "--connect-timeout",
+        default=f"{CONNECT_TIMEOUT_S:.0f}s",
+        metavar="DURATION",
+        help=f"give up joining a cluster that does not answer after this (default {CONNECT_TIMEOUT_S:.0f}s)",
+    )
     p.add_argument(
         "--resume",
         action="store_true",
@@ -224,17 +221,20 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def read_config(args: argparse.Namespace, out: Path) -> tuple[SearchConfig, Corpus, WorkloadInfo]:
+def read_config(
+    args: argparse.Namespace, out: Path, target: RayTarget | None = None
+) -> tuple[SearchConfig, Corpus, WorkloadInfo]:
     """The validated config (a resumed search keeps the one it started with), the corpus the trials train
     on (resolved here, once, for every workload) and what the workload implements; ConfigError on bad
-    input. Every check runs here, before Ray starts, and OUT is made last, so bad input leaves nothing in it."""
+    input. Every check runs here, before Ray starts and before OUT is made, so bad input leaves nothing."""
+    target = target or ray_target(args.address)
     overrides = list(args.overrides)
     if args.trials is not None:
         overrides.append(f"search.trials={args.trials}")
     if args.time_budget is not None:
         overrides.append(f"search.time_budget={args.time_budget}")
     cfg = load_search_config(args.config, overrides, data=args.data)
-    check_address(args.address)
+    connect_timeout(args)
     if args.emit_rayjob:
         check_writable(Path(args.emit_rayjob), "--emit-rayjob")
     data = cfg.baseline().data
@@ -249,26 +249,36 @@ def read_config(args: argparse.Namespace, out: Path) -> tuple[SearchConfig, Corp
     with shipped_corpus(corpus):  # the checks `python -m trainables.train` makes, on the trials' text
         found = preflight(
             make_config({**cfg.train, "data_sha256": corpus.sha256}, "train"),
-            local=not joins_cluster(args),  # the device only where the trials run on this machine
+            local=not target.joins,  # the device only where the trials run on this machine
             section="train",
         )
-    cfg = fit_to_workload(cfg, found.info)
+    return fit_to_workload(cfg, found.info), corpus, found.info
+
+
+def connect_timeout(args: argparse.Namespace) -> float:
+    try:
+        return parse_duration(args.connect_timeout)
+    except ValueError as err:
+        raise ConfigError(f"--connect-timeout: {err}") from None
+
+
+def claim_out(
+    args: argparse.Namespace, out: Path, lock: OutLock, command: str, cfg: SearchConfig, corpus: Corpus
+) -> SearchConfig:
+    """OUT made and held by this driver alone (a second driver is refused, --resume or not, naming the
+    first); then its earlier search is continued (the config that started it) or refused, and repaired."""
+    check_writable_dir(out)
+    lock.take(command)
+    if not args.resume and (out / "state.json").exists():
+        raise ConfigError(
+            f"--out: {out} holds an earlier search; pass --resume to continue it or pick a new OUT"
+        )
     if args.resume:
         cfg = _resumable(out, cfg)  # exactly the settings that started it
     cfg.train.setdefault("data_sha256", corpus.sha256)  # a resumed search keeps its own
-    check_out(out, args.resume)
     if args.resume and (out / "state.json").exists():
         repair_state_files(out, log)  # a record cut by the crash is dropped, never appended onto
-    log(f"data: {corpus.source}")
-    return cfg, corpus, found.info
-
-
-def joins_cluster(args: argparse.Namespace) -> bool:
-    """Whether the trials run on a cluster, not (only) here: --address, or a Ray Job's driver (RAY_ADDRESS),
-    whose head may lack the GPUs its workers have."""
-    return args.address not in (None, "local") or (
-        args.address is None and bool(os.environ.get("RAY_ADDRESS"))
-    )
+    return cfg
 
 
 def check_writable(path: Path, option: str) -> None:
@@ -314,79 +324,6 @@ def trial_env(cfg: SearchConfig, out: Path) -> tuple[dict[str, str], str | None]
     return env, str(cache) if own else None
 
 
-def start_ray(args: argparse.Namespace, env: dict[str, str]) -> None:
-    joining = args.address not in (None, "local")
-    library_env.before_ray_init()
-    try:
-        context = ray.init(
-            address=args.address if joining else None,
-            runtime_env={"env_vars": env},
-            log_to_driver=False,
-            logging_level="ERROR",
-            **({} if joining else {"include_dashboard": args.dashboard}),
-        )
-    except (ConnectionError, RuntimeError, ValueError) as err:
-        raise ConfigError(f"cannot start or join Ray: {first_line(err)}") from None
-    if args.dashboard and not joining:
-        log(f"Ray dashboard: http://{context.dashboard_url}")
-
-
-@dataclass
-class RaySession:
-    """The driver's Ray: joined (the search only disconnects) or started here, when every process it
-    brought up ends with the search, whatever ended it: after a crash, Ray's dashboard and runtime-env
-    agents can outlive ray.shutdown()."""
-
-    local: bool = False
-    others: frozenset[int] = frozenset()  # the driver's descendants before Ray started: not Ray's
-    on_sigterm: Any = None  # the SIGTERM handler the search replaced (the default where Ray's C one was)
-    reaper: subprocess.Popen | None = None  # ends the local Ray when the driver dies (tuner/reaper.py)
-    lifeline: int | None = None  # the reaper's pipe: this end closes when the driver ends, however
-
-    def start(self, args: argparse.Namespace, env: dict[str, str]) -> None:
-        self.local = args.address in (None, "local")
-        if not joins_cluster(args):  # a Ray of its own: it must end with the driver, however that ends
-            self._start_reaper()
-        self.others = frozenset(p.pid for p in _descendants())
-        start_ray(args, env)
-        # after ray.init, whose handler would end the process at once, with a stack dump and no cleanup
-        self.on_sigterm = signal.signal(signal.SIGTERM, _terminated) or signal.SIG_DFL
-
-    def stop(self) -> None:
-        if self.on_sigterm is not None:
-            signal.signal(signal.SIGTERM, self.on_sigterm)
-        started = [p for p in _descendants() if p.pid not in self.others] if self.local else []
-        ray.shutdown()
-        _, alive = psutil.wait_procs(started, timeout=5)
-        for proc in alive:
-            with contextlib.suppress(psutil.Error):
-                proc.kill()
-        psutil.wait_procs(alive, timeout=5)
-        if self.lifeline is not None:
-            os.close(self.lifeline)  # the reaper finds nothing left, and ends
-            self.lifeline = None
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.reaper.wait(timeout=10)
-
-    def _start_reaper(self) -> None:
-        read, self.lifeline = os.pipe()  # not inheritable: no Ray process holds the write end open
-        self.reaper = subprocess.Popen(
-            [sys.executable, "-m", "tuner.reaper", str(os.getpid())],
-            stdin=read,
-            start_new_session=True,
-        )
-        os.close(read)
-
-
-def _terminated(signum: int, frame: object) -> None:
-    """SIGTERM (a job's end, `kill`) stops the search as Ctrl-C does: resumable, Ray taken down."""
-    raise KeyboardInterrupt("stopped by SIGTERM")
-
-
-def _descendants() -> list[psutil.Process]:
-    return psutil.Process().children(recursive=True)
-
-
 def resume_command(argv: list[str], out: Path) -> str:
     """This search's own command with --out spelled out and --resume added: --resume needs the --config,
     --set, --data, --trials and --time-budget that started it, and --address to reach its cluster."""
@@ -409,8 +346,11 @@ def baseline_command(args: argparse.Namespace) -> str:
 
 def interrupted(err: KeyboardInterrupt, argv: list[str], out: Path) -> int:
     why = f": {err}" if str(err) else ""
-    say(f"interrupted{why}; OUT is resumable: {resume_command(argv, out)}")
-    return EXIT_INTERRUPTED
+    if (out / "state.json").exists():
+        say(f"interrupted{why}; OUT is resumable: {resume_command(argv, out)}")
+    else:
+        say(f"interrupted{why}; nothing was written yet")
+    return Exit.INTERRUPTED
 
 
 def crashed(err: Exception, argv: list[str], out: Path) -> int:
@@ -425,33 +365,42 @@ def crashed(err: Exception, argv: list[str], out: Path) -> int:
             (out / "crash.log").write_text(trace)
             log(f"error: {what} (traceback: {out / 'crash.log'})")
             log(f"finished phases and trials are kept; once the cause is fixed: {resume_command(argv, out)}")
-            return EXIT_FAILED
+            return Exit.FAILED
     print(trace, file=sys.stderr, end="")
     log(f"error: {what}")
-    return EXIT_FAILED
+    return Exit.FAILED
 
 
 def main(argv: list[str] | None = None) -> int:
-    with guarded_streams():  # a pipe closed by Ctrl-C (`| tee`) must not turn the interrupt into a crash
-        return _main(list(sys.argv[1:] if argv is None else argv))
+    # SIGTERM (a job's end, `kill`) is an interrupt from the first moment: exit 130, resumable where
+    # anything was written. Ray's start replaces the handler; the session puts this one back.
+    before = signal.signal(signal.SIGTERM, terminated)
+    try:
+        with guarded_streams():  # a pipe closed by Ctrl-C (`| tee`) must not turn the interrupt into a crash
+            return _main(list(sys.argv[1:] if argv is None else argv))
+    finally:
+        signal.signal(signal.SIGTERM, before or signal.SIG_DFL)
 
 
 def _main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     out = Path(args.out)
     existed = out.exists()
-    session = RaySession()
+    session, lock = RaySession(), OutLock(out)
     try:
-        return _search(args, argv, out, session)
+        return _search(args, argv, out, session, lock)
     except ConfigError as err:
         log(f"error: {err}")
-        return EXIT_BAD_INPUT
+        return Exit.BAD_INPUT
+    except EnvironmentFault as err:
+        log(f"error: {err}")
+        return Exit.ENVIRONMENT
     except KeyboardInterrupt as err:
         return interrupted(err, argv, out)
     except SearchFailed as err:
         log(f"error: {err}")
         log(f"to see why, train the baseline alone: {baseline_command(args)}")
-        return EXIT_FAILED
+        return Exit.FAILED
     except Exception as err:  # noqa: BLE001 - any other failure still ends in a line that says what next
         # An interrupt that landed in a library's clean-up, which raised over it (Optuna's journal lock: a
         # FileNotFoundError), is still an interrupt.
@@ -459,18 +408,25 @@ def _main(argv: list[str]) -> int:
         return interrupted(stop, argv, out) if stop else crashed(err, argv, out)
     finally:
         session.stop()
+        lock.release()
         if not existed and out.is_dir() and not any(out.iterdir()):
             out.rmdir()  # ended before anything was written: leave no empty OUT behind
 
 
-def _search(args: argparse.Namespace, argv: list[str], out: Path, session: RaySession) -> int:
-    cfg, corpus, workload = read_config(args, out)
+def _search(args: argparse.Namespace, argv: list[str], out: Path, session: RaySession, lock: OutLock) -> int:
+    target = ray_target(args.address)
+    cfg, corpus, workload = read_config(args, out, target)
+    log(f"Ray: {target}")
+    log(f"data: {corpus.source}")
+    command = "python -m tuner.search " + shlex.join(argv)
+    cfg = claim_out(args, out, lock, command, cfg, corpus)
     env, compile_cache = trial_env(cfg, out)
-    session.start(args, env)
+    url = session.start(target, env, dashboard=args.dashboard, timeout_s=connect_timeout(args))
+    if url:
+        log(f"Ray dashboard: http://{url}")
     name = cache_server.server_name()  # trials on other nodes get the caches from the driver through it
     server = cache_server.serve(env, name)  # held for the search's lifetime, as run_search holds the gates
     say_where_results_go(out)
-    command = "python -m tuner.search " + shlex.join(argv)
     ctx = open_context(
         cfg, out, resume=args.resume, command=command, compile_cache=compile_cache, workload=workload,
         # through Ray's object store: no node needs its own copy

@@ -1,0 +1,176 @@
+"""Where the search's Ray runs (tuner/ray_session.py) and who may write OUT (tuner/out_lock.py), through
+their functions and through the CLI: local means local, an unreachable cluster is one line in seconds with
+the environment's exit code, SIGTERM while connecting is an interrupt, and one driver holds OUT."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from trainables.config import ConfigError
+from trainables.errors import EnvironmentFault
+from trainables.exit_codes import Exit
+from tuner import search
+from tuner.out_lock import OutLock
+from tuner.ray_session import RayTarget, check_reachable, ray_target
+
+ROOT = Path(__file__).resolve().parents[1]
+SMOKE = str(ROOT / "configs" / "smoke.yaml")
+SHAKESPEARE = ROOT.parent / "shared" / "data" / "tinyshakespeare.txt"
+DATA = ["--data", str(SHAKESPEARE)] if SHAKESPEARE.exists() else []
+ENV = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0", "TUNER_OFFLINE": "1"}
+
+
+@pytest.fixture
+def stale_record(tmp_path, monkeypatch):
+    """Ray's record of a cluster that is gone (what an old `ray start` leaves): RAY_TMPDIR points Ray's temp
+    dir here, so the record is this test's alone."""
+    temp = tmp_path / "raytmp"
+    (temp / "ray").mkdir(parents=True)
+    (temp / "ray" / "ray_current_cluster").write_text("127.0.0.1:1\n")
+    monkeypatch.setenv("RAY_TMPDIR", str(temp))
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    return temp / "ray" / "ray_current_cluster"
+
+
+@pytest.fixture
+def silent_port():
+    """A TCP port that accepts connections and never answers, as a host that is not Ray's would."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    yield f"127.0.0.1:{listener.getsockname()[1]}"
+    listener.close()
+
+
+def test_no_address_is_a_private_local_instance_whatever_ray_recorded(stale_record):
+    assert ray_target(None) == RayTarget(None, "no --address")
+    assert not ray_target("local").joins
+    assert "private local instance" in str(ray_target(None))
+
+
+def test_auto_names_the_record_it_found(stale_record):
+    target = ray_target("auto")
+    assert target.address == "127.0.0.1:1" and str(stale_record) in target.source
+
+
+def test_auto_with_nothing_on_the_host_is_an_environment_fault(tmp_path, monkeypatch):
+    monkeypatch.setenv("RAY_TMPDIR", str(tmp_path))
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setattr("ray._private.services.find_gcs_addresses", lambda: [])  # other sessions' Ray
+    with pytest.raises(EnvironmentFault, match="no Ray cluster runs on this host"):
+        ray_target("auto")
+
+
+def test_ray_address_is_joined_and_named_but_local_wins_over_it(monkeypatch):
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.9:6379")
+    assert ray_target(None) == RayTarget("10.0.0.9:6379", "RAY_ADDRESS")
+    assert "from RAY_ADDRESS" in str(ray_target(None))
+    assert not ray_target("local").joins
+
+
+@pytest.mark.parametrize("bad", ["bogus", "host:", ":6379", "host:port"])
+def test_a_malformed_address_is_bad_input(bad, monkeypatch):
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    with pytest.raises(ConfigError, match="expected auto, local or HOST:PORT"):
+        ray_target(bad)
+
+
+def test_a_refused_address_is_one_fault_naming_address_and_source(stale_record):
+    started = time.monotonic()
+    with pytest.raises(EnvironmentFault) as err:
+        check_reachable(ray_target("auto"), timeout_s=10)
+    assert time.monotonic() - started < 5
+    assert (
+        "127.0.0.1:1" in str(err.value)
+        and str(stale_record) in str(err.value)
+        and "ray stop" in str(err.value)
+    )
+
+
+def test_a_port_that_is_not_ray_fails_within_the_deadline(silent_port):
+    started = time.monotonic()
+    with pytest.raises(EnvironmentFault, match="no Ray GCS answered"):
+        check_reachable(RayTarget(silent_port, "--address"), timeout_s=2)
+    assert time.monotonic() - started < 6
+
+
+def test_the_cli_refuses_an_unreachable_cluster_with_exit_5_before_writing(tmp_path, capsys):
+    out = tmp_path / "out"
+    code = search.main(["--config", SMOKE, "--out", str(out), *DATA, "--address", "127.0.0.1:1"])
+    assert code == Exit.ENVIRONMENT
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error")]
+    assert len(errors) == 1 and "cannot reach Ray at 127.0.0.1:1 (from --address)" in errors[0], errors
+    assert not out.exists()
+
+
+def test_sigterm_while_connecting_is_exit_130(tmp_path, silent_port):
+    """The connect hangs on a port that never answers; SIGTERM ends it as Ctrl-C would."""
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "tuner.search", "--config", SMOKE, "--out", str(out), *DATA]
+    cmd += ["--address", silent_port, "--connect-timeout", "120"]
+    log = tmp_path / "log"
+    with log.open("w") as sink:
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=ENV, stdout=sink, stderr=subprocess.STDOUT)
+    deadline = time.time() + 120
+    while "Ray: joining" not in log.read_text() and time.time() < deadline:
+        assert proc.poll() is None, log.read_text()
+        time.sleep(0.2)
+    time.sleep(1)  # inside the connect
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == Exit.INTERRUPTED, log.read_text()
+    assert "interrupted" in log.read_text() and "Traceback" not in log.read_text()
+
+
+def _hold_lock(out: Path) -> subprocess.Popen:
+    """Another driver's hold on OUT: a process that takes the lock and sleeps."""
+    code = (
+        "import sys, time; from pathlib import Path; from tuner.out_lock import OutLock; "
+        "OutLock(Path(sys.argv[1])).take('python -m tuner.search --out elsewhere'); print('held', flush=True); "
+        "time.sleep(600)"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, str(out)], cwd=ROOT, stdout=subprocess.PIPE, text=True
+    )
+    assert proc.stdout.readline().strip() == "held"
+    return proc
+
+
+def test_the_lock_names_its_holder_and_dies_with_it(tmp_path):
+    holder = _hold_lock(tmp_path)
+    try:
+        with pytest.raises(ConfigError, match=f"in use by another search \\(pid {holder.pid} "):
+            OutLock(tmp_path).take("second")
+    finally:
+        holder.kill()  # SIGKILL: no clean-up of its own runs
+        holder.wait()
+    lock = OutLock(tmp_path)
+    lock.take("third")  # the kernel released it with the process; the file left behind does not hold it
+    assert json.loads(lock.path.read_text())["command"] == "third"
+    lock.release()
+    assert not lock.path.exists()
+
+
+@pytest.mark.parametrize("resume", [False, True], ids=["plain", "resume"])
+def test_a_second_driver_on_a_held_out_is_refused_and_changes_nothing(tmp_path, capsys, resume):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "state.json").write_text('{"phases": {}}')
+    holder = _hold_lock(out)
+    try:
+        argv = ["--config", SMOKE, "--out", str(out), *DATA] + (["--resume"] if resume else [])
+        assert search.main(argv) == Exit.BAD_INPUT
+    finally:
+        holder.kill()
+        holder.wait()
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error")]
+    assert len(errors) == 1 and f"pid {holder.pid}" in errors[0] and "--resume" not in errors[0], errors
+    assert (out / "state.json").read_text() == '{"phases": {}}'
