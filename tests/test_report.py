@@ -10,6 +10,7 @@ from tests.factories import legacy_summary, on_two_gpus, synthetic_summary
 from tuner import report
 from tuner.costs import break_even_tokens, time_to_train
 from tuner.report import fmt_mem, fmt_seconds, render_html, render_markdown, write_reports
+from tuner.report.view import View
 
 HEADER = "| Config | Batch | Workers | Precision | Compile | Kernels | Tok/s | Warm-up | VRAM | Loss | vs baseline |"
 BASE_CFG = {"batch_size": 8, "num_workers": 0, "precision": "fp32", "compile": "none", "kernels": "torch"}
@@ -161,7 +162,9 @@ def test_table_has_baseline_then_winner_then_by_speed_then_failed():
         "1.5200",
         "1.84x",
     ]
-    assert fast_infeasible[-2:] == ["1.6123 (over limit)", "2.33x"]
+    # a screen figure over the baseline's of the same kind (its own full run: this summary is from before
+    # loss runs borrowed an execution, so that run timed its speed), not over the re-measured 30,000
+    assert fast_infeasible[-2:] == ["1.6123 (over limit)", "2.41x"]
     assert cfg3[6] == "50,000" and cfg3[-1] == "1.67x"
     assert rows[labels.index("cfg-8")][9] == "—"  # never loss-checked
     assert rows[labels.index("cfg-9 (oom)")][8] == "79.0 GiB"
@@ -586,3 +589,98 @@ def test_the_gpus_section_shows_each_gpus_use_per_phase_and_whether_they_agree()
         in apart
     )
     assert "## GPUs" not in rendered(SUMMARY) and "## GPUs" not in rendered(on_cpu(SUMMARY))
+
+
+# --- issue #33: every speed figure carries its trust mark; ratios only between figures of the same kind -----
+
+CALM = {"cpu_own_cores": 1.9, "cpu_others_cores": 0.1, "cpu_count": 2}
+BUSY = {"cpu_own_cores": 0.2, "cpu_others_cores": 1.8, "cpu_count": 2, "cpu_shared": True}
+SMOKE_CFG = {"batch_size": 16, "precision": "fp32", "loader": "dataloader"}
+
+
+def cpu_search(*screen: dict) -> dict:
+    """A CPU search as one writes it now: the baseline's loss run borrowed its twin's execution (so its speed
+    is no speed figure), every timed window recorded its CPU shares, the baseline re-measured at 20,000."""
+    base = trial("baseline", "baseline", {}, tps=8000.0, loss=2.0, execution={}, **CALM)
+    remeasure = [trial(f"remeasure-{i}", "remeasure", {}, tps=t, finalist="baseline", **CALM)
+                 for i, t in enumerate((19000.0, 20000.0, 21000.0))]  # fmt: skip
+    return on_cpu(
+        {
+            "baseline": {"config": SMOKE_CFG, "tokens_per_s": 20000.0, "val_loss": 2.0},
+            "best": None,
+            "trials": [base, *screen, *remeasure],
+            "loss_gate": {"baseline_loss": 2.0, "tolerance": 0.05, "mode": "absolute", "limit": 2.05},
+        }
+    )
+
+
+def cells(summary: dict) -> dict[str, dict[str, str]]:
+    """Each table row by its config label, as column -> cell."""
+    text = rendered(summary)
+    head = next(line for line in text.splitlines() if line.startswith("| Config |"))
+    columns = [c.strip() for c in head.strip("|").split("|")]
+    return {row[0].split(" (")[0]: dict(zip(columns, row)) for row in _rows_under(text, head)}
+
+
+def test_an_early_stopped_row_without_cpu_shares_is_marked_unjudged_and_the_note_says_why():
+    # run Z of issue 33: stopped on a 1-step window, its interim report carried no CPU shares
+    stopped = trial("screen-1", "screen", {"batch_size": 64}, status="stopped", tps=1200.0)
+    calm = trial("screen-2", "screen", {"batch_size": 32}, tps=30000.0, **CALM)
+    busy = trial("screen-3", "screen", {"batch_size": 8}, tps=5000.0, **BUSY)
+    screened_base = trial("screen-0", "screen", {}, tps=15000.0, **CALM)
+    table = cells(cpu_search(screened_base, stopped, calm, busy))
+    assert table["screen-1"]["Tok/s"] == "1,200 (unjudged)"
+    assert table["screen-1"]["vs baseline"] == "0.08x (unjudged)"  # over the baseline's screen run
+    assert table["screen-2"]["Tok/s"] == "30,000" and table["screen-2"]["vs baseline"] == "2.00x"
+    assert table["screen-3"]["Tok/s"] == "5,000 (contended)"
+    assert table["screen-3"]["vs baseline"] == "0.33x (contended)"
+    text = rendered(cpu_search(screened_base, stopped, calm, busy))
+    assert view_notes_in(text) == ["(contended):", "(unjudged):"]
+
+
+def view_notes_in(text: str) -> list[str]:
+    compared = section(text, "Configs compared")
+    return [line.split(" ")[0] for line in compared.splitlines() if line.startswith("(")]
+
+
+def test_a_search_that_never_judged_its_windows_marks_nothing():
+    # summaries from before the CPU shares, without GPU telemetry: no figure is marked, none was judged
+    table = cells(SUMMARY)
+    assert not any("(unjudged)" in c for row in table.values() for c in row.values())
+
+
+def test_a_screen_figure_is_divided_by_the_baselines_screen_run_never_by_its_re_measure():
+    screened_base = trial("screen-0", "screen", {}, tps=10000.0, **CALM)
+    fast = trial("screen-1", "screen", {"batch_size": 64}, tps=25000.0, **CALM)
+    summary = cpu_search(screened_base, fast)
+    table = cells(summary)
+    assert table["screen-1"]["vs baseline"] == "2.50x"  # 25,000 / 10,000, not / 20,000 (1.25x)
+    assert table["baseline"]["Tok/s"] == "20,000" and table["baseline"]["vs baseline"] == "1.00x"
+    entry = next(e for e in View.of(summary).entries if e.label == "screen-1")
+    assert "the baseline config's own screen run (10,000 tok/s)" in entry.how["speedup"]
+
+
+def test_a_screen_figure_has_no_ratio_where_the_baseline_config_was_not_screened():
+    fast = trial("screen-1", "screen", {"batch_size": 64}, tps=25000.0, **CALM)
+    summary = cpu_search(fast)
+    assert cells(summary)["screen-1"]["vs baseline"] == "—"
+    entry = next(e for e in View.of(summary).entries if e.label == "screen-1")
+    assert "no ratio: the baseline config was not screened" in entry.how["speedup"]
+    assert entry.speedup is None  # the chart draws no bar for it either
+
+
+def test_a_re_measured_figure_is_divided_by_the_baselines_re_measured_median():
+    screened_base = trial("screen-0", "screen", {}, tps=10000.0, **CALM)
+    fast = trial("screen-1", "screen", {"batch_size": 64}, tps=25000.0, **CALM)
+    again = [trial(f"remeasure-{i}", "remeasure", {"batch_size": 64}, tps=t, finalist="screen-1", **CALM)
+             for i, t in ((3, 29000.0), (4, 30000.0), (5, 31000.0))]  # fmt: skip
+    summary = cpu_search(screened_base, fast)
+    summary["trials"] += again
+    row = cells(summary)["screen-1"]
+    assert row["Tok/s"] == "30,000" and row["vs baseline"] == "1.50x"  # 30,000 / 20,000
+
+
+def test_the_html_table_marks_and_explains_an_unjudged_figure():
+    stopped = trial("screen-1", "screen", {"batch_size": 64}, status="stopped", tps=1200.0)
+    page = render_html(cpu_search(trial("screen-0", "screen", {}, tps=15000.0, **CALM), stopped))
+    assert "1,200 (unjudged)" in page and "nothing recorded whether other processes shared" in page

@@ -58,8 +58,9 @@ PARETO_CAPTION = (
     "a point on it)."
 )
 SPEEDUP_CAPTION = (
-    "Tok/s of each config ÷ the baseline's {base_tps} tok/s (the median of its re-measure runs). "
-    "Re-measured configs use their median, the others their one speed-screen run; the line marks 1×."
+    "Tok/s of each config ÷ the baseline's figure of the same kind: a re-measured median ÷ the baseline's "
+    "({base_tps} tok/s, the median of its re-measure runs), a speed-screen run ÷ the baseline config's own "
+    "screen run (no bar where the baseline config was not screened); the line marks 1×."
 )
 ENERGY_CAPTION = (
     "GPU energy (NVML energy counter, else integrated power) over each run's timed window ÷ the tokens "

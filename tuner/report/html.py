@@ -35,7 +35,16 @@ from tuner.report.fmt import (
 )
 from tuner.report.gpu_section import USAGE_HEAD
 from tuner.report.measured import Facts, measurement_notes
-from tuner.report.view import COLUMN_KNOBS, TABLE_COLUMNS, Entry, View, loss_cell, speedup_text, tps_text
+from tuner.report.view import (
+    COLUMN_KNOBS,
+    TABLE_COLUMNS,
+    Entry,
+    View,
+    loss_cell,
+    speedup_text,
+    tps_text,
+    trust_notes,
+)
 
 HERE = Path(__file__).parent
 TABLE_HEAD = (*TABLE_COLUMNS, "J/token", "Status")
@@ -100,11 +109,11 @@ def _sort_key(value: Any) -> str:
     return "" if value is None else str(value)
 
 
-def _row(e: Entry, facts: Facts, columns: tuple[str, ...], base: Entry) -> Row:
+def _row(e: Entry, facts: Facts, columns: tuple[str, ...]) -> Row:
     """The entry's cells under `columns` (of TABLE_HEAD)."""
     extra = e.changed_knobs(leave_out=COLUMN_KNOBS)
     loss, trained = loss_cell(e, facts)
-    speedup = speedup_text(e, base, "×")
+    speedup = speedup_text(e, "×")
     knobs = [
         Cell(DASH if e.config[k] is None else e.config[k], _sort_key(e.config[k]), cls=_knob_class(k))
         for k in COLUMN_KNOBS
@@ -116,7 +125,7 @@ def _row(e: Entry, facts: Facts, columns: tuple[str, ...], base: Entry) -> Row:
         Cell(fmt_warmup(e.warmup), _sort_key(e.warmup), e.how["warmup"]),
         Cell(fmt_mem(e.mem), _sort_key(e.mem), e.how["mem"]),
         Cell(loss, _sort_key(e.loss), e.how["loss"], "loss", trained),
-        Cell(speedup, _sort_key(e.speedup), e.how["tps"]),
+        Cell(speedup, _sort_key(e.speedup), e.how["speedup"]),
         Cell(fmt_jpt(e.jpt), _sort_key(e.jpt), e.how["jpt"] if e.jpt is not None else None),
         Cell(e.verdict, e.verdict, e.reason or None, "text"),
     ]
@@ -320,7 +329,8 @@ def render_html(summary: Summary | Mapping[str, Any]) -> str:
         css=Markup((HERE / "static" / "report.css").read_text()),
         js=Markup((HERE / "static" / "report.js").read_text()),
         head=[(h, "text" if h in TEXT_COLUMNS else "") for h in columns],
-        rows=[_row(e, view.facts, columns, view.baseline) for e in view.entries],
+        rows=[_row(e, view.facts, columns) for e in view.entries],
+        trust_notes=trust_notes(view.entries),
         facts=view.facts,
         **_answer(view),
         **_plots(view),

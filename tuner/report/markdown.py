@@ -27,7 +27,7 @@ def _label(e: view.Entry) -> str:
 def _cells(e: view.Entry, report: view.View) -> dict[str, Any]:
     """The entry's cell under each of view.TABLE_COLUMNS."""
     loss, trained = view.loss_cell(e, report.facts)
-    ratio = view.speedup_text(e, report.baseline)
+    ratio = view.speedup_text(e)
     knobs = [e.config[k] for k in view.COLUMN_KNOBS]
     cells = [_label(e), *knobs, view.tps_text(e), fmt_warmup(e.warmup), fmt_mem(e.mem)]
     return dict(zip(view.TABLE_COLUMNS, [*cells, f"{loss}, {trained}" if trained else loss, ratio]))
@@ -44,8 +44,8 @@ def _grid(head: tuple[str, ...], rows: list[list[Any]]) -> list[str]:
 def _table(report: view.View) -> list[str]:
     columns = report.columns(view.TABLE_COLUMNS)
     rows = [_cells(e, report) for e in report.entries]
-    note = ["", view.CONTENDED_NOTE] if any(e.tps_contended for e in report.entries) else []
-    return _grid(columns, [[cells[c] for c in columns] for cells in rows]) + note
+    notes = [line for note in view.trust_notes(report.entries) for line in ("", note)]
+    return _grid(columns, [[cells[c] for c in columns] for cells in rows]) + notes
 
 
 def _changes(report: view.View) -> list[str]:

@@ -98,10 +98,6 @@ class Facts:
     def over_limit(self, loss: float | None) -> bool:
         return over_limit(loss, self.gate)
 
-    def speedup(self, tps: float | None) -> float | None:
-        ok = is_num(tps) and is_num(self.base_tps) and self.base_tps > 0
-        return tps / self.base_tps if ok else None
-
 
 # --- which execution trained a loss figure ------------------------------------------------------------------
 
@@ -207,13 +203,19 @@ def _how(runs: list[TrialRow], field: str, facts: Facts, show: Callable[[Any], s
     return f"{text}; {_sharing(runs, facts)}"
 
 
+LEFT_OUT_WHY = {
+    "contended": "other processes shared the window",
+    "unjudged": "nothing recorded who else used the machine",
+}
+
+
 def _left_out(row: ConfigRow) -> str:
-    n = row.left_out("tokens_per_s")
-    return (
-        f"; {n} contended run{'s' if n != 1 else ''} left out (other processes shared the window)"
+    parts = [
+        f"; {n} {kind} run{'s' if n != 1 else ''} left out ({LEFT_OUT_WHY[kind]})"
+        for kind, n in row.left_out("tokens_per_s").items()
         if n
-        else ""
-    )
+    ]
+    return "".join(parts)
 
 
 def _warmup_how(runs: list[TrialRow]) -> str:
@@ -366,6 +368,9 @@ def measurement_notes(summary: Summary) -> list[str]:
         _loss_note(facts, loss),
         _remeasure_note(summary, facts, remeasure),
         "Tok/s in the table: the re-measured median where there is one, else the screen's number.",
+        "vs baseline: over the baseline's figure of the same kind, a re-measured median over its re-measured "
+        "median, a screen run over the baseline config's own screen run (— where it has none: figures taken "
+        "under different conditions are not divided).",
         *_warmup_note(summary),
         f"Feasible: val loss <= {fmt_loss(facts.limit)} (baseline + {tolerance_text(facts.gate)}).",
         *(f"{key}: {value}" for key, value in m.items()),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from typing import Any
+from typing import Any, Literal
 
 from tuner.knobs import RUN_ONLY_FIELDS, freeze
 from tuner.records import BASELINE_ID, Summary, TrialRow
@@ -14,6 +14,26 @@ PHASES = ("baseline", "screen", "loss_check", "remeasure")
 # Where a config's speed comes from, best first: loss-check runs share a GPU, so they never count.
 SPEED_PHASES = (("remeasure",), ("screen", "baseline"))
 LOSS_PHASES = ("loss_check", "baseline")
+# A speed figure's trust, worst last: its windows shared with other processes, or not judged (nothing
+# recorded who else used the machine: a window too short to judge, or a run stopped before it said).
+Trust = Literal["trusted", "unjudged", "contended"]
+TRUST_ORDER: tuple[Trust, ...] = ("trusted", "unjudged", "contended")
+
+
+def worst(*trusts: Trust) -> Trust:
+    return max(trusts, key=TRUST_ORDER.index)
+
+
+def judged(trial: TrialRow) -> bool:
+    """Whether the run recorded who else used the machine in its timed window: the CPU shares or the GPU
+    telemetry's verdict (a contended run was judged by definition)."""
+    return trial.contended or trial.cpu_others_cores is not None or trial.shared is not None
+
+
+def records_sharing(summary: Summary) -> bool:
+    """Whether the search judged its runs at all: summaries from before the CPU shares and without GPU
+    telemetry judged none, and marking every figure of theirs would say nothing."""
+    return any(judged(t) for t in summary.trials)
 
 
 def is_speed_run(trial: TrialRow) -> bool:
@@ -61,31 +81,46 @@ class ConfigRow:
     def _measured(self, field: str, phases: tuple[str, ...]) -> list[TrialRow]:
         return [t for t in self.trials if t.phase_name in phases and is_num(getattr(t, field))]
 
-    def runs(self, field: str) -> list[TrialRow]:
+    def speed_phases(self, field: str = "tokens_per_s") -> tuple[str, ...] | None:
+        """The SPEED_PHASES entry this config's `field` comes from (re-measure, else screen), or None. Two
+        figures are of the same kind, and may be divided, only where it is the same."""
+        for phases in SPEED_PHASES:
+            if any(is_speed_run(t) for t in self._measured(field, phases)):
+                return phases
+        return None
+
+    def _speed_runs(self, field: str, phases: tuple[str, ...] | None) -> list[TrialRow]:
+        return [t for t in self._measured(field, phases) if is_speed_run(t)] if phases else []
+
+    def runs(self, field: str, phases: tuple[str, ...] | None = None) -> list[TrialRow]:
         """The runs that give this config's speed, energy or warm-up `field`: re-measurements, else the
-        screen's (never a loss run's)."""
-        for phases in SPEED_PHASES:
-            runs = [t for t in self._measured(field, phases) if is_speed_run(t)]
-            if runs:
-                return [t for t in runs if not t.contended] or runs  # contended ones only where all are
-        return []
+        screen's (never a loss run's), or those of `phases`. Runs judged uncontended first; unjudged ones
+        where there are none; contended ones only where all are."""
+        runs = self._speed_runs(field, phases or self.speed_phases(field))
+        clean = [t for t in runs if not t.contended]
+        return [t for t in clean if judged(t)] or clean or runs
 
-    def left_out(self, field: str) -> int:
-        """How many contended runs `runs(field)` left out (uncontended ones gave the figure)."""
-        for phases in SPEED_PHASES:
-            runs = [t for t in self._measured(field, phases) if is_speed_run(t)]
-            if runs:
-                return len(runs) - len(self.runs(field))
-        return 0
+    def left_out(self, field: str) -> dict[str, int]:
+        """How many contended and unjudged runs `runs(field)` left out ("contended", "unjudged" -> n)."""
+        kept = {t.id for t in self.runs(field)}
+        out = [t for t in self._speed_runs(field, self.speed_phases(field)) if t.id not in kept]
+        return {
+            "contended": sum(1 for t in out if t.contended),
+            "unjudged": sum(1 for t in out if not t.contended),
+        }
 
-    @property
-    def speed_contended(self) -> bool:
-        """Its speed figure comes from contended windows only (the reports mark it)."""
-        runs = self.runs("tokens_per_s")
-        return bool(runs) and all(t.contended for t in runs)
+    def speed_trust(self, judging: bool, phases: tuple[str, ...] | None = None) -> Trust:
+        """The trust of its speed figure (of `phases`): contended where every run behind it was; unjudged
+        where none recorded who else used the machine and the search judged others (`judging`)."""
+        runs = self.runs("tokens_per_s", phases)
+        if runs and all(t.contended for t in runs):
+            return "contended"
+        if judging and runs and not any(judged(t) for t in runs):
+            return "unjudged"
+        return "trusted"
 
-    def median(self, field: str) -> float | None:
-        values = [getattr(t, field) for t in self.runs(field)]
+    def median(self, field: str, phases: tuple[str, ...] | None = None) -> float | None:
+        values = [getattr(t, field) for t in self.runs(field, phases)]
         return statistics.median(values) if values else None
 
     @property

@@ -31,7 +31,7 @@ from tuner.report.fmt import (
 )
 from tuner.report.gpu_section import Gpus, gpus
 from tuner.report.measured import Facts, Trained, hows
-from tuner.report.rows import ConfigRow, group_rows, loss_run
+from tuner.report.rows import ConfigRow, Trust, group_rows, loss_run, records_sharing, worst
 
 TABLE_COLUMNS = (
     "Config",
@@ -53,11 +53,19 @@ FAILED_IN = {"loss_check": " in its loss check", "remeasure": " while re-measure
 
 
 CONTENDED = " (contended)"  # after a speed taken while other processes used the CPUs or the GPU
+UNJUDGED = " (unjudged)"  # after a speed whose windows recorded nothing of who else used the machine
+MARKS: dict[Trust, str] = {"trusted": "", "contended": CONTENDED, "unjudged": UNJUDGED}
 CONTENDED_NOTE = (
     "(contended): every timed window behind that figure (for a ratio: its own or the baseline's) was shared "
     "with other processes (CPUs or GPU), so it says more about the load than about the config; it is not "
     "trusted."
 )
+UNJUDGED_NOTE = (
+    "(unjudged): nothing recorded whether other processes shared the timed windows behind that figure (for "
+    "a ratio: its own or the baseline's): a window too short to judge (under a quarter second) or a run "
+    "stopped early before it reported the CPU load; it is not trusted either."
+)
+NOTES: dict[Trust, str] = {"contended": CONTENDED_NOTE, "unjudged": UNJUDGED_NOTE}
 UNTRUSTED_ANSWER = (
     "**Not trusted: the speed figures were taken while other processes kept the machine busy.** The "
     "re-measure timed its contended windows again and the load stayed, so no winner is crowned on them "
@@ -66,15 +74,22 @@ UNTRUSTED_ANSWER = (
 
 
 def tps_text(e: Entry) -> str:
-    """The entry's tok/s as the tables show it, marked when contended."""
-    return fmt_tps(e.tps) + (CONTENDED if e.tps_contended and e.tps is not None else "")
+    """The entry's tok/s as the tables show it, with its trust mark."""
+    return fmt_tps(e.tps) + (MARKS[e.tps_trust] if e.tps is not None else "")
 
 
-def speedup_text(e: Entry, base: Entry, times: str = "x") -> str:
-    """The entry's speed-up, marked when its figure or the baseline's (the denominator) is contended."""
+def speedup_text(e: Entry, times: str = "x") -> str:
+    """The entry's speed-up, marked with the worse trust of its figure and the baseline's (the denominator)."""
     if e.speedup is None:
         return DASH
-    return f"{e.speedup:.2f}{times}" + (CONTENDED if e.tps_contended or base.tps_contended else "")
+    return f"{e.speedup:.2f}{times}" + MARKS[e.speedup_trust]
+
+
+def trust_notes(entries: list[Entry]) -> list[str]:
+    """The notes that explain the marks the table shows, one per kind of mark."""
+    shown = {e.tps_trust for e in entries if e.tps is not None}
+    shown |= {e.speedup_trust for e in entries if e.speedup is not None}
+    return [note for trust, note in NOTES.items() if trust in shown]
 
 
 # --- why a config lost --------------------------------------------------------------------------------------
@@ -134,13 +149,14 @@ class Entry:
     status: str
     feasible: bool | None
     tps: float | None
-    tps_contended: bool  # its speed comes from contended windows only: marked wherever it is shown
+    tps_trust: Trust  # contended or unjudged: marked wherever the figure is shown
     warmup: float | None  # compile + warm-up seconds: warm (re-measure) where it has them, else its screen's
     loss: float | None
     trained: Trained | None  # the execution its loss figure was trained with (None: not recorded)
     mem: float | None
     jpt: float | None
-    speedup: float | None
+    speedup: float | None  # over the baseline's figure of the same kind (re-measured or screened)
+    speedup_trust: Trust  # the worse of its figure's and that baseline figure's
     how: dict[str, str]  # "tps", "warmup", "loss", "mem", "jpt" -> how that number was measured
     reason: str  # why it lost ("" for the winner and for a baseline that stays)
     same_as: list[str]  # other screen trials that proposed this same config
@@ -148,6 +164,10 @@ class Entry:
     @property
     def failed(self) -> bool:
         return self.status in FAILED_STATUSES
+
+    @property
+    def tps_contended(self) -> bool:
+        return self.tps_trust == "contended"
 
     @property
     def verdict(self) -> str:
@@ -190,15 +210,53 @@ def _warmup(summary: Summary, row: ConfigRow, label: str) -> float | None:
     return _first_num(finalist.warmup_s if finalist else None, row.median("warmup_s"))
 
 
-def _entry(summary: Summary, facts: Facts, row: ConfigRow, role: str, reason: str) -> Entry:
-    tps, loss, speedup = row.median("tokens_per_s"), row.val_loss, None
+@dataclass(frozen=True)
+class Ratio:
+    """A config's speed-up and its trust; `versus` says which baseline figure it divides by."""
+
+    value: float | None
+    trust: Trust
+    versus: str
+
+
+def _ratio(summary: Summary, row: ConfigRow, base_row: ConfigRow, judging: bool) -> Ratio:
+    """The one home of the "vs baseline" column: a figure over the baseline's of the same kind, a
+    re-measured median over the baseline's re-measured median, a screen figure over the baseline config's
+    own screen run; none where the baseline has no figure of that kind (a screen figure over a re-measured
+    one divides a few steps under other runs' compiles by a quiet window: 0.06x said nothing)."""
+    phases, tps = row.speed_phases(), row.median("tokens_per_s")
+    own = row.speed_trust(judging)
+    if phases == ("remeasure",):
+        base_tps, base_trust = summary.baseline.tokens_per_s, base_row.speed_trust(judging, phases)
+        versus = f"the baseline's re-measured median ({fmt_tps(base_tps)} tok/s)"
+    else:
+        base_tps = base_row.median("tokens_per_s", phases) if phases else None
+        base_trust = base_row.speed_trust(judging, phases) if phases else "trusted"
+        versus = f"the baseline config's own screen run ({fmt_tps(base_tps)} tok/s)"
+    if not (is_num(tps) and is_num(base_tps) and base_tps > 0):
+        what = "re-measured" if phases == ("remeasure",) else "screened"
+        return Ratio(None, "trusted", f"no ratio: the baseline config was not {what} as this config was")
+    return Ratio(tps / base_tps, worst(own, base_trust), f"÷ {versus}")
+
+
+def _entry(
+    summary: Summary, facts: Facts, row: ConfigRow, role: str, reason: str, base_row: ConfigRow
+) -> Entry:
+    judging = records_sharing(summary)
+    tps, loss, trust = row.median("tokens_per_s"), row.val_loss, row.speed_trust(judging)
+    ratio = _ratio(summary, row, base_row, judging)
     if role == "baseline":
-        tps, loss, speedup = _first_num(summary.baseline.tokens_per_s, tps), facts.base_loss, 1.0
+        tps, loss = _first_num(summary.baseline.tokens_per_s, tps), facts.base_loss
+        ratio = Ratio(1.0, trust, "the baseline itself")
     elif role == "winner" and summary.best:
         best = summary.best
-        tps, loss, speedup = _first_num(best.tokens_per_s, tps), _first_num(best.val_loss, loss), best.speedup
+        tps, loss = _first_num(best.tokens_per_s, tps), _first_num(best.val_loss, loss)
+        if is_num(best.speedup):  # the selection's own ratio: re-measured medians both
+            base_trust = base_row.speed_trust(judging, ("remeasure",))
+            ratio = Ratio(best.speedup, worst(trust, base_trust), "÷ the baseline's re-measured median")
     base_cfg, trained = summary.baseline.config, _trained(summary, row, role)
     label = BASELINE_ID if role == "baseline" else row.label
+    how = hows(row, role, facts, trained)
     return Entry(
         label=label,
         role=role,
@@ -207,14 +265,15 @@ def _entry(summary: Summary, facts: Facts, row: ConfigRow, role: str, reason: st
         status=row.status,
         feasible=True if role == "baseline" else row.feasible,
         tps=tps,
-        tps_contended=row.speed_contended,
+        tps_trust=trust,
         warmup=_warmup(summary, row, label),
         loss=_first_num(loss),
         trained=trained,
         mem=row.peak_mem_mb,
         jpt=row.median("joules_per_token"),
-        speedup=_first_num(speedup, facts.speedup(tps)),
-        how=hows(row, role, facts, trained),
+        speedup=_first_num(ratio.value),
+        speedup_trust=ratio.trust,
+        how={**how, "speedup": f"{how['tps']}; {ratio.versus}"},
         reason=reason,
         same_as=[t.id for t in row.trials[1:] if t.phase_name == "screen"],
     )
@@ -233,14 +292,12 @@ class View:
         summary = as_summary(summary)
         facts = Facts.of(summary)
         baseline, rows, winner = group_rows(summary)
-        entries = [
-            _entry(summary, facts, baseline, "baseline", rejection(baseline, summary) if winner else "")
-        ]
+        base_reason = rejection(baseline, summary) if winner else ""
+        entries = [_entry(summary, facts, baseline, "baseline", base_reason, baseline)]
         for row in rows:
             role = "winner" if row is winner else "other"
-            entries.append(
-                _entry(summary, facts, row, role, "" if row is winner else rejection(row, summary))
-            )
+            reason = "" if row is winner else rejection(row, summary)
+            entries.append(_entry(summary, facts, row, role, reason, baseline))
         return cls(summary, facts, entries)
 
     def columns(self, head: tuple[str, ...]) -> tuple[str, ...]:
