@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -10,15 +11,21 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.factories import make_row
-from tuner.config import QualitySection
+from trainables.config import load_config
+from trainables.exit_codes import Exit
+from tuner.config import QualitySection, load_search_config
+from tuner.context import SearchContext, State
 from tuner.knobs import knob_diff, loss_key
+from tuner.phases import finish
 from tuner.phases.loss_check import _in_reach, _round_picks
-from tuner.records import BASELINE_ID, Finalist, LossGate
+from tuner.records import BASELINE_ID, Finalist, Hardware, LossGate, Summary
 from tuner.select import (
+    ScreenOutcome,
     Selection,
     could_be_remeasured,
     finish_first,
     loss_check_candidates,
+    nothing_screened,
     pick_winner,
     propagate_feasibility,
     spread,
@@ -471,3 +478,108 @@ def test_finishing_first_within_the_noise_does_not_overturn_the_winner():
     sel = pick_winner(fins, BASELINE)
     assert finish_first(sel, fins, 10_000).winner.id == sel.winner.id
     assert sel.finishes_later is None
+
+
+# --- what the screen finished, and how the search ends (issue 33) -------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def stopped(tid: str, started: bool = True, tps: float | None = None):
+    """A screen trial Tune stopped: its budget ended (or the stopper ended it); `started`: it reported where it
+    ran (its first report, before it compiles)."""
+    where = {"node": "n0", "pid": 4242} if started else {}
+    return make_row(tid, "screen", {"batch_size": 64}, status="stopped", tokens_per_s=tps, **where)
+
+
+def test_a_screen_whose_budget_ended_during_the_first_compiles_says_so_and_what_to_do():
+    rows = [stopped("screen-0"), stopped("screen-1"), stopped("screen-2", started=False)]
+    outcome = ScreenOutcome.of(rows)
+    assert (outcome.finished, outcome.compiling, outcome.waiting) == (0, 2, 1)
+    assert nothing_screened(outcome, 60.0) == (
+        "the screen finished 0 of 3 configs: its time budget (60 s) ended while 2 trials were still "
+        "compiling and 1 had not started; raise --time-budget (e.g. --time-budget 10m)"
+    )
+    assert outcome.line(60.0) == nothing_screened(outcome, 60.0)
+    assert "--time-budget 30m" in nothing_screened(outcome, 600.0)  # three times a budget over 10 minutes
+
+
+def test_a_screen_whose_every_trial_failed_names_how():
+    rows = [
+        screen("screen-0", None, "oom"),
+        screen("screen-1", None, "oom"),
+        screen("screen-2", None, "error"),
+    ]
+    why = nothing_screened(ScreenOutcome.of(rows), 600.0)
+    assert why == (
+        "the screen finished 0 of 3 configs: every trial failed (2 out of memory, 1 errored); report.md says "
+        "why each one failed"
+    )
+
+
+def test_a_screen_that_finished_a_config_has_no_such_cause_and_counts_what_it_finished():
+    rows = [screen("screen-0", 900.0), stopped("screen-1", tps=100.0), stopped("screen-2"),
+            screen("screen-3", None, "oom")]  # fmt: skip
+    outcome = ScreenOutcome.of(rows)
+    assert nothing_screened(outcome, 60.0) is None
+    assert outcome.line(60.0) == (
+        "the screen finished 1 of 4 configs (1 stopped early, 1 stopped before a timed step, 1 failed)"
+    )
+
+
+def smoke_context(out: Path) -> SearchContext:
+    cfg = load_search_config(str(ROOT / "configs" / "smoke.yaml"), ["search.time_budget=45s"])
+    hw = Hardware(cpus=2, cuda=False)
+    return SearchContext(cfg, out, cfg.baseline().model_dump(), hw, 2, State(out), "python -m tuner.search")
+
+
+def finished_search(out: Path, screen_rows: list) -> tuple[SearchContext, Summary]:
+    """A CPU search's summary as finish.summarize makes it: the baseline's loss run and its re-measure."""
+    ctx = smoke_context(out)
+    base = make_row(BASELINE_ID, "baseline", {}, tokens_per_s=8000.0, val_loss=2.0, execution={})
+    again = [make_row(f"remeasure-{i}", "remeasure", {}, tokens_per_s=t, finalist=BASELINE_ID)
+             for i, t in enumerate((19000.0, 20000.0, 21000.0))]  # fmt: skip
+    gate = LossGate.of(2.0, 0.05, "absolute")
+    propagate_feasibility(screen_rows, [], gate, baseline=ctx.base)
+    return ctx, finish.summarize(ctx, base, screen_rows, [], again, gate)
+
+
+def test_a_search_whose_screen_finished_nothing_exits_6_with_its_cause_and_the_baseline(tmp_path, capsys):
+    ctx, summary = finished_search(tmp_path, [stopped("screen-0"), stopped("screen-1")])
+    assert summary.best is None and summary.nothing_screened.startswith("the screen finished 0 of 2 configs")
+    assert finish.write(ctx, summary) == Exit.NOTHING_SCREENED == 6
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines[-2] == (
+        "the screen finished 0 of 2 configs: its time budget (45 s) ended while 2 trials were still compiling; "
+        "raise --time-budget (e.g. --time-budget 10m); the baseline stays the answer (best.yaml is the baseline)"
+    )
+    assert "no config passed the loss check" not in "\n".join(lines)  # only the baseline was checked
+    assert lines[-1] == f"run it: python -m trainables.train --config {(tmp_path / 'best.yaml').resolve()}"
+    assert load_config(str(tmp_path / "best.yaml")).batch_size == ctx.base["batch_size"]
+    saved = Summary.model_validate_json((tmp_path / "summary.json").read_text())
+    assert saved.nothing_screened == summary.nothing_screened
+    report = (tmp_path / "report.md").read_text()
+    assert "**The screen finished 0 of 2 configs: its time budget (45 s) ended" in report
+
+
+def test_exit_3_on_a_cpu_says_why_the_baseline_usually_stays_then_the_next_command(tmp_path, capsys):
+    infeasible = make_row(
+        "screen-0", "screen", {"batch_size": 64, "lr_scaling": "sqrt"}, tokens_per_s=30000.0
+    )
+    ctx, summary = finished_search(tmp_path, [infeasible])
+    assert summary.nothing_screened is None
+    assert finish.write(ctx, summary) == Exit.NO_FEASIBLE
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines[-3].startswith("no config passed the loss check")
+    assert lines[-2] == finish.CPU_BASELINE_NOTE and "CUDA graphs and fused kernels need a GPU" in lines[-2]
+    assert lines[-1].startswith("run it: python -m trainables.train --config ")
+
+
+def test_the_cpu_note_is_not_said_on_a_gpu(tmp_path, capsys):
+    infeasible = make_row(
+        "screen-0", "screen", {"batch_size": 64, "lr_scaling": "sqrt"}, tokens_per_s=30000.0
+    )
+    ctx, summary = finished_search(tmp_path, [infeasible])
+    ctx.hw = Hardware(cpus=16, cuda=True, gpus=1)
+    assert finish.write(ctx, summary) == Exit.NO_FEASIBLE
+    assert finish.CPU_BASELINE_NOTE not in capsys.readouterr().err

@@ -385,6 +385,11 @@ class Summary(Record):
         description="the re-measure could not get uncontended figures for every feasible finalist: no "
         "winner was crowned on them, the baseline stays the answer (exit 4)",
     )
+    nothing_screened: str | None = Field(
+        None,
+        description="why the screen finished no config (exit 6): only the baseline was loss-checked and "
+        "re-measured, and it stays the answer",
+    )
     trials: list[TrialRow] = Field(default_factory=list)
     loss_gate: LossGate | None = Field(None, description="the limit every loss verdict was given against")
     hardware: dict[str, Any] = Field(default_factory=dict)

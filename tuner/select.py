@@ -334,3 +334,87 @@ def refuse_untrusted(sel: Selection, finalists: list[Finalist]) -> bool:
         sel.rejected[sel.winner.id] = f"would have won on untrusted figures ({why})"
     sel.winner = None
     return True
+
+
+# --- what the screen finished -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ScreenOutcome:
+    """How the screen's trials ended: `finished` measured a speed to the end; `stopped_early` were stopped
+    as clearly slower; `compiling` were stopped before a timed step (still compiling or warming up, at the
+    time budget's end); `waiting` never started; `failed` ran out of memory, went NaN, errored or timed out."""
+
+    total: int
+    finished: int
+    stopped_early: int
+    compiling: int
+    waiting: int
+    failed: dict[str, int]  # status -> how many
+
+    @classmethod
+    def of(cls, rows: Iterable[TrialRow]) -> ScreenOutcome:
+        rows = list(rows)
+        stopped = [r for r in rows if r.status == "stopped"]
+        unmeasured = [r for r in stopped if not _finite(r.tokens_per_s)]
+        failed: dict[str, int] = {}
+        for row in rows:
+            if row.status in FAILED_STATUSES:
+                failed[row.status] = failed.get(row.status, 0) + 1
+        return cls(
+            total=len(rows),
+            finished=sum(1 for r in rows if r.status == "ok" and _finite(r.tokens_per_s)),
+            stopped_early=len(stopped) - len(unmeasured),
+            compiling=sum(1 for r in unmeasured if r.pid is not None or r.node is not None),
+            waiting=sum(1 for r in unmeasured if r.pid is None and r.node is None),
+            failed=failed,
+        )
+
+    def line(self, budget_s: float | None) -> str:
+        """The screen's end in one line: how many configs it finished, and why none where it finished none."""
+        if not self.finished:
+            return nothing_screened(self, budget_s) or "the screen finished 0 configs"
+        parts = [f"{self.stopped_early} stopped early" if self.stopped_early else ""]
+        parts.append(
+            f"{self.compiling + self.waiting} stopped before a timed step"
+            if self.compiling + self.waiting
+            else ""
+        )
+        parts.append(f"{sum(self.failed.values())} failed" if self.failed else "")
+        rest = ", ".join(p for p in parts if p)
+        return f"the screen finished {self.finished} of {self.total} configs" + (f" ({rest})" if rest else "")
+
+
+def nothing_screened(outcome: ScreenOutcome, budget_s: float | None) -> str | None:
+    """Why the screen finished no config, in the user's terms, with what to do; None where it finished one.
+    Then only the baseline was loss-checked and re-measured: 'no config passed the loss check' would blame a
+    check no config reached (exit 6, not 3)."""
+    if outcome.finished:
+        return None
+    head = f"the screen finished 0 of {outcome.total} configs"
+    unstarted = f" and {outcome.waiting} had not started" if outcome.waiting else ""
+    if outcome.compiling and budget_s is not None:
+        trials = "trial was" if outcome.compiling == 1 else "trials were"
+        return (
+            f"{head}: its time budget ({budget_s:.0f} s) ended while {outcome.compiling} {trials} still "
+            f"compiling{unstarted}; raise --time-budget (e.g. --time-budget {_more_time(budget_s)})"
+        )
+    if outcome.compiling or outcome.waiting:
+        return f"{head}: {outcome.compiling + outcome.waiting} trials were stopped before a timed step"
+    if outcome.failed:
+        kinds = ", ".join(f"{n} {FAILED_WORDS.get(status, status)}" for status, n in outcome.failed.items())
+        return f"{head}: every trial failed ({kinds}); report.md says why each one failed"
+    return f"{head}: it ran no trial"
+
+
+FAILED_WORDS = {
+    "oom": "out of memory",
+    "nan": "NaN loss",
+    "error": "errored",
+    "timeout": "over the compile deadline",
+}
+
+
+def _more_time(budget_s: float) -> str:
+    """A budget that lets the first compiles finish: at least 10 minutes, else three times this one."""
+    return f"{max(10, math.ceil(3 * budget_s / 60))}m"

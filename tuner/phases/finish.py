@@ -9,9 +9,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from trainables.config import dump_config, make_config
+from trainables.exit_codes import Exit
 from tuner import costs
 from tuner.context import SearchContext, log
 from tuner.gpus import gpu_population, gpu_usage, phase_spans
+from tuner.phases.screen import wall_budget_s
 from tuner.ratio import one_run_ratio_range, too_few_runs
 from tuner.records import (
     BASELINE_ID,
@@ -26,10 +28,15 @@ from tuner.records import (
 )
 from tuner.report import write_reports
 from tuner.report.fmt import one_run_text
-from tuner.select import finish_first, pick_winner, refuse_untrusted, spread
+from tuner.select import ScreenOutcome, finish_first, nothing_screened, pick_winner, refuse_untrusted, spread
 from tuner.telemetry import fetch_usage
 
-EXIT_OK, EXIT_NO_FEASIBLE, EXIT_UNTRUSTED = 0, 3, 4
+# Said when the baseline stays the answer of a search on CPUs: the usual outcome there, not a failure.
+CPU_BASELINE_NOTE = (
+    "on a CPU the baseline staying is the usual outcome: bf16 costs loss at a token budget as small as the "
+    "smoke config's, the loader knobs buy nothing without a GPU to feed, and CUDA graphs and fused kernels "
+    "need a GPU; the search pays off on one"
+)
 VERSIONED = ("torch", "ray", "optuna", "hybrid-tuner", "fla-core", "mamba-ssm", "causal-conv1d")
 KERNEL_DISTS = ("fla-core", "mamba-ssm", "causal-conv1d")  # only where the workload has fused kernels
 
@@ -65,6 +72,7 @@ def summarize(
         ),
         best=_best(winner, base_runs) if winner else None,
         untrusted=untrusted,
+        nothing_screened=nothing_screened(ScreenOutcome.of(screen), wall_budget_s(ctx)),
         trials=_without_timelines(trials),
         loss_gate=gate,
         hardware=ctx.hw.model_dump(),
@@ -91,7 +99,8 @@ def summarize(
 
 
 def write(ctx: SearchContext, summary: Summary) -> int:
-    """OUT's files; the exit code: 0 a config was chosen, 3 the baseline stays the answer."""
+    """OUT's files and the exit code (trainables/exit_codes.py); the last lines say how the search ended,
+    on CPUs why the baseline usually stays, and the command that trains the answer."""
     best = summary.best
     config = {
         **ctx.base,
@@ -106,6 +115,23 @@ def write(ctx: SearchContext, summary: Summary) -> int:
     (ctx.out / "summary.json").write_text(summary.model_dump_json(indent=1))
     written = write_reports(ctx.out, summary)
     log("reports: " + ", ".join(str(p) for p in written))
+    code = _say_outcome(summary)
+    baseline_won = code == Exit.NO_FEASIBLE or (
+        code == Exit.OK and best is not None and best.id == BASELINE_ID
+    )
+    if baseline_won and not ctx.on_gpu:
+        log(CPU_BASELINE_NOTE)
+    # absolute: best.yaml names the workload by absolute path too, so the command runs from any folder
+    log(f"run it: python -m trainables.train --config {Path(summary.best_yaml).resolve()}")
+    return code
+
+
+def _say_outcome(summary: Summary) -> Exit:
+    """One line for how the search ended; its exit code."""
+    best = summary.best
+    if summary.nothing_screened:
+        log(f"{summary.nothing_screened}; the baseline stays the answer (best.yaml is the baseline)")
+        return Exit.NOTHING_SCREENED
     if not best and summary.untrusted:
         log(
             "the speed figures are not trusted: other processes contended for the machine during the "
@@ -113,16 +139,16 @@ def write(ctx: SearchContext, summary: Summary) -> int:
             "stays the answer (best.yaml is the baseline); run the search again, with a new --out, when the "
             "machine is quiet"
         )
-        return EXIT_UNTRUSTED
+        return Exit.UNTRUSTED
     if not best:
         log("no config passed the loss check: the baseline stays the answer (best.yaml is the baseline)")
-        return EXIT_NO_FEASIBLE
+        return Exit.NO_FEASIBLE
     if best.id == BASELINE_ID:
         log(
             f"the baseline stays the answer ({best.tokens_per_s:,.0f} tok/s): no config that passed the loss "
             "check was faster beyond the noise of the re-measured runs (best.yaml is the baseline)"
         )
-        return EXIT_OK
+        return Exit.OK
     one_run = f"; {text}" if (text := one_run_text(best)) else ""
     # a warm-up timed while other runs warmed up beside it is an upper bound of what the run alone pays
     beside = next((f.warmup_beside for f in summary.finalists if f.id == best.id), None)
@@ -132,9 +158,7 @@ def write(ctx: SearchContext, summary: Summary) -> int:
         f"({best.speedup}x baseline{one_run}), val loss {best.val_loss}; the planned run "
         f"({summary.planned_tokens:,} tokens) takes {takes}{best.time_to_train_s:,.0f} s, compile included"
     )
-    # absolute: best.yaml names the workload by absolute path too, so the command runs from any folder
-    log(f"run it: python -m trainables.train --config {Path(summary.best_yaml).resolve()}")
-    return EXIT_OK
+    return Exit.OK
 
 
 def _finalists(

@@ -20,6 +20,7 @@ from tuner.context import SearchContext, log
 from tuner.observe import annotate
 from tuner.records import TrialRow
 from tuner.runner import run_proposals
+from tuner.select import ScreenOutcome
 from tuner.space import to_tune
 
 STUDY = "screen"
@@ -35,6 +36,7 @@ def run(
     if ctx.resume:
         _fail_stale_trials(storage)
     points = [p for p in (start_point(ctx, point, space) for point in s.start_points) if p]
+    budget_s = wall_budget_s(ctx)
 
     def make_searcher() -> OptunaSearch:
         return OptunaSearch(
@@ -57,10 +59,11 @@ def run(
         trials=s.trials,
         make_searcher=make_searcher,
         stopper_ratio=s.early_stop_ratio,
-        time_budget_s=wall_budget_s(ctx),
+        time_budget_s=budget_s,
         inputs=ctx.inputs,
         on_row=on_row,
     )
+    log(f"[screen] {ScreenOutcome.of(rows).line(budget_s)}")  # "finished 0 of 8" names its cause
     return annotate(ctx, [row.speed_only() for row in rows])  # the loss check measures their losses
 
 

@@ -363,6 +363,12 @@ class View:
         limit = f"limit {fmt_loss(gate.limit if gate else None)}: {tolerance_text(gate)}"
         base_tps, base_loss = fmt_tps(base.tps), fmt_loss(summary.baseline.val_loss)
         after = planned_run(summary)
+        if summary.nothing_screened:
+            return (
+                f"**{summary.nothing_screened[0].upper()}{summary.nothing_screened[1:]}.** Only the baseline "
+                f"was loss-checked and re-measured; it ({base_tps} tok/s, val loss {base_loss}) stays the "
+                "answer (exit 6)."
+            )
         if summary.untrusted:
             return (
                 f"{UNTRUSTED_ANSWER} The baseline ({base_tps} tok/s, val loss {base_loss}) stays the answer."
