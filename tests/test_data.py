@@ -363,3 +363,23 @@ def test_val_windows_fixed_and_independent_of_batch_size():
     assert everything[0][0].shape == (99, 10)  # the 100th window would need a 1001st token for its target
     with pytest.raises(DataError):
         val_batches(val[:10], seq_len=10, batch_size=4, max_tokens=None, device="cpu")
+
+
+@pytest.mark.parametrize("stride", [1, 16])
+def test_char_windows_gather_on_the_device_what_the_dataloader_collates(stride):
+    from torch.utils.data._utils.collate import default_collate
+
+    from trainables.data import CharWindows
+    from trainables.datasets import Gatherable
+
+    tokens = torch.randint(0, 60, (400,), dtype=torch.uint8)  # compact ids, as load_char_data makes them
+    windows = CharWindows(tokens, seq_len=16, stride=stride)
+    assert isinstance(windows, Gatherable)
+    idx = torch.tensor([0, 5, len(windows) - 1, 5])
+    gathered = windows.to(torch.device("cpu")).gather(idx)
+    collated = default_collate([windows[int(i)] for i in idx])
+    assert type(gathered) is type(collated) and len(gathered) == 2
+    for got, want in zip(gathered, collated):
+        assert got.dtype == want.dtype == torch.int64 and got.is_contiguous()
+        assert torch.equal(got, want)
+    assert torch.equal(gathered[1][:, :-1], gathered[0][:, 1:])  # y is x shifted by one

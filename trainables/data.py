@@ -332,7 +332,9 @@ def split_tokens(tokens: torch.Tensor, val_frac: float = 0.1) -> tuple[torch.Ten
 
 class CharWindows(torch.utils.data.Dataset):
     """A char corpus as a Dataset for a workload of the user's own: (x, y) windows of seq_len tokens, y
-    shifted by one, starting every `stride` tokens (1 for training, seq_len for disjoint val windows)."""
+    shifted by one, starting every `stride` tokens (1 for training, seq_len for disjoint val windows).
+    It batches itself on a device (`to`, `gather`: trainables.datasets.Gatherable), so `loader: device`
+    moves only its token tensor there, not a copy of every (overlapping) window."""
 
     def __init__(self, tokens: torch.Tensor, seq_len: int, stride: int = 1):
         self.tokens, self.seq_len, self.stride = tokens, seq_len, stride
@@ -343,6 +345,14 @@ class CharWindows(torch.utils.data.Dataset):
     def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
         w = self.tokens[i * self.stride : i * self.stride + self.seq_len + 1].long()
         return w[:-1], w[1:]
+
+    def to(self, device: str | torch.device) -> CharWindows:
+        return CharWindows(self.tokens.to(device), self.seq_len, self.stride)
+
+    def gather(self, indices: torch.Tensor) -> list[torch.Tensor]:
+        """Windows `indices` as [x, y], each [B, seq_len] int64: what the DataLoader collates of them."""
+        window = torch.arange(self.seq_len + 1, device=self.tokens.device)
+        return list(_split_xy(_gather_windows(self.tokens, indices * self.stride, window)))
 
 
 @dataclass
