@@ -1,6 +1,7 @@
 """The two examples a user copies, as the README runs them, from a working directory that is neither the
 repository nor the example's folder: each trains once with `--set model.<own key>=...` changing the built
-model, and (slow) runs a small CPU search to exit 0 or 3 whose best.yaml trains from anywhere."""
+model, trains to the same loss with `loader=device` as with the DataLoader (the HF one with activation
+checkpointing too), and (slow) runs a small CPU search to exit 0 or 3 whose best.yaml trains from anywhere."""
 
 from __future__ import annotations
 
@@ -56,6 +57,60 @@ def test_each_example_trains_once_and_its_own_model_keys_change_the_model(name, 
         assert proc.returncode == 0, proc.stderr[-2000:]
         params[value] = json.loads(proc.stdout.strip().splitlines()[-1])["params"]
     assert params[small] < params[large]
+
+
+# (the example's own settings for every run, the knobs of each run): runs of one example give one loss
+SAME_LOSS = {
+    # dropout on: neither loader may draw from the generator that dropout draws from
+    "nanogpt": (["model.dropout=0.1"], [["loader=dataloader"], ["loader=device"]]),
+    "hf_llama": (
+        [],
+        [["loader=dataloader"], ["loader=device"], ["loader=device", "activation_checkpointing=true"]],
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXAMPLES))
+def test_each_example_trains_to_the_same_loss_with_the_device_loader(name, tmp_path, corpus):
+    pytest.importorskip("transformers") if name == "hf_llama" else None
+    config = EXAMPLES[name][0]
+    settings, runs = SAME_LOSS[name]
+    losses = {}
+    for knobs in runs:
+        sets = [f"--set={item}" for item in [*settings, *knobs, "tokens=4096"]]
+        proc = run(
+            "trainables.train",
+            "--config",
+            str(REPO / config),
+            "--data",
+            corpus,
+            "--json",
+            *sets,
+            cwd=tmp_path,
+        )
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert f"{knobs[0]})" in proc.stderr  # the run's own line says which loader it trained with
+        result = json.loads(proc.stdout.strip().splitlines()[-1])
+        assert result["status"] == "ok" and result["steps"] == 4
+        losses[" ".join(knobs)] = (result["train_loss"], result["val_loss"])
+    assert len(set(losses.values())) == 1, losses
+
+
+def test_the_hf_example_reads_activation_checkpointing_from_its_config(corpus):
+    pytest.importorskip("transformers")
+    from trainables.config import load_config
+    from trainables.workload import check_workload, load_workload
+
+    config = REPO / EXAMPLES["hf_llama"][0]
+    built = {}
+    for on in (False, True):
+        cfg = load_config(config, [f"activation_checkpointing={str(on).lower()}"], data=corpus)
+        assert "activation_checkpointing" in check_workload(cfg).supports
+        model = load_workload(cfg).build_model()
+        # transformers 5.24 renamed the flag; the GPU machines' 5.17 may have only the old name
+        renamed = hasattr(type(model), "is_activation_checkpointing")
+        built[on] = model.is_activation_checkpointing if renamed else model.is_gradient_checkpointing
+    assert built == {False: False, True: True}
 
 
 @pytest.mark.slow

@@ -17,10 +17,14 @@ import pytest
 import ray
 import torch
 import yaml
+from torch.utils.data import TensorDataset
 
 import model as project_model
+from trainables import datasets
 from trainables.config import ConfigError, load_config, make_config
-from trainables.workload import Job, check_workload, load_workload
+from trainables.data import CharWindows
+from trainables.loop import train
+from trainables.workload import Job, check_workload, fields_markdown, load_workload
 from tuner import search
 from tuner.config import load_search_config
 from tuner.space import fit_to_workload
@@ -226,8 +230,6 @@ def test_the_least_a_workload_writes_trains(tmp_path):
     info = check_workload(cfg)
     assert info.supports == {"loader", "num_workers", "pin_memory"}  # a TensorDataset: the loop's knobs
     assert info.unsupported == ["activation_checkpointing", "kernels", "mamba_lr_mult"]
-    from trainables.loop import train
-
     result = train(cfg, log=None)
     assert result.status == "ok" and result.val_loss < 1.5, result
 
@@ -259,6 +261,112 @@ def test_without_a_val_dataset_the_last_tenth_is_held_out(tmp_path):
     assert all(any(torch.equal(row, j.train_set()[i][0]) for i in range(58, 64)) for row in indices)
 
 
+# --- loader=device for whatever indexable dataset a workload returns ---------------------------------------
+
+
+def _rule(start: int, n: int = 17) -> torch.Tensor:
+    return (start + torch.arange(n)) % 8  # next token = token + 1 (mod 8): learnable in a few steps
+
+
+# The forms of train_dataset() a README-style adapter returns; every one batches on the device.
+DATASETS = {
+    "CharWindows": lambda: CharWindows((torch.arange(400) * 5 % 8).to(torch.uint8), seq_len=16),
+    "TensorDataset": lambda: TensorDataset(torch.stack([_rule(i)[:-1] for i in range(64)]),
+                                           torch.stack([_rule(i)[1:] for i in range(64)])),
+    "list of tensors": lambda: [_rule(i) for i in range(64)],
+    "list of dicts": lambda: [{"input_ids": _rule(i)[:-1], "labels": _rule(i)[1:]} for i in range(64)],
+    "list of tuples with a number": lambda: [(_rule(i)[:-1], _rule(i)[1:], i) for i in range(64)],
+}  # fmt: skip
+
+
+class Examples:
+    """A workload whose train_dataset() is any indexable of examples, and a loss for each form of batch."""
+
+    def __init__(self, dataset):
+        self.dataset = dataset
+
+    def build_model(self):
+        return torch.nn.Sequential(torch.nn.Embedding(8, 16), torch.nn.Linear(16, 8))
+
+    def train_dataset(self):
+        return self.dataset
+
+    def loss(self, model, batch):
+        if isinstance(batch, dict):
+            x, y = batch["input_ids"], batch["labels"]
+        elif isinstance(batch, torch.Tensor):
+            x, y = batch[:, :-1], batch[:, 1:]
+        else:
+            x, y = batch[0], batch[1]
+        return torch.nn.functional.cross_entropy(model(x).flatten(0, 1).float(), y.flatten())
+
+
+def same(a, b) -> bool:
+    """Equal batches: the same nesting and types, equal tensors of one dtype."""
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b)
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    return type(a) is type(b) and len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+
+
+@pytest.mark.parametrize("form", sorted(DATASETS))
+def test_every_dataset_of_tensor_examples_is_offered_the_device_loader_and_batches_the_same(form):
+    dataset = DATASETS[form]()
+    cfg = cfg_for("job.py:make_workload", loader="device")
+    assert "loader" in check_workload(cfg, workload=Examples(dataset)).supports
+
+    def batches(loader: str) -> list:
+        knobs = cfg_for("job.py:make_workload", loader=loader)
+        it = Job(Examples(dataset), knobs).train_batches(torch.device("cpu"), start_step=3)
+        return [next(it) for _ in range(3)]
+
+    device, plain = batches("device"), batches("dataloader")
+    assert all(same(a, b) for a, b in zip(device, plain)), form
+
+
+def test_a_run_on_a_materialised_dataset_trains_to_the_dataloaders_loss():
+    dataset = DATASETS["list of dicts"]()
+    runs = {}
+    for loader in ("dataloader", "device"):
+        cfg = cfg_for("job.py:make_workload", loader=loader, lr=1e-2, tokens=4 * 16 * 30)
+        runs[loader] = train(cfg, workload=Examples(dataset), log=None)
+    assert runs["device"].status == "ok" and runs["device"].val_loss < 1.5, runs["device"]
+    assert (runs["device"].train_loss, runs["device"].val_loss) == (
+        runs["dataloader"].train_loss,
+        runs["dataloader"].val_loss,
+    )
+
+
+def test_the_device_loader_is_not_offered_where_it_cannot_batch_the_data(monkeypatch):
+    monkeypatch.setattr(datasets, "MATERIALISE_MAX_BYTES", 4096)  # a list of 64 x 17 int64 is 8.5 KiB
+    with_text = [{"input_ids": _rule(i)[:-1], "labels": _rule(i)[1:], "text": "abc"} for i in range(64)]
+    too_large = DATASETS["list of tensors"]()
+    cases = {
+        "its examples (dict) are not tensors": with_text,
+        "its 64 examples would take 8.5 KiB, over 4.0 KiB (give the dataset to(device) and gather": too_large,
+    }
+    for why, dataset in cases.items():
+        info = check_workload(cfg_for("job.py:make_workload"), workload=Examples(dataset))
+        assert "loader" not in info.supports and {"num_workers", "pin_memory"} <= info.supports
+        with pytest.raises(ConfigError) as err:
+            check_workload(cfg_for("job.py:make_workload", loader="device"), workload=Examples(dataset))
+        line = str(err.value)
+        assert line.startswith("config key 'loader': 'device' does nothing") and why in line, line
+        assert "\n" not in line
+    # CharWindows gathers from its tokens: its windows (98 KiB here) are never copied, so no cap applies
+    windows = Examples(DATASETS["CharWindows"]())
+    assert "loader" in check_workload(cfg_for("job.py:make_workload"), workload=windows).supports
+
+
+# --- the contract's documentation ------------------------------------------------------------------------
+
+
+def test_docs_list_every_trainconfig_field_a_workload_can_read():
+    text = (REPO / "docs" / "workloads.md").read_text()
+    assert fields_markdown() in text, "regenerate the table: python -m trainables.workload"
+
+
 # --- the search fits the workload --------------------------------------------------------------------------
 
 
@@ -269,11 +377,9 @@ def test_knobs_the_workload_lacks_leave_the_space_with_one_line(tmp_path, corpus
     info = check_workload(make_config(cfg.train, "train"), "train")
     fitted = fit_to_workload(cfg, info)
     assert "kernels" not in fitted.search.space and "num_workers" in fitted.search.space
+    assert fitted.search.space["loader"] == ["dataloader", "device"]  # CharWindows batches on the device
     (line,) = fitted.search.left_out.items()
-    assert (
-        line[0] == "activation_checkpointing, kernels, loader, mamba_lr_mult"
-        and "does not implement" in line[1]
-    )
+    assert line[0] == "activation_checkpointing, kernels, mamba_lr_mult" and "does not implement" in line[1]
 
 
 def test_the_hybrids_search_is_unchanged_by_the_fit():

@@ -8,6 +8,7 @@ that returns an object with the methods below. The least it writes is three:
     loss(model, batch)             -> scalar tensor, the batch's MEAN loss
     train_dataset()                -> a map-style torch Dataset of examples; the loop batches it (batch_size
                                       examples a step, seeded) and applies loader / num_workers / pin_memory
+                                      (loader=device where the dataset allows: trainables/datasets.py)
       or train_batches(device, start_step) -> endless iterator of batches (then also val_batches)
 
 Everything else has a default:
@@ -19,7 +20,8 @@ Everything else has a default:
     save(out_dir)                  what a run needs besides the weights, e.g. a tokenizer (default: nothing)
     evaluation(model)              a context manager entered around each eval (default: none)
     supports                       the workload knobs it implements, of WORKLOAD_KNOBS (default: none; a
-                                   Dataset workload gets the loader knobs from the loop)
+                                   Dataset workload gets the loader knobs from the loop); it reads their
+                                   values from the TrainConfig its factory was given (cfg.kernels, ...)
 
 The factory takes the TrainConfig, and, when it has a second parameter, the model's settings
 (`train.model`): as the mapping given, or validated into that parameter's annotation when it is a
@@ -28,6 +30,7 @@ dataclass or a pydantic model (`def make_workload(cfg, model: GPTConfig)`), so
 the uncompiled model in fp32 under torch.no_grad(); tok/s counts batch_size x seq_len tokens per
 micro-batch; a batch is a tensor or a tuple/list/dict of tensors with the batch on dim 0.
 `check_workload` checks all this before any expensive work (ConfigError: one line, exit 2).
+docs/workloads.md is the user's guide; its table of TrainConfig fields is `python -m trainables.workload`.
 """
 
 from __future__ import annotations
@@ -170,8 +173,14 @@ class Job:
         own = frozenset(getattr(self.workload, "supports", ()))
         if not self.gives_dataset:
             return own
-        tensors = isinstance(self.train_set(), torch.utils.data.TensorDataset)
-        return own | LOADER_KNOBS | ({"loader"} if tensors else set())
+        on_device = self.no_device_loader() is None
+        return own | LOADER_KNOBS | ({"loader"} if on_device else set())
+
+    def no_device_loader(self) -> str | None:
+        """Why the loop cannot batch this workload's data on the device (None: it can)."""
+        if not self.gives_dataset:
+            return "it makes its own batches (train_batches)"
+        return datasets.device_loadable(self.train_set())
 
     def train_set(self):
         if self._train_set is None:
@@ -334,9 +343,10 @@ def _check_supports(job: Job, cfg: TrainConfig, name: str, section: str) -> froz
     for knob in sorted(set(WORKLOAD_KNOBS) - supports):
         if getattr(cfg, knob) != defaults[knob].default:
             key = ".".join(filter(None, (section, knob)))
+            why = f": {job.no_device_loader()}" if knob == "loader" and job.gives_dataset else ""
             raise ConfigError(
                 f"config key {key!r}: {getattr(cfg, knob)!r} does nothing for workload {name!r}, which does "
-                f"not implement {WORKLOAD_KNOBS[knob]} (leave it at {defaults[knob].default!r})"
+                f"not implement {WORKLOAD_KNOBS[knob]}{why} (leave it at {defaults[knob].default!r})"
             )
     return supports
 
@@ -389,3 +399,50 @@ def _check_model_and_loss(job: Job, batch: Batch, name: str) -> None:
         raise ConfigError(
             f"workload {name!r}: loss(model, batch) returned {got}, expected a scalar tensor (the batch's mean loss)"
         )
+
+
+# --- the fields a workload can read (docs/workloads.md's table) -------------------------------------------
+
+_BY_LOADER = "the loop, for a train_dataset workload; a train_batches workload that declares it in supports"
+_BY_WORKLOAD = "your workload, when it declares it in supports (the loop only checks the value)"
+# Who acts on a field a workload may read; every other field the loop applies itself.
+WORKLOAD_READS = {
+    "model": "your factory's second parameter (its settings, validated into its annotation)",
+    "data": "your workload: load_char_data(cfg.data, expect_sha256=cfg.data_sha256), or your own data",
+    "data_sha256": "your workload: pass it to load_char_data so every trial trains on the search's corpus",
+    "seq_len": "your workload (an example's length); the loop counts batch_size x seq_len tokens a step",
+    "batch_size": "the loop, for a train_dataset workload; train_batches makes batches of it",
+    "eval_tokens": "the loop, for a train_dataset workload; val_batches holds about this many tokens",
+    "eval_batch_size": "the loop, for a train_dataset workload; val_batches makes batches of it",
+    "seed": "the loop (init, batch draws); train_batches draws batch k from (seed, k)",
+    "loader": _BY_LOADER,
+    "num_workers": _BY_LOADER,
+    "pin_memory": _BY_LOADER,
+    "kernels": _BY_WORKLOAD,
+    "activation_checkpointing": _BY_WORKLOAD,
+    "mamba_lr_mult": _BY_WORKLOAD + "; lr_multiplier(param_name) returns it",
+}
+
+
+def _type_name(annotation: Any) -> str:
+    if typing.get_origin(annotation) is typing.Literal:
+        return " \\| ".join(str(v) for v in typing.get_args(annotation))
+    name = annotation.__name__ if isinstance(annotation, type) else str(annotation)
+    return name.replace("typing.", "").replace("|", "\\|")
+
+
+def fields_markdown() -> str:
+    """The table of TrainConfig fields: name, type, default, class, who acts on it, what it is."""
+    classes = TrainConfig.knob_classes()
+    lines = ["| field | type | default | class | who acts on it | what it is |", "|---|---|---|---|---|---|"]
+    for name, field in TrainConfig.model_fields.items():
+        default = "{}" if field.default_factory is dict else repr(field.default)
+        what = (field.description or "").replace("|", "\\|")
+        who = WORKLOAD_READS.get(name, "the loop")
+        kind = classes[name].kind if classes[name] else ""
+        lines.append(f"| `{name}` | {_type_name(field.annotation)} | `{default}` | {kind} | {who} | {what} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":  # regenerates docs/workloads.md's table: python -m trainables.workload
+    print(fields_markdown(), end="")

@@ -24,6 +24,9 @@ class Settings:  # train.model: LlamaConfig fields that `--set train.model.<key>
 
 
 class HFLlama:
+    # Knobs this adapter implements (it reads their values from cfg); loader=device comes with CharWindows.
+    supports = {"activation_checkpointing"}
+
     def __init__(self, cfg, settings: Settings):
         self.cfg, self.settings = cfg, settings
         self.data = load_char_data(cfg.data, expect_sha256=cfg.data_sha256)  # the search's pinned corpus
@@ -36,9 +39,16 @@ class HFLlama:
             attn_implementation="sdpa",
             **asdict(self.settings),
         )
-        return LlamaForCausalLM(config)
+        model = LlamaForCausalLM(config)
+        if self.cfg.activation_checkpointing:
+            # transformers renamed it (5.24 warns on the old name, which older 5.x versions have alone)
+            enable = (
+                getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
+            )
+            enable()
+        return model
 
-    def train_dataset(self) -> CharWindows:
+    def train_dataset(self) -> CharWindows:  # batches itself on the device too: loader=device
         return CharWindows(self.data.train, self.cfg.seq_len)
 
     def val_dataset(self) -> CharWindows:

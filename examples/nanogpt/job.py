@@ -29,7 +29,7 @@ class NanoGPT:
         vocab = self.data.tokenizer.vocab_size
         return GPT(GPTConfig(block_size=self.cfg.seq_len, vocab_size=vocab, **asdict(self.settings)))
 
-    def train_dataset(self) -> CharWindows:
+    def train_dataset(self) -> CharWindows:  # batches itself on the device too: loader=device
         return CharWindows(self.data.train, self.cfg.seq_len)
 
     def val_dataset(self) -> CharWindows:
