@@ -65,7 +65,7 @@ class DataError(ValueError):
 class Corpus:
     text: str
     source: str  # one line saying which corpus this is, for the caller to print
-    warnings: tuple[str, ...] = ()  # why earlier sources were passed over (already logged)
+    warnings: tuple[str, ...] = ()  # why earlier sources were passed over (the source line names the last)
 
     @property
     def sha256(self) -> str:
@@ -112,14 +112,16 @@ def resolve_corpus(path: str | os.PathLike | None = None) -> Corpus:
         return Corpus(cached, source, tuple(warnings))
 
     if os.environ.get("TUNER_OFFLINE") == "1":
-        warnings.append("TUNER_OFFLINE=1: not downloading tinyshakespeare")
+        warnings.append("TUNER_OFFLINE=1")
     else:
         url = os.environ.get("TUNER_CORPUS_URL") or TINYSHAKESPEARE_URL
         downloaded = _download_verified(url, cache_file, warnings)
         if downloaded is not None:
             source = f"downloaded tinyshakespeare from {url} ({len(downloaded)} bytes) into {cache_file}"
             return Corpus(downloaded, source, tuple(warnings))
-    return Corpus(*_embedded_text_and_source(), warnings=tuple(warnings))
+    text, source = _embedded_text_and_source()
+    why = f"; tinyshakespeare not used: {warnings[-1]}" if warnings else ""
+    return Corpus(text, f"{source}, the offline default{why}", tuple(warnings))
 
 
 def corpus_cache_dir() -> Path:
@@ -177,7 +179,8 @@ def _download_verified(url: str, cache_file: Path, warnings: list[str]) -> str |
         with urllib.request.urlopen(url, timeout=DOWNLOAD_TIMEOUT_S) as response:
             raw = response.read()
     except (OSError, ValueError) as err:  # URLError, HTTPError, timeouts are OSErrors; bad URLs ValueErrors
-        _warn(warnings, f"download of tinyshakespeare from {url} failed: {err}")
+        # Offline is ordinary: the corpus's one line says it, not a raw library error on the screen.
+        warnings.append(f"download from {url} failed ({getattr(err, 'reason', None) or err})")
         return None
     digest = hashlib.sha256(raw).hexdigest()
     if digest != TINYSHAKESPEARE_SHA256:
