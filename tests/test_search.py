@@ -435,3 +435,21 @@ def test_a_refused_run_leaves_no_empty_out_behind(tmp_path):
     out = tmp_path / "never"
     proc = search(out, "--config", "configs/smoke.yaml", "--address", "127.0.0.1:1", timeout=60)
     assert proc.returncode == 5 and not out.exists()  # the environment's exit code: nothing there
+
+
+def test_a_screen_whose_budget_ends_before_any_config_finishes_exits_6_and_says_why(tmp_path):
+    # issue 33: the budget ended during the first compiles; the search blamed the loss check (exit 3)
+    out = tmp_path / "nothing"
+    proc = search(
+        out, "--config", "configs/smoke.yaml", "--time-budget", "1", "--set", "search.repeats=2",
+        "--set", "search.baseline_repeats=2", *SHORT_LOSS_RUNS,
+    )  # fmt: skip
+    assert proc.returncode == 6, proc.stderr[-3000:]
+    lines = proc.stderr.strip().splitlines()
+    assert any(line.startswith("[screen] the screen finished 0 ") for line in lines), proc.stderr[-3000:]
+    # 1 s ends it while Ray starts the first trials' workers (none started) or they compile
+    assert "its time budget (1 s) ended while" in lines[-2] and "raise --time-budget" in lines[-2]
+    assert "no config passed the loss check" not in proc.stderr
+    assert lines[-1] == f"run it: python -m trainables.train --config {(out / 'best.yaml').resolve()}"
+    assert load_config(str(out / "best.yaml")).batch_size == load_config("configs/smoke.yaml").batch_size
+    assert load_summary(out)["nothing_screened"].startswith("the screen finished 0 ")

@@ -502,6 +502,14 @@ def test_a_screen_whose_budget_ended_during_the_first_compiles_says_so_and_what_
     )
     assert outcome.line(60.0) == nothing_screened(outcome, 60.0)
     assert "--time-budget 30m" in nothing_screened(outcome, 600.0)  # three times a budget over 10 minutes
+    assert nothing_screened(ScreenOutcome.of([]), 1.0) == (
+        "the screen finished 0 configs: its time budget (1 s) ended while no trial had started; raise "
+        "--time-budget (e.g. --time-budget 10m)"
+    )
+    waiting = ScreenOutcome.of([stopped("screen-0", started=False), stopped("screen-1", started=False)])
+    assert nothing_screened(waiting, 5.0).endswith(
+        "its time budget (5 s) ended while 2 trials had not started; raise --time-budget (e.g. --time-budget 10m)"
+    )
 
 
 def test_a_screen_whose_every_trial_failed_names_how():

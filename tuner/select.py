@@ -391,16 +391,27 @@ def nothing_screened(outcome: ScreenOutcome, budget_s: float | None) -> str | No
     check no config reached (exit 6, not 3)."""
     if outcome.finished:
         return None
-    head = f"the screen finished 0 of {outcome.total} configs"
-    unstarted = f" and {outcome.waiting} had not started" if outcome.waiting else ""
-    if outcome.compiling and budget_s is not None:
-        trials = "trial was" if outcome.compiling == 1 else "trials were"
+    head = (
+        f"the screen finished 0 of {outcome.total} configs"
+        if outcome.total
+        else "the screen finished 0 configs"
+    )
+    still = [f"{outcome.compiling} {_were(outcome.compiling)} still compiling" if outcome.compiling else ""]
+    still.append(
+        f"{outcome.waiting} {'had' if outcome.compiling else _had(outcome.waiting)} not started"
+        if outcome.waiting
+        else ""
+    )
+    still_text = " and ".join(s for s in still if s)
+    if not outcome.total and budget_s is not None:
+        still_text = "no trial had started"  # Ray was still starting the first trials' workers
+    if still_text and budget_s is not None:
         return (
-            f"{head}: its time budget ({budget_s:.0f} s) ended while {outcome.compiling} {trials} still "
-            f"compiling{unstarted}; raise --time-budget (e.g. --time-budget {_more_time(budget_s)})"
+            f"{head}: its time budget ({budget_s:.0f} s) ended while {still_text}; raise --time-budget "
+            f"(e.g. --time-budget {_more_time(budget_s)})"
         )
-    if outcome.compiling or outcome.waiting:
-        return f"{head}: {outcome.compiling + outcome.waiting} trials were stopped before a timed step"
+    if still_text:
+        return f"{head}: they were stopped before a timed step ({still_text})"
     if outcome.failed:
         kinds = ", ".join(f"{n} {FAILED_WORDS.get(status, status)}" for status, n in outcome.failed.items())
         return f"{head}: every trial failed ({kinds}); report.md says why each one failed"
@@ -413,6 +424,14 @@ FAILED_WORDS = {
     "error": "errored",
     "timeout": "over the compile deadline",
 }
+
+
+def _were(n: int) -> str:
+    return "trial was" if n == 1 else "trials were"
+
+
+def _had(n: int) -> str:
+    return "trial had" if n == 1 else "trials had"
 
 
 def _more_time(budget_s: float) -> str:
