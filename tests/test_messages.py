@@ -3,12 +3,14 @@ with the keys allowed there, and --help with the phases, outputs, exit codes and
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
 
 from trainables import train
 from trainables.config import ConfigError, TrainConfig
+from trainables.exit_codes import Exit
 from trainables.spec import LABELS, TrialSpec
 from tuner import search
 from tuner.config import SearchSection
@@ -110,3 +112,48 @@ def test_a_labelled_run_shows_its_tokens_and_eta_not_warming_up_forever():
     # The search labels each case in its training config; the progress line must still read the plan.
     train = {"tokens": 4096, "batch_size": 2, "seq_len": 16, LABELS: {"case": 0, "repeat": 1}}
     assert _planned_tokens({"train": train, "batch_size": 4}) == 4096
+
+
+@pytest.fixture
+def no_ray(monkeypatch):
+    """Ray must not start: a check that came after it would fail this test, not pass it."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("Ray started before the bad input was caught")
+
+    monkeypatch.setattr("tuner.ray_session.connect", refuse)
+
+
+def one_error_line(capsys) -> str:
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), lines
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    "kind, needle",
+    [
+        ("a program", "is not UTF-8 text"),  # `--config /bin/ls`
+        ("invalid UTF-8", "is not UTF-8 text (byte 8: invalid start byte); name a YAML file"),
+        ("a folder", "is a directory (name a YAML file)"),
+        ("unreadable", "cannot read config file /proc/self/mem: "),  # unreadable even as root
+    ],
+)
+def test_a_config_file_that_is_not_yaml_text_is_one_line_and_exit_2_for_both_clis(
+    capsys, tmp_path, no_ray, kind, needle
+):
+    text = tmp_path / "config.yaml"
+    text.write_bytes(b"train: {\xff\xfe}\n")
+    path = {
+        "a program": sys.executable,
+        "invalid UTF-8": text,
+        "a folder": tmp_path,
+        "unreadable": "/proc/self/mem",
+    }
+    config = str(path[kind])
+    assert train.main(["--config", config]) == Exit.BAD_INPUT
+    alone = one_error_line(capsys)
+    out = tmp_path / "out"
+    assert search.main(["--config", config, "--out", str(out)]) == Exit.BAD_INPUT
+    assert one_error_line(capsys) == alone and needle in alone and config in alone, alone
+    assert not out.exists()  # nothing written

@@ -289,6 +289,34 @@ def test_bad_config_files_fail_in_one_line(tmp_path, text, expected):
     assert "\n" not in str(err.value) and all(part in str(err.value) for part in expected)
 
 
+@pytest.mark.parametrize(
+    "kind, expected",
+    [
+        ("binary", "is not UTF-8 text (byte 0: invalid start byte); name a YAML file"),
+        ("control characters", "bad YAML in {path}: unacceptable character #x0000"),
+        ("folder", "config file {path} is a directory (name a YAML file)"),
+        ("unreadable", "cannot read config file {path}: Input/output error"),
+        ("not a file", "config file {path} is not a regular file (name a YAML file)"),
+    ],
+)
+def test_a_config_file_that_is_not_yaml_text_fails_in_one_line(tmp_path, kind, expected):
+    path = not_yaml_text(tmp_path, kind)
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert "\n" not in str(err.value) and expected.format(path=path) in str(err.value), err.value
+
+
+def not_yaml_text(tmp_path: Path, kind: str) -> Path:
+    """A config path a user might give that holds no YAML text (as root, too: /proc/self/mem cannot be read)."""
+    if kind == "binary":
+        path = tmp_path / "model.bin"
+        path.write_bytes(bytes([0xFF, 0xFE, 0x00, 0x80]) * 64)
+        return path
+    if kind == "control characters":
+        return Path(write(tmp_path / "nul.yaml", "batch_size: 8\x00\n"))
+    return {"folder": tmp_path, "unreadable": Path("/proc/self/mem"), "not a file": Path("/dev/null")}[kind]
+
+
 def test_missing_config_file_is_named(tmp_path):
     with pytest.raises(ConfigError, match="config file not found: .*nowhere.yaml"):
         load_config(tmp_path / "nowhere.yaml")

@@ -317,15 +317,30 @@ def apply_overrides(values: dict[str, Any], items: list[str]) -> dict[str, Any]:
 
 
 def read_yaml(path: str | Path) -> dict[str, Any]:
+    """A config file's mapping; ConfigError (one line) for anything that is not one: a missing file, a
+    folder, a file that cannot be read, binary data, bad YAML. The one place a config file is read."""
     path = Path(path)
-    if not path.is_file():
+    if path.is_dir():
+        raise ConfigError(f"config file {path} is a directory (name a YAML file)")
+    if not path.exists():
         raise ConfigError(f"config file not found: {path}")
+    if not path.is_file():
+        raise ConfigError(f"config file {path} is not a regular file (name a YAML file)")
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        text = path.read_bytes().decode("utf-8")
+    except OSError as err:
+        raise ConfigError(f"cannot read config file {path}: {err.strerror or err}") from None
+    except UnicodeDecodeError as err:
+        raise ConfigError(
+            f"config file {path} is not UTF-8 text (byte {err.start}: {err.reason}); name a YAML file"
+        ) from None
+    try:
+        data = yaml.safe_load(text) or {}
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""
-        raise ConfigError(f"bad YAML in {path}{where}: {getattr(err, 'problem', err)}") from None
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]  # a ReaderError has no problem
+        raise ConfigError(f"bad YAML in {path}{where}: {problem}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: top level must be a mapping of config keys")
     return data
