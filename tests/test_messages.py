@@ -12,8 +12,9 @@ from trainables import train
 from trainables.config import ConfigError, TrainConfig
 from trainables.exit_codes import Exit
 from trainables.spec import LABELS, TrialSpec
-from tuner import search
+from tuner import emit, search
 from tuner.config import SearchSection
+from tuner.report import __main__ as report
 from tuner.runner import _planned_tokens
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -157,3 +158,21 @@ def test_a_config_file_that_is_not_yaml_text_is_one_line_and_exit_2_for_both_cli
     assert search.main(["--config", config, "--out", str(out)]) == Exit.BAD_INPUT
     assert one_error_line(capsys) == alone and needle in alone and config in alone, alone
     assert not out.exists()  # nothing written
+
+
+@pytest.mark.parametrize(
+    "main, argv",
+    [
+        (train.main, ["--config"]),
+        (train.main, ["--config", SMOKE, "--bogus"]),
+        (report.main, []),
+        (emit.main, ["--best", "best.yaml"]),
+        (emit.main, ["--best", "best.yaml", "--out", "job.yaml", "--gpus", "two"]),
+    ],
+)
+def test_a_usage_mistake_is_one_line_and_exit_2_not_a_usage_block(capsys, main, argv):
+    with pytest.raises(SystemExit) as stop:
+        main(argv)
+    assert stop.value.code == Exit.BAD_INPUT
+    line = one_error_line(capsys)
+    assert line.endswith(" (see --help)"), line

@@ -604,6 +604,19 @@ def test_cli_rejects_bad_input_with_one_line_and_exit_2(tmp_path, args, expected
     assert done.stdout == ""  # nothing ran, so nothing to report
 
 
+def test_the_cli_with_no_arguments_prints_its_usage_and_trains_nothing(tmp_path):
+    # the seed's defaults alone would train for hours
+    done = subprocess.run(
+        [sys.executable, "-m", "trainables.train"], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert lines[0].startswith("usage: python -m trainables.train [-h] [--config CONFIG]"), lines
+    assert lines[-1].startswith("error: --config is needed, e.g. --config configs/smoke.yaml"), lines
+    assert all(not line.startswith("error") for line in lines[:-1])  # the usage block, then one line
+    assert done.stdout == "" and list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize(
     "overrides, status, returncode",
     [([], "ok", 0), (["precision=fp16", "lr=1e4", "log_interval=1"], "nan", 1)],

@@ -10,8 +10,10 @@ import argparse
 import json
 import sys
 
+from trainables.cli import OneLineParser
 from trainables.config import ConfigError, load_config
 from trainables.data import DataError
+from trainables.exit_codes import Exit
 from trainables.loop import train
 from trainables.preflight import preflight
 
@@ -23,14 +25,8 @@ exit codes:
 """
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):
-        # One line like every other bad input, not argparse's usage block.
-        self.exit(2, f"error: {message} (see --help)\n")
-
-
 def main(argv: list[str] | None = None) -> int:
-    parser = _Parser(
+    parser = OneLineParser(
         prog="python -m trainables.train",
         description=__doc__.splitlines()[0],
         epilog=EPILOG,
@@ -49,6 +45,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data", help="corpus file or folder of .txt files")
     parser.add_argument("--out", help="write tokenizer, config and result here (same as --set out_dir=...)")
     parser.add_argument("--json", action="store_true", help="print the metrics as one JSON line at the end")
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv:  # the seed's defaults alone train for hours: a bare command asks how it is used
+        parser.usage_error(
+            "--config is needed, e.g. --config configs/smoke.yaml (minutes on a CPU); "
+            "configs/seed-baseline.yaml is the seed's own run (hours)"
+        )
     args = parser.parse_args(argv)
 
     try:
@@ -58,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
         workload = preflight(cfg).workload  # the search runs the same checks (tuner/search.py)
     except (ConfigError, DataError) as err:
         print(f"error: {err}", file=sys.stderr)
-        return 2
+        return Exit.BAD_INPUT
     result = train(cfg, workload=workload)
     if args.json:
         print(json.dumps(result.metrics()))
@@ -67,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{result.status}: val_loss {result.val_loss} | {result.tokens_per_s} tok/s | "
             f"peak {result.peak_mem_mb} MB | {result.steps} steps"
         )
-    return 0 if result.status == "ok" else 1
+    return Exit.OK if result.status == "ok" else Exit.FAILED
 
 
 if __name__ == "__main__":

@@ -11,7 +11,6 @@ Exit codes: 0 written, 2 bad input.
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import sys
@@ -22,6 +21,7 @@ from typing import Any
 
 import yaml
 
+from trainables.cli import OneLineParser
 from trainables.config import ConfigError, is_file_spec, make_config, read_yaml, training_section
 
 DEFAULT_IMAGE = "hybrid-tuner:latest"  # what k8s/Dockerfile builds; pass REGISTRY/hybrid-tuner:TAG
@@ -282,8 +282,8 @@ def _volumes(options: JobOptions, shipped: tuple[str, ...]) -> list[dict[str, An
 # --- CLI --------------------------------------------------------------------------------------------------
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m tuner.emit", description=__doc__.splitlines()[0])
+def build_parser() -> OneLineParser:
+    p = OneLineParser(prog="python -m tuner.emit", description=__doc__.splitlines()[0])
     p.add_argument("--best", required=True, help="the training config to run (a search's OUT/best.yaml)")
     p.add_argument("--out", required=True, help="where to write the manifests (YAML)")
     p.add_argument(

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
 
 from pydantic import ValidationError
 
+from trainables.cli import OneLineParser
 from tuner.records import Summary
 from tuner.report import write_reports
 
@@ -29,7 +29,7 @@ def _problem(path: Path, err: Exception) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="python -m tuner.report",
         description="Rebuild report.md and report.html from OUT/summary.json without rerunning the search.",
     )
