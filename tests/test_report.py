@@ -684,3 +684,10 @@ def test_the_html_table_marks_and_explains_an_unjudged_figure():
     stopped = trial("screen-1", "screen", {"batch_size": 64}, status="stopped", tps=1200.0)
     page = render_html(cpu_search(trial("screen-0", "screen", {}, tps=15000.0, **CALM), stopped))
     assert "1,200 (unjudged)" in page and "nothing recorded whether other processes shared" in page
+
+
+def test_a_trial_stopped_before_its_first_timed_step_is_not_called_slower():
+    compiling = trial("screen-1", "screen", {"batch_size": 64}, status="stopped")  # the budget ended
+    why = section(rendered(cpu_search(compiling)), "Why others were rejected")
+    assert "- screen-1: stopped before its first timed step, while it compiled or warmed up" in why
+    assert "slower" not in why

@@ -123,6 +123,9 @@ def rejection(row: ConfigRow, summary: Summary) -> str:
     reason = next((rejected[tid] for tid in row.ids if tid in rejected), None)
     if reason:
         return reason
+    if row.status == "stopped" and row.median("tokens_per_s") is None:
+        # the early stop needs a speed: this one was ended by the screen's time budget (or the search's stop)
+        return "stopped before its first timed step, while it compiled or warmed up: never measured"
     if row.status == "stopped":
         return f"stopped early: slower than the early-stop threshold ({tps} tok/s)"
     if row.feasible is None:
