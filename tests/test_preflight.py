@@ -1,13 +1,22 @@
 """Bad input caught before any work: the search runs the checks `python -m trainables.train` makes (one
-function, trainables/preflight.py) before Ray starts and before OUT is touched; durations in plain seconds."""
+function, trainables/preflight.py) before Ray starts and before OUT is touched; a config that needs CUDA on
+a machine without it is the machine's fault (exit 5), refused as early; durations in plain seconds."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from trainables import train
+from trainables.config import ConfigError, make_config
+from trainables.errors import EnvironmentFault
+from trainables.exit_codes import Exit
+from trainables.preflight import check_cuda, preflight
 from tuner import search
 from tuner.config import SearchSection, load_search_config
 
@@ -35,16 +44,16 @@ def no_ray(monkeypatch):
     monkeypatch.setattr("tuner.ray_session.connect", refuse)
 
 
-def refused_by_search(capsys, out: Path, data: Path, *argv: str) -> str:
-    assert search.main(["--config", SMOKE, "--out", str(out), "--data", str(data), *argv]) == 2
+def refused_by_search(capsys, out: Path, data: Path, *argv: str, code: int = Exit.BAD_INPUT) -> str:
+    assert search.main(["--config", SMOKE, "--out", str(out), "--data", str(data), *argv]) == code
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), lines
     assert not out.exists(), list(out.iterdir())  # nothing written, not even an empty OUT
     return lines[0]
 
 
-def refused_by_train(capsys, data: Path, *argv: str) -> str:
-    assert train.main(["--config", SMOKE, "--data", str(data), *argv]) == 2
+def refused_by_train(capsys, data: Path, *argv: str, code: int = Exit.BAD_INPUT) -> str:
+    assert train.main(["--config", SMOKE, "--data", str(data), *argv]) == code
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), lines
     return lines[0]
@@ -54,9 +63,11 @@ def refused_by_train(capsys, data: Path, *argv: str) -> str:
     "key, value, needle",
     [
         ("workload", "no_such_module:make", "workload': no module named 'no_such_module'"),
-        ("seq_len", "5000000", "seq_len"),
-        ("device", "cuda", "config key 'device': 'cuda' asked for but CUDA is not available"),
-        ("kernels", "fused", "config key 'kernels': 'fused' needs a CUDA device"),
+        (
+            "seq_len",
+            "5000000",
+            "config key 'seq_len': 5,000,000 is too long for the corpus's validation split",
+        ),
         ("eval_tokens", "50000000", "config key 'eval_tokens': 50,000,000 is more than the validation split"),
         ("eval_batch_size", "100000", "config key 'eval_batch_size': 100,000 is more than the"),
     ],
@@ -66,26 +77,128 @@ def test_the_search_refuses_what_the_training_cli_refuses_with_the_same_line(
 ):
     alone = refused_by_train(capsys, corpus, "--set", f"{key}={value}")
     line = refused_by_search(capsys, tmp_path / "out", corpus, "--set", f"train.{key}={value}")
-    assert needle in line and needle in alone, (line, alone)
-    assert (
-        line.replace("key 'train.", "key '") == alone
-    )  # one preflight, one wording (the search names the section)
+    assert needle in alone, alone
+    assert line == alone.replace(
+        "key '", "key 'train."
+    )  # one preflight, one wording; the search names the section
 
 
 def test_a_corpus_too_small_for_seq_len_is_refused_before_ray(capsys, tmp_path, no_ray):
     tiny = tmp_path / "tiny.txt"
-    tiny.write_text("abcd")
+    tiny.write_text("abcdefghij" * 30)  # 300 tokens: 30 in the validation split
     line = refused_by_search(capsys, tmp_path / "out", tiny)
-    assert "config key 'seq_len': 64 needs 65 tokens per window" in line and "holds 3" in line
-    assert refused_by_train(capsys, tiny) == line
+    assert line == (
+        "error: config key 'train.seq_len': 64 is too long for the corpus's validation split, 30 tokens of "
+        f"file {tiny} (300 bytes); use at most 29"
+    )
+    assert refused_by_train(capsys, tiny) == line.replace("key 'train.", "key '")
+
+
+def test_a_seq_len_longer_than_the_corpus_is_blamed_not_eval_tokens(capsys, tmp_path, corpus, no_ray):
+    # eval_tokens below seq_len is refused as eval_tokens' fault, but a seq_len no split can hold comes first
+    line = refused_by_train(capsys, corpus, "--set", "seq_len=5000000", "--set", "eval_tokens=1000")
+    assert "config key 'seq_len': 5,000,000 is too long" in line and str(corpus) in line, line
+    assert "eval_tokens" not in line
 
 
 def test_an_earlier_out_is_left_as_it_was_by_bad_input(capsys, tmp_path, corpus, no_ray):
     out = tmp_path / "out"
     out.mkdir()
     (out / "keep.txt").write_text("mine")
-    assert search.main(["--config", SMOKE, "--out", str(out), "--set", "train.device=cuda"]) == 2
+    assert search.main(["--config", SMOKE, "--out", str(out), "--set", "train.precision=fp8"]) == 2
     assert [p.name for p in out.iterdir()] == ["keep.txt"]
+
+
+# --- a config that needs CUDA, on a machine without it ---------------------------------------------------
+
+NO_CUDA = pytest.mark.skipif(
+    torch.cuda.is_available(), reason="the search in-process sees this machine's GPU"
+)
+NEEDS_CUDA = [
+    ("compile", "reduce-overhead", "'reduce-overhead' needs CUDA (these modes use CUDA graphs) and this "
+     "machine has none (use 'default' here, or run it on a GPU machine)"),
+    ("compile", "max-autotune", "'max-autotune' needs CUDA (these modes use CUDA graphs) and this machine has "
+     "none (use 'max-autotune-no-cudagraphs' here"),
+    ("kernels", "fused", "'fused' needs CUDA (fused kernels need CUDA with fla and mamba_ssm importable) and "
+     "this machine has none (use 'torch' here"),
+    ("device", "cuda", "'cuda' asked for but this machine has no CUDA (use 'cpu' or 'auto' here"),
+]  # fmt: skip
+
+
+@NO_CUDA
+@pytest.mark.parametrize("key, value, needle", NEEDS_CUDA)
+def test_the_search_refuses_a_baseline_that_needs_cuda_before_ray_with_exit_5(
+    capsys, tmp_path, corpus, no_ray, key, value, needle
+):
+    line = refused_by_search(
+        capsys, tmp_path / "out", corpus, "--set", f"train.{key}={value}", code=Exit.ENVIRONMENT
+    )
+    assert line.startswith(f"error: config key 'train.{key}': ") and needle in line, line
+    alone = refused_by_train(capsys, corpus, "--set", f"{key}={value}", code=Exit.ENVIRONMENT)
+    assert alone == line.replace("key 'train.", "key '")  # one preflight, one wording
+
+
+@pytest.mark.parametrize("key, value, needle", NEEDS_CUDA)
+def test_the_training_cli_refuses_a_config_that_needs_cuda_without_it_with_exit_5(
+    tmp_path, corpus, key, value, needle
+):
+    # CUDA hidden, so a GPU machine checks this too; a run that started would print "training ..." lines
+    here = tmp_path / "here"
+    here.mkdir()
+    argv = ["--config", SMOKE, "--data", str(corpus), "--out", str(here / "run"), "--set", f"{key}={value}"]
+    done = subprocess.run(
+        [sys.executable, "-m", "trainables.train", *argv],
+        cwd=here,
+        env={**os.environ, "CUDA_VISIBLE_DEVICES": ""},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == Exit.ENVIRONMENT, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: config key '{key}': ") and needle in lines[0], (
+        lines
+    )
+    assert done.stdout == "" and list(here.iterdir()) == []  # nothing trained, nothing written
+
+
+@NO_CUDA
+def test_a_device_cpu_config_that_needs_cuda_contradicts_itself_exit_2(capsys, tmp_path, corpus, no_ray):
+    sets = ("--set", "train.device=cpu", "--set", "train.compile=reduce-overhead")
+    line = refused_by_search(capsys, tmp_path / "out", corpus, *sets)
+    assert line == (
+        "error: config key 'train.compile': 'reduce-overhead' needs a CUDA device but 'train.device' is 'cpu' "
+        "(use 'default' with it)"
+    )
+
+
+def test_a_gpu_machine_takes_what_needs_cuda_but_not_with_device_cpu():
+    cfg = make_config({"compile": "reduce-overhead", "kernels": "fused"})
+    check_cuda(cfg, "train", has_cuda=True)  # nothing to refuse: the device and kernels checks follow
+    with pytest.raises(EnvironmentFault, match="'train.compile': 'reduce-overhead' needs CUDA"):
+        check_cuda(cfg, "train", has_cuda=False)
+    with pytest.raises(ConfigError, match="'kernels': 'fused' needs a CUDA device but 'device' is 'cpu'"):
+        check_cuda(make_config({"kernels": "fused", "device": "cpu"}), "", has_cuda=True)
+
+
+@pytest.mark.parametrize(
+    "key, value",
+    [
+        (
+            "precision",
+            "bf16",
+        ),  # autocast on the CPU (emulated where it has no native bf16: slower, not wrong)
+        ("precision", "fp16"),  # with a CPU GradScaler
+        ("precision", "tf32"),  # fp32 off NVIDIA tensor cores
+        ("kernels", "auto"),  # the torch reference where no fused kernels can run
+        ("loader", "device"),
+        ("compile", "max-autotune-no-cudagraphs"),
+    ],
+)
+def test_what_runs_on_a_cpu_is_not_refused_for_want_of_cuda(corpus, key, value):
+    # each trains on a CPU: tests/test_train.py runs them (test_speed_knobs_run_on_cpu_and_keep_the_loss)
+    cfg = make_config({"data": str(corpus), "seq_len": 64, "eval_tokens": 4096, "device": "cpu", key: value})
+    assert preflight(cfg).device == torch.device("cpu")
 
 
 @pytest.mark.parametrize(
@@ -140,6 +253,14 @@ def test_a_cluster_driver_leaves_the_device_to_the_trials_hardware_probe(tmp_pat
         str(corpus),
         "--set",
         "train.device=cuda",
+        "--set",
+        "train.compile=reduce-overhead",
+        "--set",
+        "train.kernels=fused",
     ]
     cfg, *_ = search.read_config(search.build_parser().parse_args(argv), tmp_path / "out")
-    assert cfg.train["device"] == "cuda"
+    assert (cfg.train["device"], cfg.train["compile"], cfg.train["kernels"]) == (
+        "cuda",
+        "reduce-overhead",
+        "fused",
+    )

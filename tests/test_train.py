@@ -582,7 +582,7 @@ def test_out_dir_holds_config_tokenizer_and_result(tmp_path):
 CLI_BAD_INPUT = [
     (["--set", "bach_size=8"], ["'bach_size'"]),
     (["--set", "precision=fp8"], ["'precision'", "'fp32', 'tf32', 'bf16' or 'fp16'"]),
-    (["--set", "kernels=fused"], ["'kernels'", "allowed here: torch, auto"]),
+    (["--set", "kernels=fused", "--set", "device=cpu"], ["'kernels'", "CUDA", "'device' is 'cpu'"]),
     (["--data", "no-such-corpus.txt"], ["no-such-corpus.txt"]),
     (["--set", "batch_size"], ["--set", "key=value"]),
     (["--set"], ["--set", "expected one argument"]),

@@ -37,12 +37,16 @@ class KnobClass:
     is trained (one loss run per distinct set of these), "execution" only how it runs (a loss run stands
     for every config that differs only in these), "run" is bookkeeping or a cap, never judged. `graph`: it
     changes the graph torch.compile builds. `needs`: (value, capability) pairs, a value that runs only where
-    the trials' hardware has "cuda", "bf16" or "fused" (tuner/space.py drops it elsewhere, saying `why`)."""
+    the trials' hardware has "cuda", "bf16" or "fused" (tuner/space.py drops it elsewhere, saying `why`).
+    `cuda_only`: (value, instead) pairs, a value that cannot do what it asks without CUDA (most of `needs`
+    still runs there, only slower or to no effect): a run set to one is refused on a machine without CUDA
+    before any work, told to use `instead` (trainables/preflight.py)."""
 
     kind: Literal["loss", "execution", "run"]
     graph: bool = False
     needs: tuple[tuple[Any, str], ...] = ()
     why: str = ""
+    cuda_only: tuple[tuple[Any, Any], ...] = ()
 
 
 LOSS, EXECUTION, RUN = KnobClass("loss"), KnobClass("execution"), KnobClass("run")
@@ -136,6 +140,8 @@ class TrainConfig(BaseModel):
             graph=True,
             needs=(("reduce-overhead", "cuda"), ("max-autotune", "cuda")),
             why="these modes use CUDA graphs",
+            # without CUDA, Inductor skips the graphs: the run is the mode below, after a long CPU compile
+            cuda_only=(("reduce-overhead", "default"), ("max-autotune", "max-autotune-no-cudagraphs")),
         ),
     ] = "none"
     kernels: Annotated[
@@ -145,6 +151,7 @@ class TrainConfig(BaseModel):
             graph=True,
             needs=(("fused", "fused"), ("auto", "cuda")),
             why="fused kernels need CUDA with fla and mamba_ssm importable",
+            cuda_only=(("fused", "torch"),),  # 'auto' runs the torch reference where fused cannot
         ),
     ] = "torch"
     loader: Annotated[Loader, EXECUTION] = "dataloader"

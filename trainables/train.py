@@ -13,6 +13,7 @@ import sys
 from trainables.cli import OneLineParser
 from trainables.config import ConfigError, load_config
 from trainables.data import DataError
+from trainables.errors import EnvironmentFault
 from trainables.exit_codes import Exit
 from trainables.loop import train
 from trainables.preflight import preflight
@@ -22,6 +23,7 @@ exit codes:
   0  the run trained (status ok)
   1  the run failed: oom, nan or error (still reported, with --json as its status)
   2  bad input, before any work: one line names the key or option
+  5  the machine cannot run it: no CUDA for a config that needs it
 """
 
 
@@ -61,6 +63,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, DataError) as err:
         print(f"error: {err}", file=sys.stderr)
         return Exit.BAD_INPUT
+    except EnvironmentFault as err:
+        print(f"error: {err}", file=sys.stderr)
+        return Exit.ENVIRONMENT
     result = train(cfg, workload=workload)
     if args.json:
         print(json.dumps(result.metrics()))
