@@ -229,7 +229,7 @@ def test_the_least_a_workload_writes_trains(tmp_path):
     cfg = cfg_for(f"{job}:make_workload", lr=1e-2, tokens=4 * 16 * 30)
     info = check_workload(cfg)
     assert info.supports == {"loader", "num_workers", "pin_memory"}  # a TensorDataset: the loop's knobs
-    assert info.unsupported == ["activation_checkpointing", "kernels", "mamba_lr_mult"]
+    assert info.unsupported == ["activation_checkpointing", "compile_scope", "kernels", "mamba_lr_mult"]
     result = train(cfg, log=None)
     assert result.status == "ok" and result.val_loss < 1.5, result
 
@@ -379,7 +379,10 @@ def test_knobs_the_workload_lacks_leave_the_space_with_one_line(tmp_path, corpus
     assert "kernels" not in fitted.search.space and "num_workers" in fitted.search.space
     assert fitted.search.space["loader"] == ["dataloader", "device"]  # CharWindows batches on the device
     (line,) = fitted.search.left_out.items()
-    assert line[0] == "activation_checkpointing, kernels, mamba_lr_mult" and "does not implement" in line[1]
+    assert (
+        line[0] == "activation_checkpointing, compile_scope, kernels, mamba_lr_mult"
+        and "does not implement" in line[1]
+    )
 
 
 def test_the_hybrids_search_is_unchanged_by_the_fit():

@@ -105,6 +105,38 @@ class BrokenWorkload(ToyWorkload):
         raise RuntimeError("broken on purpose")
 
 
+class _Block(nn.Module):
+    """A residual MLP block: the toy's repeated region."""
+
+    def __init__(self, width: int):
+        super().__init__()
+        self.norm, self.fc = nn.LayerNorm(width), nn.Linear(width, width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + torch.tanh(self.fc(self.norm(x)))
+
+
+class BlocksWorkload(ToyWorkload):
+    """The toy with BLOCKS equal blocks that it names for regional compilation (`compile_scope: blocks`)."""
+
+    BLOCKS = 3
+
+    def build_model(self) -> nn.Module:
+        return nn.Sequential(
+            nn.Embedding(VOCAB, 32), *(_Block(32) for _ in range(self.BLOCKS)), nn.Linear(32, VOCAB)
+        )
+
+    def compile_regions(self, model: nn.Module) -> list[nn.Module]:
+        return [m for m in model if isinstance(m, _Block)]
+
+    def lr_multiplier(self, param_name: str) -> float:
+        return 1.0
+
+
+def make_blocks_workload(cfg) -> BlocksWorkload:
+    return BlocksWorkload(cfg)
+
+
 def make_broken_workload(cfg) -> BrokenWorkload:
     return BrokenWorkload(cfg)
 

@@ -22,6 +22,7 @@ from model import HybridConfig
 
 Precision = Literal["fp32", "tf32", "bf16", "fp16"]
 CompileMode = Literal["none", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]
+CompileScope = Literal["model", "blocks"]
 Kernels = Literal["torch", "fused", "auto"]
 Loader = Literal["dataloader", "device"]
 LrScaling = Literal["none", "sqrt", "linear"]
@@ -144,6 +145,13 @@ class TrainConfig(BaseModel):
             cuda_only=(("reduce-overhead", "default"), ("max-autotune", "max-autotune-no-cudagraphs")),
         ),
     ] = "none"
+    compile_scope: Annotated[CompileScope, EXECUTION_GRAPH] = Field(
+        "model",
+        description="what torch.compile compiles: 'model' (the whole model as one graph) or 'blocks' (each "
+        "of the workload's repeated blocks on its own, regional compilation: equal blocks share one "
+        "compiled graph, so a cold compile costs a fraction; the workload names its blocks with "
+        "compile_regions(model)); no effect with compile: none",
+    )
     kernels: Annotated[
         Kernels,
         KnobClass(

@@ -193,7 +193,8 @@ def evaluate(model: torch.nn.Module, workload: Job, batches) -> float:
     was_training = model.training
     model.eval()
     total, count = 0.0, 0
-    with workload.evaluation(model):
+    # force_eager: blocks compiled in place (compile_scope: blocks) run eagerly too, as the whole model does
+    with torch.compiler.set_stance("force_eager"), workload.evaluation(model):
         for batch in batches:
             n = _batch_size(batch)
             total += workload.loss(model, batch).float().item() * n
@@ -366,14 +367,22 @@ def _build(cfg: TrainConfig, workload: Job, model: torch.nn.Module):
         betas=(cfg.beta1, cfg.beta2),
         fused=True if cfg.fused_adamw else None,
     )
-    step_model = model
-    if cfg.compile != "none":
-        # A fresh, static-shape compile per run: Ray reuses worker processes across trials, and guards
-        # left by an earlier trial's model would otherwise turn shapes dynamic (slower, and fragile).
-        torch._dynamo.reset()
-        mode = None if cfg.compile == "default" else cfg.compile
-        step_model = torch.compile(model, mode=mode, dynamic=False)
-    return step_model, optimizer
+    return (model if cfg.compile == "none" else _compiled(cfg, workload, model)), optimizer
+
+
+def _compiled(cfg: TrainConfig, workload: Job, model: torch.nn.Module) -> torch.nn.Module:
+    """The model under torch.compile: whole (`compile_scope: model`), or each of the workload's blocks
+    compiled in place (`blocks`: regional compilation; equal blocks share one graph, so a cold compile costs
+    a fraction of the whole model's, for a few % of speed). `evaluate` runs either eagerly."""
+    # A fresh, static-shape compile per run: Ray reuses worker processes across trials, and guards
+    # left by an earlier trial's model would otherwise turn shapes dynamic (slower, and fragile).
+    torch._dynamo.reset()
+    mode = None if cfg.compile == "default" else cfg.compile
+    if cfg.compile_scope == "model":
+        return torch.compile(model, mode=mode, dynamic=False)
+    for region in workload.compile_regions(model):
+        region.compile(mode=mode, dynamic=False)
+    return model
 
 
 def _progress_line(cfg: TrainConfig, point: dict[str, Any], rate: float) -> str:

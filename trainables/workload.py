@@ -60,6 +60,7 @@ Batch = Any  # a tensor, or a tuple / list / dict of tensors, batch on dim 0
 # Knobs that work only when the workload implements them; the loop applies every other knob itself.
 WORKLOAD_KNOBS = {
     "kernels": "fused kernels",
+    "compile_scope": "regional compilation (compile_regions)",
     "activation_checkpointing": "activation checkpointing",
     "mamba_lr_mult": "per-group lr",
     "loader": "device-resident batches",
@@ -129,6 +130,10 @@ class HybridLMWorkload:
         # The val loss through the reference ops, whatever kernels trained the weights (HybridLM.using_kernels).
         return model.using_kernels("torch") if isinstance(model, HybridLM) else nullcontext()
 
+    def compile_regions(self, model: nn.Module) -> list[nn.Module]:
+        # The repeated blocks: compiled one by one they share one graph (HybridLM.blocks are all alike).
+        return list(model.blocks)
+
     def lr_multiplier(self, param_name: str) -> float:
         # The seed trains Mamba parameters at twice the base learning rate.
         return self.cfg.mamba_lr_mult if ".mamba." in param_name else 1.0
@@ -168,9 +173,15 @@ class Job:
         own = getattr(self.workload, "evaluation", None)
         return own(model) if own else nullcontext()
 
+    def compile_regions(self, model: nn.Module) -> list[nn.Module]:
+        """The modules `compile_scope: blocks` compiles one by one (the workload's compile_regions)."""
+        return list(self.workload.compile_regions(model))
+
     @property
     def supports(self) -> frozenset[str]:
-        own = frozenset(getattr(self.workload, "supports", ()))
+        # compile_scope is the workload's to offer only by naming its blocks (compile_regions)
+        regions = {"compile_scope"} if callable(getattr(self.workload, "compile_regions", None)) else set()
+        own = frozenset(getattr(self.workload, "supports", ())) - {"compile_scope"} | regions
         if not self.gives_dataset:
             return own
         on_device = self.no_device_loader() is None
@@ -419,6 +430,8 @@ WORKLOAD_READS = {
     "num_workers": _BY_LOADER,
     "pin_memory": _BY_LOADER,
     "kernels": _BY_WORKLOAD,
+    "compile_scope": "the loop, over the blocks your workload's compile_regions(model) names (without it "
+    "only 'model' runs)",
     "activation_checkpointing": _BY_WORKLOAD,
     "mamba_lr_mult": _BY_WORKLOAD + "; lr_multiplier(param_name) returns it",
 }
