@@ -168,6 +168,8 @@ def test_a_config_file_that_is_not_yaml_text_is_one_line_and_exit_2_for_both_cli
         (report.main, []),
         (emit.main, ["--best", "best.yaml"]),
         (emit.main, ["--best", "best.yaml", "--out", "job.yaml", "--gpus", "two"]),
+        (search.main, ["--out", "x"]),
+        (search.main, ["--config", SMOKE, "--trials", "many"]),
     ],
 )
 def test_a_usage_mistake_is_one_line_and_exit_2_not_a_usage_block(capsys, main, argv):

@@ -668,6 +668,18 @@ def test_interim_reports_carry_the_steady_window_so_far():
     tokens = [r["window_tokens"] for r in steady]
     assert tokens == sorted(set(tokens)) and tokens[-1] == result.window_tokens
     assert {(r["node"], r["pid"]) for r in reports} == {(result.node, os.getpid())}
+    # and its CPU share so far (None while the window is under cpu_load.MIN_WINDOW_S): an early-stopped
+    # row is judged like a finished one
+    assert all("cpu_others_cores" in r and "cpu_own_cores" in r for r in steady)
+
+
+def test_an_interim_report_over_a_long_enough_window_has_its_cpu_share():
+    cfg = toy_config(workload="toy_workload:make_paced_workload", log_interval=1, tokens=12 * 16 * 16)
+    reports = []
+    quiet_train(cfg, report=reports.append)
+    steady = [r for r in reports if r["window_t1"] is not None]
+    judged = [r for r in steady if r["window_t1"] - r["window_t0"] >= cpu_load.MIN_WINDOW_S]
+    assert judged and all(r["cpu_others_cores"] >= 0 and r["cpu_count"] == os.cpu_count() for r in judged)
 
 
 def test_time_spent_in_interim_reports_is_not_training_time():

@@ -79,6 +79,21 @@ class SlowStartWorkload(ToyWorkload):
         return super().loss(model, batch)
 
 
+class PacedWorkload(ToyWorkload):
+    """Every training step sleeps STEP_S: a steady window long enough for the kernel's CPU-time ticks."""
+
+    STEP_S = 0.04
+
+    def loss(self, model: nn.Module, batch: tuple) -> torch.Tensor:
+        if model.training:
+            time.sleep(self.STEP_S)
+        return super().loss(model, batch)
+
+
+def make_paced_workload(cfg) -> PacedWorkload:
+    return PacedWorkload(cfg)
+
+
 class SlowCompileWorkload(ToyWorkload):
     """The first training loss call spins in Python for SPIN_S, as torch.compile's first step does (Python
     for minutes, never back in the loop): what a compile deadline has to interrupt."""

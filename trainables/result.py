@@ -53,9 +53,13 @@ class RunResult:
     window_t0: float | None = figure("wall-clock (time.time) start of the timed window", interim=True)
     window_t1: float | None = figure("wall-clock end of the timed window so far", interim=True)
     window_tokens: int = figure("tokens trained inside the timed window", 0, interim=True)
-    cpu_own_cores: float | None = figure("CPU cores this run (with its workers) kept busy over the window")
-    cpu_others_cores: float | None = figure("CPU cores other processes kept busy over the window")
-    cpu_count: int | None = figure("the host's CPU count")
+    cpu_own_cores: float | None = figure(
+        "CPU cores this run (with its workers) kept busy over the window", interim=True
+    )
+    cpu_others_cores: float | None = figure(
+        "CPU cores other processes kept busy over the window", interim=True
+    )
+    cpu_count: int | None = figure("the host's CPU count", interim=True)
     cpu_threads: int | None = figure("torch's CPU (intra-op) threads it ran with")
     compile_threads: int | None = figure("Inductor's compile workers it ran with (None: Inductor not loaded)")
     params: int | None = figure("the model's parameter count")

@@ -24,6 +24,7 @@ from pathlib import Path
 import ray
 
 from model import library_env
+from trainables.cli import OneLineParser
 from trainables.config import ConfigError, make_config
 from trainables.data import Corpus, DataError, resolve_corpus, shipped_corpus
 from trainables.errors import EnvironmentFault, find_cause, first_line
@@ -175,7 +176,7 @@ def check_writable_dir(out: Path) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
         prog="python -m tuner.search",
         description=__doc__.splitlines()[0],
         epilog=EPILOG,
