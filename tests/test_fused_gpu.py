@@ -134,3 +134,25 @@ def test_cuda_graphs_replay_the_fused_kernels_with_the_eager_numbers():
     torch.testing.assert_close(loss, want_loss, **TOL[dtype])
     assert_close_grads(want, grads, dtype)
     assert ops.available_backends()["fla"] is True and ops.available_backends()["mamba_ssm"] is True
+
+
+@pytest.mark.parametrize("kernels", ["torch", "fused"])
+def test_blocks_compiled_one_by_one_under_cuda_graphs_match_eager(kernels):
+    """compile_scope: blocks on the GPU (the loop's _compiled): each HybridBlock compiled in place under
+    reduce-overhead, ONE graph shared by the blocks, the eager loss and gradients after replays."""
+    from torch._dynamo.utils import counters
+
+    dtype = torch.bfloat16
+    ref, fused = model_pair(dtype)
+    model = ref if kernels == "torch" else fused
+    x, y = batch()
+    want_loss, want = loss_and_grads(model, x, y, dtype)
+    torch._dynamo.reset()
+    counters.clear()
+    for block in model.blocks:
+        block.compile(mode="reduce-overhead", dynamic=False)
+    for _ in range(3):  # warm-up, record, replay
+        loss, grads = loss_and_grads(model, x, y, dtype)
+    assert counters["stats"]["unique_graphs"] == 1
+    torch.testing.assert_close(loss, want_loss, **TOL[dtype])
+    assert_close_grads(want, grads, dtype)
