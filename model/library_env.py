@@ -11,11 +11,18 @@ library (no torch, Triton or Ray), so calling it never imports what it configure
 | TORCHINDUCTOR_CACHE_DIR         | Inductor                | at each compile                        | point_compile_caches    |
 | TRITON_CACHE_DIR                | Triton                  | at each compile / autotune             | point_compile_caches    |
 | TORCHINDUCTOR_COMPILE_THREADS   | Inductor                | when its compile workers start         | trial_env (trials only) |
+| HYBRID_TUNER_COMPILE_CACHE      | our training loop       | as a trial starts (use_compile_cache)  | trial_env (trials only) |
 | RAY_USAGE_STATS_ENABLED         | Ray                     | at ray.init                            | before_ray_init         |
 | RAY_AIR_NEW_OUTPUT              | Ray Tune                | at Tuner.fit                           | before_ray_init         |
 | TUNE_PRINT_ALL_TRIAL_ERRORS     | Ray Tune's controller   | when it is made (each Tuner.fit)       | one_line_trial_errors   |
 
 A value the user exported wins wherever the product only offers a default (`setdefault`).
+
+HYBRID_TUNER_COMPILE_CACHE is the one variable our own code reads: the search's compile-cache root, which
+each trial keys by its own device and software before it points Inductor and Triton at it
+(trainables/loop.py:use_compile_cache). The key cannot be known where the runtime env is made (the
+driver may have no GPU), and the env is what reaches every trial process before it imports anything; a
+user may also export it for `python -m trainables.train` (a config's `compile_cache` wins).
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from pathlib import Path
 # A compile cache's dirs (as `TrainConfig.compile_cache` lays them out) and the variable its compiler reads.
 COMPILE_CACHE_VARS = {"inductor": "TORCHINDUCTOR_CACHE_DIR", "triton": "TRITON_CACHE_DIR"}
 COMPILE_THREADS_VAR = "TORCHINDUCTOR_COMPILE_THREADS"
+COMPILE_CACHE_VAR = "HYBRID_TUNER_COMPILE_CACHE"  # a search's cache root, keyed by each trial
 
 
 def keep_autotune_results() -> None:
@@ -47,15 +55,24 @@ def point_compile_caches(dirs: Mapping[str, str | Path]) -> None:
         os.environ[COMPILE_CACHE_VARS[root]] = str(path)
 
 
+def search_compile_cache() -> str | None:
+    """The cache root a search gave its trials (None outside a search's trials, or where the user
+    exported both cache dirs)."""
+    return os.environ.get(COMPILE_CACHE_VAR) or None
+
+
 def trial_env(cache: Path, compile_threads: int) -> tuple[dict[str, str], bool]:
     """The library variables every trial process gets (through Ray's runtime env, set before the worker
     imports anything), and whether the compile caches are `cache`'s (False: the user exported their own).
-    The user's exported cache dirs and compile threads win."""
-    own = not any(os.environ.get(var) for var in COMPILE_CACHE_VARS.values())
-    env = {var: os.environ.get(var, str(cache / root)) for root, var in COMPILE_CACHE_VARS.items()}
+    `cache` is a root the trials key themselves (HYBRID_TUNER_COMPILE_CACHE); the user's exported cache dirs
+    and compile threads win, and are passed on as they are."""
+    exported = compile_cache_dirs()  # in the driver: what the user exported
+    env = {COMPILE_CACHE_VARS[root]: path for root, path in exported.items()}
+    if len(exported) < len(COMPILE_CACHE_VARS):  # a dir the user left to us
+        env[COMPILE_CACHE_VAR] = str(cache)
     env[COMPILE_THREADS_VAR] = os.environ.get(COMPILE_THREADS_VAR, str(compile_threads))
     env["RAY_USAGE_STATS_ENABLED"] = "0"  # each worker's Ray reads it too: no reporting from the trials
-    return env, own
+    return env, not exported
 
 
 def before_ray_init() -> None:

@@ -1,7 +1,7 @@
 """The search's compile caches follow its trials to other nodes (issue #24, part 3).
 
-A trial on a node other than the driver's fetches the driver's Inductor/Triton cache into its node's own dir
-before it trains, and sends back what it compiled (trainables/compile_cache.py, tuner/cache_server.py). The
+A trial on a node other than the driver's fetches its key's part of the driver's cache root (Inductor, Triton)
+into its node's own copy before it trains, and sends back what it compiled (trainables/compile_cache.py, tuner/cache_server.py). The
 two-node test proves it with real Inductor on CPU: the driver's node runs no trial, node 1 compiles cold,
 and node 2, whose cache dir is elsewhere on disk and starts empty, finds node 1's graphs, through the driver.
 """
@@ -15,8 +15,9 @@ import pytest
 import ray
 from toy_workload import TOY
 
+from model import library_env
 from trainables import compile_cache
-from trainables.compile_cache import NODE_CACHE_VAR, NodeCache, manifest, node_cache_root
+from trainables.compile_cache import NODE_CACHE_VAR, CacheKey, NodeCache, manifest, node_cache_root
 from trainables.spec import TrialSpec
 from tuner import cache_server
 from tuner.runner import Placement, TrialInputs, run_cases
@@ -24,8 +25,13 @@ from tuner.runner import Placement, TrialInputs, run_cases
 TESTS = Path(__file__).resolve().parent
 
 
+KEY = CacheKey("NVIDIA H100 80GB HBM3 sm_90", {"torch": "2.11.0+cu130", "triton": "3.6.0"})
+OTHER = CacheKey("NVIDIA H200 sm_90", {"torch": "2.11.0+cu130", "triton": "3.6.0"})
+
+
 class DirDriver:
-    """The driver's cache as a plain dir: the server's file logic, without Ray."""
+    """The driver's cache root as a plain dir, served as tuner/cache_server.py serves it, without Ray: a dir
+    is named by its path in the root ("<key>/inductor")."""
 
     def __init__(self, root: Path, fail: str | None = None):
         self.root, self.fail = root, fail
@@ -34,7 +40,8 @@ class DirDriver:
     def manifest(self):
         if self.fail == "manifest":
             raise ConnectionError("driver gone")
-        return {r: manifest(self.root / r) for r in compile_cache.ROOTS}
+        keys = [p.name for p in self.root.iterdir() if p.is_dir()] if self.root.is_dir() else []
+        return {f"{k}/{r}": manifest(self.root / k / r) for k in keys for r in compile_cache.ROOTS}
 
     def read(self, root, paths):
         self.reads += 1
@@ -56,34 +63,52 @@ def put(path: Path, data: bytes = b"x") -> None:
 
 def test_a_node_fetches_what_it_lacks_and_sends_back_what_it_compiled(tmp_path):
     driver = tmp_path / "driver"
-    put(driver / "inductor" / "fxgraph" / "ab" / "key" / "entry", b"graph")
-    put(driver / "triton" / "HASH" / "k.autotune.json", b"{}")
-    put(driver / "inductor" / "locks" / "x.lock")  # locks and temp files stay where they are
-    node = NodeCache(DirDriver(driver), tmp_path / "node")
+    put(driver / KEY.name / "inductor" / "fxgraph" / "ab" / "key" / "entry", b"graph")
+    put(driver / KEY.name / "triton" / "HASH" / "k.autotune.json", b"{}")
+    put(driver / KEY.name / "inductor" / "locks" / "x.lock")  # locks and temp files stay where they are
+    node = NodeCache(DirDriver(driver), tmp_path / "node", KEY)
     assert "fetched 2 files" in node.pull()
-    assert (tmp_path / "node" / "inductor" / "fxgraph" / "ab" / "key" / "entry").read_bytes() == b"graph"
-    assert not (tmp_path / "node" / "inductor" / "locks").exists()
+    mine = tmp_path / "node" / KEY.name
+    assert (mine / "inductor" / "fxgraph" / "ab" / "key" / "entry").read_bytes() == b"graph"
+    assert not (mine / "inductor" / "locks").exists()
 
-    put(tmp_path / "node" / "inductor" / "fxgraph" / "cd" / "new" / "entry", b"compiled here")
+    put(mine / "inductor" / "fxgraph" / "cd" / "new" / "entry", b"compiled here")
     assert "sent 1 new files" in node.push()
-    assert (driver / "inductor" / "fxgraph" / "cd" / "new" / "entry").read_bytes() == b"compiled here"
-    again = NodeCache(DirDriver(driver), tmp_path / "node")
+    assert (
+        driver / KEY.name / "inductor" / "fxgraph" / "cd" / "new" / "entry"
+    ).read_bytes() == b"compiled here"
+    again = NodeCache(DirDriver(driver), tmp_path / "node", KEY)
     assert "fetched 0 files" in again.pull()  # the node has it all already
+
+
+def test_a_node_moves_only_its_own_keys_entries_and_says_what_the_key_stands_for(tmp_path):
+    driver = tmp_path / "driver"
+    put(driver / KEY.name / "inductor" / "mine", b"for this GPU")
+    put(driver / OTHER.name / "inductor" / "theirs", b"for another GPU")
+    node = NodeCache(DirDriver(driver), tmp_path / "node", OTHER)
+    assert "fetched 1 files" in node.pull()
+    assert [p.name for p in (tmp_path / "node").iterdir()] == [OTHER.name]
+
+    put(tmp_path / "node" / OTHER.name / "triton" / "H" / "k.autotune.json", b"{}")
+    assert "sent 1 new files" in node.push()
+    assert (driver / OTHER.name / "triton" / "H" / "k.autotune.json").exists()
+    assert json.loads((driver / OTHER.name / compile_cache.KEY_FILE).read_text()) == OTHER.as_json()
+    assert not (driver / KEY.name / compile_cache.KEY_FILE).exists()  # only the key it compiled for
 
 
 def test_a_sync_is_bounded_and_a_failed_one_is_a_notice_not_an_error(tmp_path, monkeypatch):
     driver = tmp_path / "driver"
     for i in range(4):
-        put(driver / "inductor" / f"e{i}", b"y" * (300 << 10))
+        put(driver / KEY.name / "inductor" / f"e{i}", b"y" * (300 << 10))
     monkeypatch.setenv(compile_cache.LIMIT_VAR, "1")  # 1 MB: three of the four 300 KB files
-    said = NodeCache(DirDriver(driver), tmp_path / "node").pull()
+    said = NodeCache(DirDriver(driver), tmp_path / "node", KEY).pull()
     assert "fetched 3 files" in said and "1 files over the 1.0 MB limit" in said
-    assert len(manifest(tmp_path / "node" / "inductor")) == 3
+    assert len(manifest(tmp_path / "node" / KEY.name / "inductor")) == 3
 
-    said = NodeCache(DirDriver(driver, fail="manifest"), tmp_path / "other").pull()
+    said = NodeCache(DirDriver(driver, fail="manifest"), tmp_path / "other", KEY).pull()
     assert said.startswith("compile cache: not fetched") and "driver gone" in said
-    put(tmp_path / "other" / "triton" / "k", b"z")
-    said = NodeCache(DirDriver(driver, fail="write"), tmp_path / "other").push()
+    put(tmp_path / "other" / KEY.name / "triton" / "k", b"z")
+    said = NodeCache(DirDriver(driver, fail="write"), tmp_path / "other", KEY).push()
     assert said.startswith("compile cache: not sent back") and "\n" not in said
     assert compile_cache.batches({"a": 5, "b": 5}, limit=100)[0] == [["a", "b"]]
     assert not compile_cache.safe("../etc/passwd") and not compile_cache.safe("/abs")
@@ -121,10 +146,9 @@ def two_node_cluster(tmp_path, monkeypatch):
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_a_graph_compiled_on_one_node_is_a_cache_hit_on_another(tmp_path, two_node_cluster):
-    driver_cache = tmp_path / "out" / "compile-cache"
+    driver_cache = tmp_path / "user-cache" / "compile"
     env = {
-        "TORCHINDUCTOR_CACHE_DIR": str(driver_cache / "inductor"),
-        "TRITON_CACHE_DIR": str(driver_cache / "triton"),
+        library_env.COMPILE_CACHE_VAR: str(driver_cache),  # the search's root: each trial keys it
         "TORCHINDUCTOR_COMPILE_THREADS": "1",
         "RAY_USAGE_STATS_ENABLED": "0",
     }
@@ -141,12 +165,15 @@ def test_a_graph_compiled_on_one_node_is_a_cache_hit_on_another(tmp_path, two_no
     assert first[0].status == second[0].status == "ok", (first[0].error, second[0].error)
     assert first[0].node_id != second[0].node_id
     assert (first[0].compile_cache_use, second[0].compile_cache_use) == ("miss", "hit")
-    graphs = [p for p in manifest(driver_cache / "inductor") if p.startswith("fxgraph/")]
+    key = CacheKey.here()  # the nodes' (this machine's: the same CPU and software)
+    assert [p.name for p in driver_cache.iterdir()] == [key.name], "one key, in a subdir of the root"
+    assert json.loads((driver_cache / key.name / compile_cache.KEY_FILE).read_text()) == key.as_json()
+    graphs = [p for p in manifest(driver_cache / key.name / "inductor") if p.startswith("fxgraph/")]
     assert graphs, "node 1's graphs reached the driver, which ran no trial"
     lines = Path(second[0].path, "result.json").read_text().splitlines()
     said = json.loads(lines[-1])["cache_sync"]  # node 2's trial: what it fetched, what it sent back
     assert "fetched" in said and "fetched 0 files" not in said, said
-    key = node_cache_root(str(driver_cache)).name
+    copy_of = node_cache_root(str(driver_cache)).name
     for name in ("node1", "node2"):
-        copy = tmp_path / f"{name}-cache" / key / "inductor"
+        copy = tmp_path / f"{name}-cache" / copy_of / key.name / "inductor"
         assert set(graphs) <= set(manifest(copy)), f"{name} trained against a copy of its own"

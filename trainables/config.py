@@ -195,8 +195,10 @@ class TrainConfig(BaseModel):
     )
     compile_cache: Annotated[str | None, RUN] = Field(
         None,
-        description="folder for Inductor and Triton caches (a search's best.yaml names the search's, so "
-        "its run reuses the kernels the search compiled); None = the environment's / torch's default",
+        description="root of the compile caches: Inductor's and Triton's (kernels, autotune results) go to "
+        "a subdir per device and software version (<root>/<key>/, key.json says what it stands for; "
+        "python -m tuner.caches lists and clears them). A search's best.yaml names the search's, so its run "
+        "reuses the kernels the search compiled; None = the environment's / torch's default",
     )
     cpu_threads: Annotated[int | None, RUN] = Field(
         None,

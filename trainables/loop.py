@@ -28,8 +28,8 @@ import torch
 
 from model import library_env
 from model.ops import available_backends, tuning
+from trainables import compile_cache
 from trainables.cache_use import CacheCount, stable_cache_keys
-from trainables.compile_cache import ROOTS
 from trainables.config import ConfigError, TrainConfig, dump_config
 from trainables.errors import find_cause, first_line
 from trainables.result import RunResult
@@ -237,17 +237,29 @@ def _placed(device: torch.device) -> RunResult:
 
 def first_step_deadline(compile_deadline_s: float | None, autotunes: bool) -> float | None:
     """The first step's deadline: `compile_deadline_s`, plus a cold autotune of the fused kernels where no
-    shipped results cover this GPU, so the one process that pays it for the search is not given up on."""
+    shipped results cover this GPU, so the one process that pays it (once per machine: the results stay in
+    the cache root's Triton dir) is not given up on. A later process gets the extension too: whether the
+    cache holds this run's shapes is known only as each kernel first runs (Triton keys them by shape)."""
     if compile_deadline_s is None or not autotunes:
         return compile_deadline_s
     return compile_deadline_s + tuning.COLD_AUTOTUNE_S
 
 
 def use_compile_cache(cfg: TrainConfig) -> None:
-    """Points Inductor and Triton at `compile_cache`. First thing in a run: they read it when they compile,
-    and loading the fused kernels installs their shipped autotune results into Triton's dir."""
-    if cfg.compile_cache:
-        library_env.point_compile_caches({root: Path(cfg.compile_cache) / root for root in ROOTS})
+    """Points Inductor and Triton at this run's key (device and software) in its cache root: `compile_cache`,
+    else the root its search gave it (library_env.search_compile_cache). First thing in a run: they read it
+    when they compile, and loading the fused kernels installs their shipped autotune results into Triton's
+    dir. A dir the user exported wins over a search's root, not over the config's own `compile_cache`."""
+    root = cfg.compile_cache or library_env.search_compile_cache()
+    if not root:
+        return
+    key = compile_cache.CacheKey.here(cfg.device)
+    usable = compile_cache.usable_root(Path(root))
+    dirs = compile_cache.keyed_dirs(usable, key)
+    if not cfg.compile_cache:
+        dirs = {name: path for name, path in dirs.items() if name not in library_env.compile_cache_dirs()}
+    compile_cache.record_key(usable, key)
+    library_env.point_compile_caches(dirs)
 
 
 def _prepare(cfg: TrainConfig, workload: Job, device: torch.device) -> None:

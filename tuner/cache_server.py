@@ -1,11 +1,12 @@
 """The search's compile caches, served from the driver's node to trials on other nodes.
 
-A search keeps one Inductor and one Triton cache dir (tuner/search.py:trial_env, in OUT on the driver's
-disk). Trials on the driver's node share them directly; a trial on another node reaches them through this
-actor, pinned to the driver's node: it fetches what its node lacks before it trains and sends back what it
-compiled (trainables/compile_cache.py, through trainables/trainable.py). The trials find the actor by its
-name, which they are given with their inputs (tuner/runner.py:TrialInputs); without it they compile into
-their node's own cache.
+A search keeps its compile caches in one cache root (tuner/search.py:trial_env: the user's cache dir, or
+--cache-dir), one subdir per cache key (trainables/compile_cache.py:CacheKey: device and software). Trials on
+the driver's node use it directly; a trial on another node reaches it through this actor, pinned to the
+driver's node: it fetches what its node lacks of its own key before it trains and sends back what it compiled
+(trainables/compile_cache.py, through trainables/trainable.py). The trials find the actor by its name,
+which they are given with their inputs (tuner/runner.py:TrialInputs); without it they compile into their
+node's own cache.
 """
 
 from __future__ import annotations
@@ -16,33 +17,41 @@ from pathlib import Path
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from model.library_env import COMPILE_CACHE_VARS
+from model import library_env
 from trainables.compile_cache import ROOTS, Manifest, manifest, read_files, safe, write_files
 from trainables.gate import NAMESPACE
 
 
 @ray.remote(num_cpus=0, max_concurrency=8)
 class CacheServer:
-    """Reads and writes the driver's cache dirs for trials elsewhere; only files, matched by path."""
+    """Reads and writes the driver's cache root for trials elsewhere; only files, matched by path. A dir is
+    named by its path in the root ("<key>/inductor"), as NodeCache names it."""
 
-    def __init__(self, dirs: dict[str, str]):
-        self.dirs = {root: Path(path) for root, path in dirs.items()}
+    def __init__(self, root: str):
+        self.root = Path(root)
 
     def where(self) -> tuple[str, str]:
         """This node's Ray id, and the cache it serves (a node keeps one copy of each: compile_cache.py)."""
-        return ray.get_runtime_context().get_node_id(), str(self.dirs["inductor"].parent)
+        return ray.get_runtime_context().get_node_id(), str(self.root)
 
     def manifest(self) -> Manifest:
-        return {root: manifest(path) for root, path in self.dirs.items()}
+        """Every key's dirs: a trial takes its own key's."""
+        keys = sorted(p.name for p in self.root.iterdir() if p.is_dir()) if self.root.is_dir() else []
+        return {f"{key}/{name}": manifest(self.root / key / name) for key in keys for name in ROOTS}
+
+    def _dir(self, rel: str) -> Path:
+        if not safe(rel):
+            raise ValueError(f"not a dir of the cache root: {rel!r}")
+        return self.root / rel
 
     def read(self, root: str, paths: list[str]) -> dict[str, bytes]:
-        return read_files(self.dirs[root], paths)
+        return read_files(self._dir(root), paths)
 
     def missing(self, root: str, paths: list[str]) -> list[str]:
-        return [rel for rel in paths if safe(rel) and not (self.dirs[root] / rel).exists()]
+        return [rel for rel in paths if safe(rel) and not (self._dir(root) / rel).exists()]
 
     def write(self, root: str, files: dict[str, bytes]) -> int:
-        return write_files(self.dirs[root], files)
+        return write_files(self._dir(root), files)
 
 
 def server_name() -> str:
@@ -51,18 +60,18 @@ def server_name() -> str:
 
 
 def serve(env: dict[str, str], name: str):
-    """Starts the server of the cache dirs `env` gives the trials, on this (the driver's) node, under `name`,
-    and returns its handle (keep it: the server lives as long as the handle), or None when `env` names no
-    cache dirs. Call after Ray is up."""
-    dirs = {root: env[var] for root, var in COMPILE_CACHE_VARS.items() if env.get(var)}
-    if set(dirs) != set(ROOTS):
+    """Starts the server of the cache root `env` gives the trials, on this (the driver's) node, under `name`,
+    and returns its handle (keep it: the server lives as long as the handle), or None when the trials use
+    cache dirs the user exported (theirs to share: on a cluster, typically shared storage). Call after Ray
+    is up."""
+    root = env.get(library_env.COMPILE_CACHE_VAR)
+    if not root:
         return None
-    # no mkdir here: the dirs appear with their first entry (write_files makes them), so a search that
-    # fails before any trial leaves no OUT behind
+    # no mkdir here: the dirs appear with their first entry (write_files makes them)
     return CacheServer.options(
         name=name,
         namespace=NAMESPACE,
         scheduling_strategy=NodeAffinitySchedulingStrategy(
             ray.get_runtime_context().get_node_id(), soft=False
         ),
-    ).remote(dirs)
+    ).remote(root)
