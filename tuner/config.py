@@ -89,6 +89,12 @@ class SearchSection(BaseModel):
     max_batch: int = Field(4096, gt=0)
     storage: str | None = Field(None, description="Optuna RDB URL; default: a journal file in OUT")
     telemetry_hz: float = Field(5.0, ge=0, le=100, description="NVML samples per second per GPU; 0 = off")
+    cache_dir: str | None = Field(
+        None,
+        description="root of the compile caches (Inductor, Triton, autotune results), kept across searches, "
+        "one subdir per GPU and software version; default: the user's cache dir (hybrid-tuner/compile, "
+        "or $TUNER_CACHE_DIR/compile); e.g. shared storage on a cluster. --cache-dir wins",
+    )
 
     @field_validator("space")
     @classmethod

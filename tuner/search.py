@@ -32,7 +32,7 @@ from trainables.exit_codes import Exit
 from trainables.gate import open_gates
 from trainables.preflight import preflight
 from trainables.workload import WorkloadInfo
-from tuner import cache_server, emit, eta, observe
+from tuner import cache_server, caches, emit, eta, observe
 from tuner.config import SearchConfig, load_search_config, parse_duration
 from tuner.context import PhaseError, SearchContext, SearchFailed, State, log
 from tuner.out_lock import OutLock
@@ -215,6 +215,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="override a config key, e.g. search.trials=8 or train.batch_size=16",
     )
     p.add_argument(
+        "--cache-dir",
+        metavar="DIR",
+        help="keep the compile caches here (default: search.cache_dir, else your user cache dir; "
+        "python -m tuner.caches lists and clears them)",
+    )
+    p.add_argument(
         "--emit-rayjob",
         metavar="FILE",
         help="also write a KubeRay RayJob that trains the answer (python -m tuner.emit has more options)",
@@ -313,15 +319,19 @@ def _resumable(out: Path, asked: SearchConfig) -> SearchConfig:
     return saved
 
 
-def trial_env(cfg: SearchConfig, out: Path) -> tuple[dict[str, str], str | None]:
+def trial_env(cfg: SearchConfig, cache_dir: str | None = None) -> tuple[dict[str, str], str | None]:
     """The trials' environment, and the compile cache best.yaml should name (None: the user set their own).
 
-    One Inductor/Triton cache per search, shared by its trials, so a kernel is compiled once, not per trial;
-    it stays in OUT, and best.yaml names it, so the user's run reuses it too. Compile threads: the cores
-    left for each of the runs that compile at once on a GPU."""
+    One cache root, kept across searches (`cache_dir`, else search.cache_dir, else the user's cache dir:
+    tuner/caches.py), which each trial keys by its device and software, so a kernel is compiled (and
+    autotuned) once per machine, not per trial or search; best.yaml names it, so the user's run reuses it
+    too. Compile threads: the cores left for each of the runs that compile at once on a GPU."""
     threads = max(1, (os.cpu_count() or 1) // cfg.resources.speed_runs_per_gpu)
-    cache = (out / "compile-cache").resolve()
+    what = "--cache-dir" if cache_dir else "search.cache_dir"
+    cache = caches.resolve_root(cache_dir or cfg.search.cache_dir, what)
     env, own = library_env.trial_env(cache, threads)
+    log(caches.start_line(cache) if own else "compile cache: the dirs you exported (TORCHINDUCTOR_CACHE_DIR, "
+        "TRITON_CACHE_DIR), unkeyed")  # fmt: skip
     return env, str(cache) if own else None
 
 
@@ -421,7 +431,7 @@ def _search(args: argparse.Namespace, argv: list[str], out: Path, session: RaySe
     log(f"data: {corpus.source}")
     command = "python -m tuner.search " + shlex.join(argv)
     cfg = claim_out(args, out, lock, command, cfg, corpus)
-    env, compile_cache = trial_env(cfg, out)
+    env, compile_cache = trial_env(cfg, args.cache_dir)
     url = session.start(target, env, dashboard=args.dashboard, timeout_s=connect_timeout(args))
     if url:
         log(f"Ray dashboard: http://{url}")
