@@ -34,7 +34,8 @@ from tuner.knobs import freeze
 from tuner.node_loss import NODE_LOSS_RERUNS, died_with_node
 from tuner.ray_noise import quiet_trial_failures
 from tuner.records import TrialRow, short_node_id
-from tuner.trial_rows import trial_error, trial_row
+from tuner.stop_signals import TuneSigint
+from tuner.trial_rows import trial_error, trial_row, untold_end
 
 HEARTBEAT_S = 30  # the longest a phase stays silent
 
@@ -60,7 +61,13 @@ class TrialInputs:
 
 
 class Interrupted(KeyboardInterrupt):
-    """A phase ended with trials unfinished (Ctrl-C): what finished is in the ledger; --resume goes on."""
+    """A stop signal (Ctrl-C) ended a phase with trials unfinished: what finished is in the ledger;
+    --resume goes on."""
+
+
+class TuneFailed(RuntimeError):
+    """Ray Tune ended a phase's experiment with trials unfinished, and no signal asked it to: a failure
+    (exit 1, the search prints its cause and the resume command), never an interrupt."""
 
 
 class Ledger:
@@ -128,9 +135,25 @@ class LedgerCallback(Callback):
         self.last_line = self.started
         self.trial_started: dict[str, float] = {}
         self.failure: Exception | None = None  # the first error of its own; _fit raises it after the run
+        self.recorded = {r.ray_trial_id for r in ledger.rows()}  # Ray trials with a row, or lost
+        self.untold: dict[str, str] = {}  # Ray trials Tune failed without telling us -> why, in words
+        self.trials: list = []
 
     def on_trial_start(self, iteration, trials, trial, **info):
         self.trial_started[trial.trial_id] = time.time()
+        self.trials = trials  # Tune's own list of the experiment's trials, kept up to date by Tune
+
+    def on_experiment_end(self, trials, **info):
+        self.find_untold(trials)
+
+    def find_untold(self, trials=None) -> bool:
+        """Whether Tune failed a trial without calling on_trial_error (a reused worker it could not reset;
+        its searcher is not told either, and a concurrency limit then waits on it for 10 minutes): it has
+        no row, the experiment stops (LedgerFailed) and the phase fails naming it."""
+        for trial in self.trials if trials is None else trials:
+            if trial.status == "ERROR" and trial.trial_id not in self.recorded | self.untold.keys():
+                self.untold[trial.trial_id] = untold_end(trial)
+        return bool(self.untold)
 
     def on_step_begin(self, iteration, trials, **info):
         """A line at least every HEARTBEAT_S: each running trial's tokens, speed and ETA, or its warm-up."""
@@ -177,6 +200,7 @@ class LedgerCallback(Callback):
             self.failure = err
 
     def _finish(self, trials, trial, error):
+        self.recorded.add(trial.trial_id)  # from here on, told: a row, a rerun, or a record's failure
         if self.ledger.has(trial.trial_id):  # one row per Ray trial: a finished trial is never rewritten
             return
         fields = trial_row(trial.last_result, _spec(trial.config), error, trial.path, trial.trial_id)
@@ -251,7 +275,7 @@ def _planned_tokens(config: dict) -> int | None:
 
 
 class LedgerFailed(Stopper):
-    """Ends the experiment once its LedgerCallback could not record a trial."""
+    """Ends the experiment once its LedgerCallback could not record a trial, or Tune failed one untold."""
 
     def __init__(self, record: LedgerCallback):
         self.record = record
@@ -260,7 +284,7 @@ class LedgerFailed(Stopper):
         return False
 
     def stop_all(self) -> bool:
-        return self.record.failure is not None
+        return self.record.failure is not None or self.record.find_untold()
 
 
 class SlowTrialStopper(Stopper):
@@ -294,9 +318,11 @@ def _fit(
     on_row: Callable[[list[TrialRow]], None] | None = None,
     planned_s: float | None = None,
     **tune_kwargs,
-) -> int:
+) -> LedgerCallback:
     """One Tune experiment; tune_kwargs go to TuneConfig except `stopper`, which goes to RunConfig. Returns
-    how many trials were lost with their nodes and left unrecorded (`rerun_lost`), for the caller to rerun."""
+    its record: the trials lost with their nodes and left unrecorded (`lost`, with `rerun_lost`) for the
+    caller to rerun, and those Tune ended without a row (`untold`). A Ctrl-C that Tune caught (it returns
+    from fit() early) is Interrupted."""
     quiet_trial_failures()
     storage = (out / "ray").resolve()
     attempt = sum(1 for p in storage.glob(f"{ledger.phase}*") if p.is_dir()) if storage.exists() else 0
@@ -304,6 +330,7 @@ def _fit(
     budget = tune_kwargs.get("time_budget_s")
     record = LedgerCallback(ledger, total, already, budget, rerun_lost, on_row, planned_s)
     stoppers = [s for s in (tune_kwargs.pop("stopper", None), LedgerFailed(record)) if s is not None]
+    sigint = TuneSigint()  # made now: the SIGINT handler Tune will replace is the one in place
     trainable = tune.with_parameters(
         train_trial, timing_gate=placement.gate, corpus=inputs.corpus, cache_server=inputs.cache_server
     )
@@ -322,15 +349,20 @@ def _fit(
             name=name,
             storage_path=str(storage),
             stop=CombinedStopper(*stoppers),
-            callbacks=[record],
+            callbacks=[record, sigint],
             failure_config=tune.FailureConfig(max_failures=0),
             verbose=0,
         ),
     )
-    tuner.fit()
+    try:
+        tuner.fit()
+    finally:
+        ctrl_c = sigint.restore()  # whatever ended the fit, the search's SIGINT handler is back
     if record.failure is not None:
         raise record.failure
-    return len(record.lost)
+    if ctrl_c:
+        raise Interrupted(f"{ledger.phase}: {len(ledger.rows())} of {total} trials finished")
+    return record
 
 
 def run_cases(
@@ -350,6 +382,7 @@ def run_cases(
     ledger = Ledger(out, phase)
     counts = [repeats] * len(cases) if isinstance(repeats, int) else list(repeats)
     total = sum(counts)
+    untold: list[str] = []
     for attempt in range(NODE_LOSS_RERUNS + 1):
         done = {(r.case, r.repeat) for r in ledger.rows()}
         pending = [
@@ -360,7 +393,7 @@ def run_cases(
         if not pending:
             break
         _say_going_on(phase, attempt, len(done), total)
-        lost = _fit(
+        record = _fit(
             ledger,
             out,
             {TRAIN: tune.grid_search(pending)},
@@ -371,11 +404,12 @@ def run_cases(
             inputs=inputs,
             planned_s=planned_s,
         )
-        if not lost:
+        untold = list(record.untold.values())
+        if not record.lost:
             break
     rows = ledger.rows()
-    if len(rows) < total:  # Ray Tune returns from fit() on Ctrl-C with trials unfinished
-        raise Interrupted(f"{phase}: {len(rows)} of {total} trials finished")
+    if len(rows) < total:  # no signal (that was Interrupted): Tune itself ended the experiment early
+        raise TuneFailed(ended_early(phase, len(rows), total, untold))
     return sorted(rows, key=lambda r: (r.case, r.repeat))
 
 
@@ -413,7 +447,7 @@ def run_proposals(
     and the ledger carry what was learned)."""
     ledger = Ledger(out, phase)
     started = time.time()
-    answered, exhausted = 0, False
+    answered, exhausted, untold = 0, False, []
     for attempt in range(NODE_LOSS_RERUNS + 1):
         done = ledger.rows()
         remaining = trials - len(done)
@@ -423,7 +457,7 @@ def run_proposals(
         searcher = DistinctConfigs(make_searcher(), {freeze(r.config): r.tokens_per_s or 0.0 for r in done})
         _say_going_on(phase, attempt, len(done), trials)
         best = max((r.tokens_per_s or 0 for r in done if r.status == "ok"), default=0.0)
-        lost = _fit(
+        record = _fit(
             ledger,
             out,
             param_space,
@@ -438,8 +472,12 @@ def run_proposals(
             time_budget_s=budget,
             stopper=SlowTrialStopper(stopper_ratio, best),
         )
-        answered, exhausted = answered + searcher.answered, searcher.exhausted
-        if not lost:
+        answered, exhausted, untold = (
+            answered + searcher.answered,
+            searcher.exhausted,
+            list(record.untold.values()),
+        )
+        if not record.lost:
             break
     rows = ledger.rows()
     out_of_time = time_budget_s is not None and time.time() - started >= time_budget_s * 0.95
@@ -449,6 +487,12 @@ def run_proposals(
             file=sys.stderr,
             flush=True,
         )
-    if len(rows) < trials and not (out_of_time or exhausted):  # Ctrl-C
-        raise Interrupted(f"{phase}: {len(rows)} of {trials} trials finished")
+    if len(rows) < trials and not (out_of_time or exhausted):  # no signal: that was Interrupted
+        raise TuneFailed(ended_early(phase, len(rows), trials, untold))
     return rows
+
+
+def ended_early(phase: str, finished: int, total: int, untold: list[str]) -> str:
+    """One line: how far the phase got, and why Tune ended it, where it said."""
+    why = f": {untold[0]}" + (f" (and {len(untold) - 1} more)" if len(untold) > 1 else "") if untold else ""
+    return f"{phase}: Ray Tune ended the experiment with {finished} of {total} trials finished{why}"

@@ -10,8 +10,10 @@ by the specs it hands the runner, never by editing the rows it gets back.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import asdict, fields
+from pathlib import Path
 from typing import Any
 
 from ray import cloudpickle
@@ -91,3 +93,20 @@ def trial_error(trial) -> BaseException:
             return cloudpickle.load(f)
     except Exception:  # noqa: BLE001 - no readable record (or one that cannot be rebuilt here): still failed
         return RuntimeError("the trial's worker failed")
+
+
+def untold_end(trial) -> str:
+    """Why a Ray trial ended without a row: what Tune wrote in its error file (a trial it failed without
+    calling on_trial_error, e.g. a reused worker it could not reset), or the status Tune left it in."""
+    lines: list[str] = []
+    with contextlib.suppress(OSError, TypeError):  # TypeError: no error file (None)
+        lines = [s for s in Path(trial.error_file).read_text().splitlines() if s.strip()]
+    said = [s for s in lines if not s.startswith("Failure # ")]
+    if said and "reset_config()" in said[-1]:  # Tune's words for it: what happened, then theirs
+        return (
+            f"Ray trial {trial.trial_id} failed in Ray Tune: the reused worker it was given was still ending "
+            f"its previous trial after Tune's 2 s wait ({said[-1][:200]})"
+        )
+    if said:
+        return f"Ray trial {trial.trial_id} failed in Ray Tune, before it could report: {said[-1][:300]}"
+    return f"Ray trial {trial.trial_id} never finished (Tune left it {trial.status})"
