@@ -34,6 +34,7 @@ from tuner.knobs import freeze
 from tuner.node_loss import NODE_LOSS_RERUNS, died_with_node
 from tuner.ray_noise import quiet_trial_failures
 from tuner.records import TrialRow, short_node_id
+from tuner.stall import StallWatch
 from tuner.stop_signals import TuneSigint
 from tuner.trial_rows import trial_error, trial_row, untold_end
 
@@ -138,6 +139,7 @@ class LedgerCallback(Callback):
         self.recorded = {r.ray_trial_id for r in ledger.rows()}  # Ray trials with a row, or lost
         self.untold: dict[str, str] = {}  # Ray trials Tune failed without telling us -> why, in words
         self.trials: list = []
+        self.stall = StallWatch(ledger.phase)  # why no trial has advanced, when the host shows why
 
     def on_trial_start(self, iteration, trials, trial, **info):
         self.trial_started[trial.trial_id] = time.time()
@@ -167,6 +169,15 @@ class LedgerCallback(Callback):
             + (": " + "; ".join(parts) if parts else "")
             + f" | {_fmt_s(now - self.started)} in this phase"
         )
+        pids = [t.last_result["pid"] for t in running if (t.last_result or {}).get("pid")]
+        warming = [_label(t.config) for t in running if not (t.last_result or {}).get("tokens_per_s")]
+        waiting = sum(1 for t in trials if t.status in ("RUNNING", "PENDING"))  # PENDING: a worker starting
+        if why := self.stall.explain(waiting, pids, warming, now):
+            self._say(why)
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        if result.get("tokens"):  # trained tokens: a trial's first report (where it runs) is no progress
+            self.stall.advanced()
 
     def _progress(self, trial, now: float) -> str:
         result = trial.last_result or {}
@@ -201,6 +212,7 @@ class LedgerCallback(Callback):
 
     def _finish(self, trials, trial, error):
         self.recorded.add(trial.trial_id)  # from here on, told: a row, a rerun, or a record's failure
+        self.stall.advanced()
         if self.ledger.has(trial.trial_id):  # one row per Ray trial: a finished trial is never rewritten
             return
         fields = trial_row(trial.last_result, _spec(trial.config), error, trial.path, trial.trial_id)
