@@ -147,6 +147,7 @@ def autotune_notice(space: dict[str, Knob], hw: dict[str, Any]) -> str | None:
         )
     return (
         "fused kernels: no shipped autotune results for this GPU and software: the first fused process per "
-        "precision autotunes every kernel (~5 min on an H100; its first step gets that much past "
-        "search.compile_deadline); later processes read its results from the search's Triton cache"
+        "precision and shape autotunes every kernel (~5 min on an H100; its first step gets that much past "
+        "search.compile_deadline) and keeps the results in the compile cache, so later processes and later "
+        "searches on this machine read them"
     )
