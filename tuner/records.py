@@ -390,6 +390,11 @@ class Summary(Record):
         description="why the screen finished no config (exit 6): only the baseline was loss-checked and "
         "re-measured, and it stays the answer",
     )
+    remembered: dict[str, str] | None = Field(
+        None,
+        description="a confirmation: the earlier search on this machine whose probe, screen and loss check "
+        "this one took (out, when, fingerprint); only the re-measure is its own",
+    )
     trials: list[TrialRow] = Field(default_factory=list)
     loss_gate: LossGate | None = Field(None, description="the limit every loss verdict was given against")
     hardware: dict[str, Any] = Field(default_factory=dict)

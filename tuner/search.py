@@ -32,7 +32,7 @@ from trainables.exit_codes import Exit
 from trainables.gate import open_gates
 from trainables.preflight import preflight
 from trainables.workload import WorkloadInfo
-from tuner import cache_server, caches, emit, eta, observe
+from tuner import answers, cache_server, caches, emit, eta, observe
 from tuner.config import SearchConfig, load_search_config, parse_duration
 from tuner.context import PhaseError, SearchContext, SearchFailed, State, log
 from tuner.out_lock import OutLock
@@ -83,7 +83,10 @@ durations (--time-budget, search.time_budget, search.compile_deadline): 90, 1.5 
 """
 
 
-def run_search(ctx: SearchContext) -> int:
+def run_search(ctx: SearchContext, fresh: bool = False, kept: Path | None = None) -> int:
+    """`kept`: where finished searches are remembered (answers.answers_dir()); `fresh`: ignore them."""
+    kept = kept or answers.answers_dir()
+    remembered = recall_answer(ctx, fresh, kept)
     space = _space_for_hardware(ctx)
     ctx.telemetry = observe.start(ctx)
     gates = open_gates()  # one timed window per GPU at a time; the driver owns them for the search
@@ -108,7 +111,35 @@ def run_search(ctx: SearchContext) -> int:
 
     summary = finish.summarize(ctx, base_row, screened, checked, measured, gate)
     del gates
-    return finish.write(ctx, summary)
+    code = finish.write(ctx, summary)
+    if not remembered and code != Exit.NOTHING_SCREENED:
+        answers.remember(kept, ctx.state.data["fingerprint"], ctx.out, ctx.state.data["phases"])
+    return code
+
+
+def recall_answer(ctx: SearchContext, fresh: bool, kept: Path) -> bool:
+    """A search that matches one finished earlier on this machine takes its probe, screen and loss check
+    (as a resumed search takes its own) and re-measures its finalists and the baseline, to confirm."""
+    key = ctx.state.data.setdefault(
+        "fingerprint", answers.fingerprint(ctx.cfg, ctx.hw, ctx.workload.code_root if ctx.workload else None)
+    )
+    if ctx.state.data.get("remembered"):  # a resumed confirmation
+        return True
+    if any(ctx.state.phase(name) is not None for name in answers.REMEMBERED_PHASES) or answers.fresh_asked(
+        fresh
+    ):
+        return False
+    record = answers.recall(kept, key)
+    if record is None:
+        return False
+    ctx.state.data["remembered"] = {"out": record["out"], "when": record["when"], "fingerprint": key}
+    for name in answers.REMEMBERED_PHASES:
+        ctx.state.finish(name, record["phases"][name], 0.0)
+    log(
+        f"remembered: this search matches one finished on {record['when']} ({record['out']}); re-measuring "
+        "its finalists and the baseline to confirm its answer (--fresh searches anew)"
+    )
+    return True
 
 
 def _space_for_hardware(ctx: SearchContext):
@@ -205,6 +236,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--dashboard", action="store_true", help="local mode: start the Ray dashboard (127.0.0.1:8265)"
+    )
+    p.add_argument(
+        "--fresh",
+        action="store_true",
+        help="search anew even where an earlier search on this machine matches this one (default: confirm "
+        "its answer by re-measuring its finalists; TUNER_FRESH=1 does the same as --fresh)",
     )
     p.add_argument(
         "--set",
@@ -443,7 +480,7 @@ def _search(args: argparse.Namespace, argv: list[str], out: Path, session: RaySe
         # through Ray's object store: no node needs its own copy
         inputs=TrialInputs(corpus=corpus, cache_server=name if server else None),
     )  # fmt: skip
-    code = run_search(ctx)
+    code = run_search(ctx, fresh=args.fresh)
     del server
     if args.emit_rayjob:
         emit_rayjob(out, args.emit_rayjob)

@@ -73,6 +73,7 @@ def summarize(
         best=_best(winner, base_runs) if winner else None,
         untrusted=untrusted,
         nothing_screened=nothing_screened(ScreenOutcome.of(screen), wall_budget_s(ctx)),
+        remembered=ctx.state.data.get("remembered"),
         trials=_without_timelines(trials),
         loss_gate=gate,
         hardware=ctx.hw.model_dump(),

@@ -361,11 +361,24 @@ class View:
     def answer(self) -> str:
         """The reports' first sentences, with markdown emphasis: the winner against the baseline, or no
         change; which execution trained each loss figure; what the planned run takes."""
-        summary, base, winner = self.summary, self.baseline, self.winner
-        best, gate = summary.best, summary.loss_gate
+        summary, base, gate = self.summary, self.baseline, self.summary.loss_gate
         limit = f"limit {fmt_loss(gate.limit if gate else None)}: {tolerance_text(gate)}"
         base_tps, base_loss = fmt_tps(base.tps), fmt_loss(summary.baseline.val_loss)
         after = planned_run(summary)
+        if summary.remembered:
+            return f"{self._confirmed()} {self._answer(base_tps, base_loss, limit, after)}"
+        return self._answer(base_tps, base_loss, limit, after)
+
+    def _confirmed(self) -> str:
+        was = self.summary.remembered
+        return (
+            f"**A confirmation:** this search matched one finished on {was['when']} ({was['out']}); its probe, "
+            "screen and loss check were taken from it, and its finalists and the baseline re-measured now."
+        )
+
+    def _answer(self, base_tps: str, base_loss: str, limit: str, after: str) -> str:
+        summary, base, winner = self.summary, self.baseline, self.winner
+        best = summary.best
         if summary.nothing_screened:
             return (
                 f"**{summary.nothing_screened[0].upper()}{summary.nothing_screened[1:]}.** Only the baseline "

@@ -1,0 +1,83 @@
+"""Remembered answers (tuner/answers.py): what makes two searches the same, and, end to end, a second search
+that confirms the first one's answer by re-measuring only its finalists and the baseline."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from trainables.exit_codes import Exit
+from tuner import answers
+from tuner.config import load_search_config
+from tuner.records import Hardware
+
+ROOT = Path(__file__).resolve().parents[1]
+SMOKE = str(ROOT / "configs" / "smoke.yaml")
+H200 = Hardware(node="gpu-1", cpus=16, cuda=True, torch="2.11.0", gpus=1, gpu_name="NVIDIA H200")
+
+
+def test_the_fingerprint_is_stable_and_moves_with_config_hardware_and_code(tmp_path):
+    cfg = load_search_config(SMOKE, [])
+    key = answers.fingerprint(cfg, H200, None)
+    assert key == answers.fingerprint(load_search_config(SMOKE, []), H200, None)
+    assert key != answers.fingerprint(load_search_config(SMOKE, ["train.batch_size=32"]), H200, None)
+    assert key != answers.fingerprint(load_search_config(SMOKE, ["search.trials=9"]), H200, None)
+    assert key != answers.fingerprint(cfg, H200.model_copy(update={"gpu_name": "NVIDIA H100"}), None)
+    assert key != answers.fingerprint(cfg, H200.model_copy(update={"torch": "2.13.0"}), None)
+    (tmp_path / "job.py").write_text("def make_workload(cfg): ...\n")
+    with_code = answers.fingerprint(cfg, H200, str(tmp_path))
+    (tmp_path / "job.py").write_text("def make_workload(cfg): return None\n")
+    assert with_code not in (key, answers.fingerprint(cfg, H200, str(tmp_path)))
+
+
+def test_a_record_round_trips_and_a_damaged_one_is_no_answer(tmp_path):
+    phases = {"probe": {}, "screen": [{"id": "screen-0"}], "loss_check": [], "remeasure": ["not kept"]}
+    path = answers.remember(tmp_path, "k", tmp_path / "out", phases)
+    record = answers.recall(tmp_path, "k")
+    assert record["phases"] == {"probe": {}, "screen": [{"id": "screen-0"}], "loss_check": []}
+    assert record["out"] == str((tmp_path / "out").resolve())
+    path.write_text('{"phases": {"probe": {}')  # cut short
+    assert answers.recall(tmp_path, "k") is None
+    assert answers.recall(tmp_path, "other") is None
+
+
+def test_fresh_is_asked_by_flag_or_environment(monkeypatch):
+    monkeypatch.setenv("TUNER_FRESH", "0")
+    assert not answers.fresh_asked(False) and answers.fresh_asked(True)
+    monkeypatch.setenv("TUNER_FRESH", "1")
+    assert answers.fresh_asked(False)
+
+
+@pytest.mark.slow
+def test_a_second_search_confirms_the_first_answer_and_fresh_searches_anew(tmp_path):
+    from tests.test_search import DATA, ENV, SHORT_LOSS_RUNS
+
+    env = {**ENV, "TUNER_FRESH": "0", "TUNER_CACHE_DIR": str(tmp_path / "cache")}
+    tiny = ["--config", SMOKE, *SHORT_LOSS_RUNS, "--trials", "2", "--set", "search.repeats=1"]
+    tiny += ["--data", DATA[0]] if DATA else []
+    finished = (Exit.OK, Exit.NO_FEASIBLE, Exit.UNTRUSTED)
+
+    def search(out: Path, *more: str) -> subprocess.CompletedProcess:
+        cmd = [sys.executable, "-m", "tuner.search", "--out", str(out), *tiny, *more]
+        return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+
+    first = search(tmp_path / "first")
+    assert first.returncode in finished, first.stderr[-3000:]
+    assert "remembered" not in first.stderr
+
+    second = search(tmp_path / "second")
+    assert second.returncode in finished, second.stderr[-3000:]
+    assert "remembered: this search matches one finished" in second.stderr, second.stderr[-3000:]
+    assert "[screen] starting" not in second.stderr  # taken, not run
+    summary = json.loads((tmp_path / "second" / "summary.json").read_text())
+    assert summary["remembered"]["out"] == str((tmp_path / "first").resolve())
+    assert {p.name for p in (tmp_path / "second" / "trials").iterdir()} == {"remeasure.jsonl"}
+    assert "A confirmation" in (tmp_path / "second" / "report.md").read_text()
+
+    fresh = search(tmp_path / "fresh", "--fresh")
+    assert fresh.returncode in finished, fresh.stderr[-3000:]
+    assert "[screen] starting" in fresh.stderr and "remembered" not in fresh.stderr
