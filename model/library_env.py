@@ -13,6 +13,7 @@ library (no torch, Triton or Ray), so calling it never imports what it configure
 | TORCHINDUCTOR_COMPILE_THREADS   | Inductor                | when its compile workers start         | trial_env (trials only) |
 | HYBRID_TUNER_COMPILE_CACHE      | our training loop       | as a trial starts (use_compile_cache)  | trial_env (trials only) |
 | RAY_USAGE_STATS_ENABLED         | Ray                     | at ray.init                            | before_ray_init         |
+| RAY_worker_niceness             | a Ray worker's core     | as the worker process starts           | trial_env (trials only) |
 | RAY_AIR_NEW_OUTPUT              | Ray Tune                | at Tuner.fit                           | before_ray_init         |
 | TUNE_PRINT_ALL_TRIAL_ERRORS     | Ray Tune's controller   | when it is made (each Tuner.fit)       | one_line_trial_errors   |
 
@@ -72,6 +73,10 @@ def trial_env(cache: Path, compile_threads: int) -> tuple[dict[str, str], bool]:
         env[COMPILE_CACHE_VAR] = str(cache)
     env[COMPILE_THREADS_VAR] = os.environ.get(COMPILE_THREADS_VAR, str(compile_threads))
     env["RAY_USAGE_STATS_ENABLED"] = "0"  # each worker's Ray reads it too: no reporting from the trials
+    # Ray starts its workers at nice 15: any ordinary process beside the search (nice 0) then starves the
+    # trials, whose speed is what the search measures, and a user's own run of the answer runs at nice 0.
+    # Ray's job supervisor sets the same for its own actor (ray.dashboard.modules.job.job_manager).
+    env["RAY_worker_niceness"] = os.environ.get("RAY_worker_niceness", "0")  # noqa: SIM112 - Ray spells it so
     return env, not exported
 
 

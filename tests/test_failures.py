@@ -281,6 +281,8 @@ def test_an_interrupt_a_library_masked_with_its_own_error_still_exits_130(tmp_pa
     from tuner import search
 
     def lock_cleanup_raises_over_the_interrupt(*args):
+        (tmp_path / "out").mkdir()
+        (tmp_path / "out" / "state.json").write_text('{"phases": {}}')  # a search under way: resumable
         try:
             raise KeyboardInterrupt("stopped by SIGTERM")
         except KeyboardInterrupt:

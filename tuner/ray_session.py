@@ -25,6 +25,7 @@ import ray
 from model import library_env
 from trainables.config import ConfigError
 from trainables.errors import EnvironmentFault, first_line
+from tuner import stop_signals
 
 CONNECT_TIMEOUT_S = 20.0  # --connect-timeout's default: a live head answers in well under a second
 HOW_TO_JOIN = "--address auto or HOST:PORT joins a cluster"
@@ -208,6 +209,7 @@ class RaySession:
 
 def terminated(signum: int, frame: object) -> None:
     """SIGTERM (a job's end, `kill`) stops the search as Ctrl-C does: resumable, Ray taken down."""
+    stop_signals.note(signum)  # a phase that ends on it is "interrupted", not a failure of Tune's
     raise KeyboardInterrupt("stopped by SIGTERM")
 
 

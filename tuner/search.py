@@ -42,7 +42,7 @@ from tuner.records import Hardware, ProbedBatch, TrialRow
 from tuner.runner import TrialInputs
 from tuner.select import propagate_feasibility
 from tuner.space import applicable, autotune_notice, fit_to_workload, probe_hardware
-from tuner.state_files import repair_state_files
+from tuner.state_files import rebuild_state, repair_state_files
 from tuner.streams import guarded_streams, say
 
 EPILOG = """\
@@ -58,6 +58,8 @@ outputs, in OUT: summary.json, report.md, report.html (rebuild: python -m tuner.
   config saved in OUT/state.json: --config, --set, --data, --trials and --time-budget are not applied but
   checked, and must be the ones that started the search (else exit 2, nothing changed); --address may
   differ. With no search in OUT yet, it starts one. An interrupted or crashed search prints the command.
+  A damaged OUT/state.json is rebuilt from the config and the finished trials (the damaged file is kept
+  as state.json.damaged). One search at a time per OUT: a second is refused, naming the first.
 
 Ray: with no --address the search starts a private local Ray instance of its own, whatever cluster
   Ray has recorded on this host; --address auto joins the cluster on this host, --address HOST:PORT (or
@@ -65,7 +67,8 @@ Ray: with no --address the search starts a private local Ray instance of its own
 
 exit codes:
   0    a config was chosen (best.yaml)
-  1    the search failed (e.g. the baseline itself does not train); the last lines say what to run next
+  1    the search failed (e.g. the baseline itself does not train, or Ray Tune ended a phase on its
+       own); the last lines say the cause and what to run next
   2    bad input, found before any trial ran: one line names the key or option (or an OUT in use)
   3    nothing passed the loss check: the baseline is the answer (best.yaml is the baseline)
   4    the speed figures are not trusted: other processes contended for the machine during the
@@ -75,7 +78,7 @@ exit codes:
        no CUDA for a config that needs it; one line says what and what to do
   6    the screen finished no config (e.g. its time budget ended during the first compiles): the
        baseline is the answer (best.yaml); the last lines say what to raise
-  130  interrupted (Ctrl-C, SIGTERM): OUT is resumable with --resume; the last line is the command
+  130  interrupted by a signal (Ctrl-C, SIGTERM): OUT is resumable with --resume; the last line is the command
        (on the terminal where stdout/stderr was a pipe that closed, e.g. `| tee` ended by Ctrl-C)
 
 durations (--time-budget, search.time_budget, search.compile_deadline): 90, 1.5 (seconds), 90s, 20m,
@@ -317,7 +320,8 @@ def claim_out(
         raise ConfigError(
             f"--out: {out} holds an earlier search; pass --resume to continue it or pick a new OUT"
         )
-    if args.resume:
+    if args.resume:  # a damaged state.json is rebuilt from this command and OUT's trials, under the lock
+        rebuild_state(out, cfg, corpus.sha256, log)
         cfg = _resumable(out, cfg)  # exactly the settings that started it
     cfg.train.setdefault("data_sha256", corpus.sha256)  # a resumed search keeps its own
     if args.resume and (out / "state.json").exists():
