@@ -1,0 +1,37 @@
+# Issue 34 on one GPU, in one sitting: the README's command exactly, cold (no compile cache, no remembered
+# answer on the machine); then, alone, the seed baseline (300 steps) and best.yaml of that search (the pair);
+# then the README's command again with a new --out (caches warm: a remembered answer, confirmed); then the
+# regional-compilation GPU tests. Output in /tmp/final; `bash bench/device/poll.sh 540 ALLDONE` waits.
+set -u
+R=/tmp/final; mkdir -p $R
+rm -rf /tmp/p && mkdir /tmp/p && tar cf - --exclude=./docs --exclude=./.gpu . | tar xf - -C /tmp/p
+cp .gpu/tinyshakespeare.txt .gpu/gitrev /tmp/p/
+cat > /tmp/once_inner.sh <<'INNER'
+cd /tmp/p
+export PYTHONPATH=/tmp/site:/tmp/p PYTHONUNBUFFERED=1 CUDA_VISIBLE_DEVICES=0
+R=/tmp/final
+search() {  # $1: the label, then extra arguments (the README's command is the one without any)
+  local L=$1 T=$(date +%s); shift
+  echo "START $L $(date -u +%FT%TZ) $(cat gitrev) $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1) $(nproc) cpus" >> $R/search.log
+  python3 -m tuner.search --config configs/default.yaml --data tinyshakespeare.txt "$@" > $R/$L.log 2>&1
+  echo "EXIT $L $? after $(( $(date +%s) - T )) s" >> $R/search.log
+}
+keep() {  # $1: the label, $2: OUT
+  mkdir -p $R/$1 && cp $2/summary.json $2/report.md $2/best.yaml $R/$1/ 2>/dev/null
+  tar czf $R/$1/trials.tgz -C $2 trials 2>/dev/null
+}
+search cold
+keep cold out/search
+TR="python3 -m trainables.train --data tinyshakespeare.txt --json"
+$TR --config configs/default.yaml --set max_steps=300 > $R/cold/train_baseline.json 2> $R/cold/train_baseline.err
+$TR --config out/search/best.yaml > $R/cold/train_best.json 2> $R/cold/train_best.err
+echo "PAIR $(date -u +%FT%TZ)" >> $R/search.log
+search again --out out/search-again
+keep again out/search-again
+du -sh ~/.cache/hybrid-tuner/* >> $R/search.log 2>&1
+timeout 420 python3 -m pytest -v -m gpu -p no:cacheprovider tests/test_fused_gpu.py -k blocks > $R/gpu_tests.log 2>&1
+echo "GPUTESTS exit $? $(date -u +%FT%TZ)" >> $R/search.log
+echo "ALLDONE $(date -u +%FT%TZ)" >> $R/search.log
+INNER
+(setsid nohup bash /tmp/once_inner.sh > /tmp/once_driver.log 2>&1 &)
+sleep 1; echo started
