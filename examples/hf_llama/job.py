@@ -59,6 +59,9 @@ class HFLlama:
         logits = model(input_ids=x).logits
         return F.cross_entropy(logits.float().flatten(0, 1), y.flatten())
 
+    def compile_regions(self, model: LlamaForCausalLM) -> list[torch.nn.Module]:  # compile_scope: blocks
+        return list(model.model.layers)  # the decoder layers: alike, so they share one compiled graph
+
     def save(self, out_dir: str) -> None:
         self.data.tokenizer.save(f"{out_dir}/tokenizer.json")
 

@@ -39,6 +39,9 @@ class NanoGPT:
         x, y = batch
         return model(x, y)[1]
 
+    def compile_regions(self, model: GPT) -> list[torch.nn.Module]:  # compile_scope: blocks
+        return list(model.transformer.h)
+
     def save(self, out_dir: str) -> None:
         self.data.tokenizer.save(f"{out_dir}/tokenizer.json")
 
