@@ -31,13 +31,13 @@ import tempfile
 import uuid
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
-from importlib import metadata
 from pathlib import Path
 from typing import Protocol
 
 import torch
 
 from model.library_env import COMPILE_CACHE_VARS
+from model.ops import tuning
 from trainables.data import corpus_cache_dir
 from trainables.errors import first_line
 
@@ -88,13 +88,7 @@ class CacheKey:
 
 
 def installed_versions() -> dict[str, str | None]:
-    versions: dict[str, str | None] = {}
-    for dist in KEYED_ON:
-        try:
-            versions[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            versions[dist] = None
-    return versions
+    return tuning.installed_versions(KEYED_ON)
 
 
 def device_label(device: str) -> str:

@@ -30,9 +30,10 @@ KEYED_ON = ("triton", "fla-core", "mamba-ssm")
 COLD_AUTOTUNE_S = 330.0
 
 
-def installed_versions() -> dict[str, str | None]:
+def installed_versions(dists: tuple[str, ...] = KEYED_ON) -> dict[str, str | None]:
+    """Each distribution's installed version (None: not installed)."""
     versions: dict[str, str | None] = {}
-    for dist in KEYED_ON:
+    for dist in dists:
         try:
             versions[dist] = metadata.version(dist)
         except metadata.PackageNotFoundError:
