@@ -60,6 +60,19 @@ def test_no_address_is_a_private_local_instance_whatever_ray_recorded(stale_reco
 def test_auto_names_the_record_it_found(stale_record):
     target = ray_target("auto")
     assert target.address == "127.0.0.1:1" and str(stale_record) in target.source
+    assert target.init_address == "auto"  # Ray resolves it again, and brings this host's token where needed
+    assert (
+        ray_target("127.0.0.1:1").init_address == "127.0.0.1:1" and ray_target(None).init_address == "local"
+    )
+
+
+def test_only_a_found_cluster_gets_the_hosts_token_unasked(monkeypatch):
+    from tuner.ray_session import _has_token
+
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    assert not _has_token(RayTarget("10.0.0.9:6379", "--address auto", auto=True))
+    monkeypatch.delenv("RAY_AUTH_MODE")
+    assert not _has_token(RayTarget("10.0.0.9:6379", "--address"))  # named: Ray brings no token unasked
 
 
 def test_auto_with_nothing_on_the_host_is_an_environment_fault(tmp_path, monkeypatch):

@@ -27,6 +27,7 @@ from trainables.config import ConfigError
 from trainables.errors import EnvironmentFault, first_line
 from tuner import stop_signals
 
+ASKS_TOKEN = "asks for a token"  # a GCS that refused us for want of one: it is Ray, behind token auth
 CONNECT_TIMEOUT_S = 20.0  # --connect-timeout's default: a live head answers in well under a second
 HOW_TO_JOIN = "--address auto or HOST:PORT joins a cluster"
 
@@ -38,6 +39,13 @@ class RayTarget:
 
     address: str | None = None
     source: str = "no --address"
+    auto: bool = False  # found as Ray finds it: ray.init gets "auto", which also brings a local token
+
+    @property
+    def init_address(self) -> str:
+        """What ray.init is given: "local", "auto" (Ray resolves the same cluster and, where token auth is
+        on, loads this host's token, as it does for no explicit address) or the address."""
+        return "auto" if self.auto else self.address or "local"
 
     @property
     def joins(self) -> bool:
@@ -79,14 +87,15 @@ def _auto() -> RayTarget:
     from ray._private.services import find_gcs_addresses
 
     if env := os.environ.get("RAY_ADDRESS"):
-        return RayTarget(env, "RAY_ADDRESS, asked for by --address auto")
+        return RayTarget(env, "RAY_ADDRESS, asked for by --address auto", auto=True)
     record = get_ray_address_file(None)
     if os.path.exists(record):
         with open(record) as f:
             if recorded := f.read().strip():
-                return RayTarget(recorded, f"--address auto: Ray's record of this host's cluster, {record}")
+                source = f"--address auto: Ray's record of this host's cluster, {record}"
+                return RayTarget(recorded, source, auto=True)
     if running := sorted(find_gcs_addresses()):
-        return RayTarget(running[0], "--address auto: a Ray cluster running on this host")
+        return RayTarget(running[0], "--address auto: a Ray cluster running on this host", auto=True)
     raise EnvironmentFault(
         "--address auto: no Ray cluster runs on this host (start one with `ray start --head`, "
         "or leave --address out to run on a private local instance)"
@@ -100,6 +109,14 @@ def check_reachable(target: RayTarget, timeout_s: float = CONNECT_TIMEOUT_S) -> 
         return
     deadline = time.monotonic() + timeout_s
     why = _tcp_fault(target.address, timeout_s) or _gcs_fault(target.address, deadline - time.monotonic())
+    if why == ASKS_TOKEN:
+        if _has_token(target):
+            return
+        raise EnvironmentFault(
+            f"the Ray cluster at {target.address} (from {target.source}) asks for a token (Ray's token auth) "
+            "and this driver has none: set RAY_AUTH_MODE=token and RAY_AUTH_TOKEN (or put it in "
+            "~/.ray/auth_token); on the head, `ray get-auth-token` prints it"
+        )
     if why:
         stale = " (that cluster is gone: `ray stop` removes its record)" if "record" in target.source else ""
         raise EnvironmentFault(
@@ -131,9 +148,22 @@ def _gcs_fault(address: str, timeout_s: float) -> str | None:
             stub.GetClusterId(gcs_service_pb2.GetClusterIdRequest(), timeout=max(timeout_s, 1.0))
         except grpc.RpcError as err:
             if err.code() == grpc.StatusCode.UNAUTHENTICATED:
-                return None
+                return ASKS_TOKEN
             return f"no Ray GCS answered there ({err.code().name.lower()})"
     return None
+
+
+def _has_token(target: RayTarget) -> bool:
+    """Whether ray.init will bring a token: RAY_AUTH_MODE=token with one to load, or (for `auto`, where Ray
+    turns token auth on by itself) a token on this host."""
+    from ray._private.authentication.authentication_token_setup import AuthenticationTokenLoader
+
+    mode = os.environ.get("RAY_AUTH_MODE")
+    if mode is not None and mode.lower() != "token":
+        return False
+    if mode is None and not target.auto:
+        return False  # Ray turns token auth on by itself only for a cluster it found, not one it was named
+    return AuthenticationTokenLoader.instance().has_token(ignore_auth_mode=True)
 
 
 def connect(target: RayTarget, env: dict[str, str], dashboard: bool = False) -> str | None:
@@ -142,7 +172,7 @@ def connect(target: RayTarget, env: dict[str, str], dashboard: bool = False) -> 
     library_env.before_ray_init()
     try:
         context = ray.init(
-            address=target.address or "local",
+            address=target.init_address,
             runtime_env={"env_vars": env},
             log_to_driver=False,
             logging_level="ERROR",
