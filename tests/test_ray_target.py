@@ -187,3 +187,14 @@ def test_a_second_driver_on_a_held_out_is_refused_and_changes_nothing(tmp_path, 
     errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error")]
     assert len(errors) == 1 and f"pid {holder.pid}" in errors[0] and "--resume" not in errors[0], errors
     assert (out / "state.json").read_text() == '{"phases": {}}'
+
+
+def test_a_cache_dir_that_cannot_be_made_is_refused_before_out_is(tmp_path, capsys):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    out = tmp_path / "out"
+    argv = ["--config", SMOKE, "--out", str(out), *DATA, "--cache-dir", str(blocker / "cache")]
+    assert search.main(argv) == Exit.BAD_INPUT
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error")]
+    assert len(errors) == 1 and "--cache-dir" in errors[0], errors
+    assert not out.exists()

@@ -471,8 +471,8 @@ def _search(args: argparse.Namespace, argv: list[str], out: Path, session: RaySe
     log(f"Ray: {target}")
     log(f"data: {corpus.source}")
     command = "python -m tuner.search " + shlex.join(argv)
+    env, compile_cache = trial_env(cfg, args.cache_dir)  # before OUT: a bad cache root leaves nothing
     cfg = claim_out(args, out, lock, command, cfg, corpus)
-    env, compile_cache = trial_env(cfg, args.cache_dir)
     url = session.start(target, env, dashboard=args.dashboard, timeout_s=connect_timeout(args))
     if url:
         log(f"Ray dashboard: http://{url}")
@@ -484,7 +484,8 @@ def _search(args: argparse.Namespace, argv: list[str], out: Path, session: RaySe
         # through Ray's object store: no node needs its own copy
         inputs=TrialInputs(corpus=corpus, cache_server=name if server else None),
     )  # fmt: skip
-    code = run_search(ctx, fresh=args.fresh)
+    # remembered answers lie beside the compile caches: on shared storage when the caches are
+    code = run_search(ctx, fresh=args.fresh, kept=answers.answers_dir(args.cache_dir or cfg.search.cache_dir))
     del server
     if args.emit_rayjob:
         emit_rayjob(out, args.emit_rayjob)
