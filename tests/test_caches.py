@@ -17,9 +17,10 @@ from pathlib import Path
 import pytest
 
 from model import library_env
+from tests.test_train import toy_config
 from trainables import compile_cache
 from trainables.compile_cache import KEY_FILE, CacheKey, manifest
-from trainables.config import ConfigError, dump_config, make_config
+from trainables.config import ConfigError, dump_config
 from trainables.exit_codes import Exit
 from trainables.loop import train
 from tuner import caches, search
@@ -31,17 +32,8 @@ CACHE_VARS = (*library_env.COMPILE_CACHE_VARS.values(), library_env.COMPILE_CACH
 
 
 def toy(**overrides):
-    values = {
-        "workload": "toy_workload:make_workload",
-        "seq_len": 16,
-        "batch_size": 16,
-        "tokens": 4 * 16 * 16,
-        "eval_interval": 0,
-        "timing_warmup_steps": 2,
-        "log_interval": 10,
-        "compile": "default",
-    }
-    return make_config({**values, **overrides})
+    """The toy workload compiled (Inductor on the CPU): a graph in seconds, for the cache to keep."""
+    return toy_config(tokens=4 * 16 * 16, compile="default", **overrides)
 
 
 @pytest.fixture
