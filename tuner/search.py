@@ -128,9 +128,8 @@ def recall_answer(ctx: SearchContext, fresh: bool, kept: Path) -> bool:
     )
     if ctx.state.data.get("remembered"):  # a resumed confirmation
         return True
-    if any(ctx.state.phase(name) is not None for name in answers.REMEMBERED_PHASES) or answers.fresh_asked(
-        fresh
-    ):
+    begun = any(ctx.state.phase(name) is not None for name in answers.REMEMBERED_PHASES)  # its own, resumed
+    if begun or answers.fresh_asked(fresh):
         return False
     record = answers.recall(kept, key)
     if record is None:
