@@ -2,7 +2,7 @@
 
 Corpus resolution, first hit wins:
   1. an explicit path (``--data PATH``): a file, or a folder whose ``*.txt`` files are read recursively in
-     sorted order and joined;
+     sorted order and joined, or a built-in corpus by name (``builtin:python-source``: trainables/corpora.py);
   2. env ``TUNER_DATA`` (same rules);
   3. tinyshakespeare cached under ``platformdirs.user_cache_dir("hybrid-tuner")`` (env ``TUNER_CACHE_DIR``);
   4. tinyshakespeare downloaded from ``TINYSHAKESPEARE_URL`` (env ``TUNER_CORPUS_URL``), sha256-checked and
@@ -55,6 +55,7 @@ _STDLIB_SKIP_DIRS = frozenset(
 )
 
 LOADERS = ("dataloader", "device")
+BUILTIN_PREFIX = "builtin:"  # a `data` value naming a built-in corpus (trainables/corpora.py), not a path
 
 
 class DataError(ValueError):
@@ -97,11 +98,11 @@ def shipped_corpus(corpus: Corpus | None) -> Iterator[None]:
 def resolve_corpus(path: str | os.PathLike | None = None) -> Corpus:
     """Find the training text: explicit path, env TUNER_DATA, cache, download, embedded (in that order)."""
     if path is not None:
-        text, what = _read_text_source(Path(path), label="data path")
+        text, what = _read_data_source(path, label="data path")
         return Corpus(text, what)
     env_path = os.environ.get("TUNER_DATA")
     if env_path:
-        text, what = _read_text_source(Path(env_path), label="TUNER_DATA")
+        text, what = _read_data_source(env_path, label="TUNER_DATA")
         return Corpus(text, f"env TUNER_DATA={env_path}: {what}")
 
     warnings: list[str] = []
@@ -132,6 +133,14 @@ def corpus_cache_dir() -> Path:
     except ImportError:
         return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "hybrid-tuner"
     return Path(platformdirs.user_cache_dir("hybrid-tuner"))
+
+
+def _read_data_source(data: str | os.PathLike, label: str) -> tuple[str, str]:
+    if str(data).startswith(BUILTIN_PREFIX):
+        from trainables.corpora import builtin_text  # here, not at the top: corpora imports this module
+
+        return builtin_text(str(data))
+    return _read_text_source(Path(data), label)
 
 
 def _read_text_source(path: Path, label: str) -> tuple[str, str]:
