@@ -51,7 +51,7 @@ def test_tune_failing_a_trial_on_its_own_is_a_failure_that_names_it_not_an_inter
                 metric="tokens_per_s", mode="max", sampler=optuna.samplers.RandomSampler(seed=0)
             ),
             stopper_ratio=0.5,
-            time_budget_s=None,
+            clock=None,
         )
     said = str(failed.value)
     assert not isinstance(failed.value, KeyboardInterrupt)

@@ -9,6 +9,7 @@ space is exhausted and the screen ends early (`exhausted`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from ray.tune.search import Searcher
@@ -22,6 +23,8 @@ class DistinctConfigs(Searcher):
     def __init__(self, searcher: Searcher, measured: dict[Any, float] | None = None):
         super().__init__(metric=searcher.metric, mode=searcher.mode)
         self.searcher = searcher
+        # Asked before each proposal; False: nothing new now (Tune asks again), e.g. too late to finish one.
+        self.may_propose: Callable[[], bool] | None = None
         self.measured: dict[Any, float] = dict(measured or {})  # frozen config -> metric
         self.running: dict[str, Any] = {}  # Tune trial id -> frozen config
         self.alias: dict[str, str] = {}  # Tune trial id -> the searcher's id for it
@@ -37,6 +40,8 @@ class DistinctConfigs(Searcher):
         return self.searcher.set_max_concurrency(max_concurrent)
 
     def suggest(self, trial_id: str) -> dict | str | None:
+        if self.may_propose is not None and not self.may_propose():
+            return None
         for attempt in range(MAX_REPEATS):
             inner = trial_id if attempt == 0 else f"{trial_id}~{attempt}"
             config = self.searcher.suggest(inner)

@@ -34,6 +34,7 @@ from tuner.knobs import freeze
 from tuner.node_loss import NODE_LOSS_RERUNS, died_with_node
 from tuner.ray_noise import quiet_trial_failures
 from tuner.records import TrialRow, short_node_id
+from tuner.screen_clock import ScreenClock, ScreenEnd, seen_by
 from tuner.stall import StallWatch
 from tuner.stop_signals import TuneSigint
 from tuner.trial_rows import trial_error, trial_row, untold_end
@@ -331,7 +332,8 @@ def _fit(
     planned_s: float | None = None,
     **tune_kwargs,
 ) -> LedgerCallback:
-    """One Tune experiment; tune_kwargs go to TuneConfig except `stopper`, which goes to RunConfig. Returns
+    """One Tune experiment; tune_kwargs go to TuneConfig except `stopper` (to RunConfig) and `budget_s` (the
+    wall time the progress lines count down; the stopper ends the phase). Returns
     its record: the trials lost with their nodes and left unrecorded (`lost`, with `rerun_lost`) for the
     caller to rerun, and those Tune ended without a row (`untold`). A Ctrl-C that Tune caught (it returns
     from fit() early) is Interrupted."""
@@ -339,7 +341,7 @@ def _fit(
     storage = (out / "ray").resolve()
     attempt = sum(1 for p in storage.glob(f"{ledger.phase}*") if p.is_dir()) if storage.exists() else 0
     name = ledger.phase if attempt == 0 else f"{ledger.phase}-r{attempt}"
-    budget = tune_kwargs.get("time_budget_s")
+    budget = tune_kwargs.pop("budget_s", None)  # for the progress lines: the stopper ends the phase
     record = LedgerCallback(ledger, total, already, budget, rerun_lost, on_row, planned_s)
     stoppers = [s for s in (tune_kwargs.pop("stopper", None), LedgerFailed(record)) if s is not None]
     sigint = TuneSigint()  # made now: the SIGINT handler Tune will replace is the one in place
@@ -448,27 +450,30 @@ def run_proposals(
     trials: int,
     make_searcher,
     stopper_ratio: float,
-    time_budget_s: float | None,
+    clock: ScreenClock | None,
     inputs: TrialInputs = TrialInputs(),
     on_row: Callable[[list[TrialRow]], None] | None = None,
 ) -> list[TrialRow]:
     """Up to `trials` searcher-proposed trials in total, across resumes, never one config twice (fewer
     when the searcher keeps repeating measured configs: the space is exhausted); rows in completion order;
-    `on_row` is told the rows so far as each one finishes.
+    `on_row` is told the rows so far as each one finishes; `clock` says when to stop proposing and when
+    the experiment ends (tuner/screen_clock.py; None: when the trials are done).
     Trials lost with their nodes are proposed anew, in a fresh experiment with a fresh searcher (the study
     and the ledger carry what was learned)."""
     ledger = Ledger(out, phase)
-    started = time.time()
     answered, exhausted, untold = 0, False, []
     for attempt in range(NODE_LOSS_RERUNS + 1):
         done = ledger.rows()
         remaining = trials - len(done)
-        budget = None if time_budget_s is None else time_budget_s - (time.time() - started)
+        budget = None if clock is None else clock.budget_s - clock.elapsed()
         if remaining <= 0 or (budget is not None and budget <= 0):
             break
         searcher = DistinctConfigs(make_searcher(), {freeze(r.config): r.tokens_per_s or 0.0 for r in done})
+        if clock is not None:
+            searcher.may_propose = lambda s=searcher: clock.proposing(seen_by(s)[1])
         _say_going_on(phase, attempt, len(done), trials)
         best = max((r.tokens_per_s or 0 for r in done if r.status == "ok"), default=0.0)
+        slow = SlowTrialStopper(stopper_ratio, best)
         record = _fit(
             ledger,
             out,
@@ -481,8 +486,8 @@ def run_proposals(
             on_row=on_row,
             search_alg=searcher,
             num_samples=remaining,
-            time_budget_s=budget,
-            stopper=SlowTrialStopper(stopper_ratio, best),
+            budget_s=budget,
+            stopper=slow if clock is None else CombinedStopper(ScreenEnd(clock, searcher), slow),
         )
         answered, exhausted, untold = (
             answered + searcher.answered,
@@ -492,7 +497,7 @@ def run_proposals(
         if not record.lost:
             break
     rows = ledger.rows()
-    out_of_time = time_budget_s is not None and time.time() - started >= time_budget_s * 0.95
+    out_of_time = clock is not None and clock.elapsed() >= clock.budget_s * 0.95
     if answered:
         print(
             f"[{phase}] {answered} repeated proposals answered from earlier measurements, not rerun",

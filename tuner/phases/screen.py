@@ -17,9 +17,11 @@ from ray.tune.search.optuna import OptunaSearch
 from trainables.spec import TrialSpec
 from tuner.config import Knob, Range, parse_duration
 from tuner.context import SearchContext, log
+from tuner.knobs import freeze
 from tuner.observe import annotate
 from tuner.records import TrialRow
 from tuner.runner import run_proposals
+from tuner.screen_clock import ScreenClock
 from tuner.select import ScreenOutcome
 from tuner.space import to_tune
 
@@ -37,6 +39,7 @@ def run(
         _fail_stale_trials(storage)
     points = [p for p in (start_point(ctx, point, space) for point in s.start_points) if p]
     budget_s = wall_budget_s(ctx)
+    clock = screen_clock(ctx, budget_s, points)
 
     def make_searcher() -> OptunaSearch:
         return OptunaSearch(
@@ -59,7 +62,7 @@ def run(
         trials=s.trials,
         make_searcher=make_searcher,
         stopper_ratio=s.early_stop_ratio,
-        time_budget_s=budget_s,
+        clock=clock,
         inputs=ctx.inputs,
         on_row=on_row,
     )
@@ -69,17 +72,29 @@ def run(
 
 def wall_budget_s(ctx: SearchContext) -> float | None:
     """`search.time_budget` is GPU time: N GPUs screen N configs at once, so they spend it in 1/N of the
-    wall time, and finish as many proposals as one GPU would in the whole budget. Never less than
-    `compile_deadline`, the longest a cold first step may take, so a config proposed first can finish."""
+    wall time, and finish as many proposals as one GPU would in the whole budget. Its floor is not a
+    constant: the screen ends only once its start points are done (screen_clock)."""
     s = ctx.cfg.search
     if not s.time_budget:
         return None
-    budget = parse_duration(s.time_budget)
     gpus = max(1, ctx.hw.gpus)
-    wall = max(budget / gpus, min(budget, _deadline_s(ctx) or 0.0))
+    wall = parse_duration(s.time_budget) / gpus
     if gpus > 1:
-        log(f"[screen] time budget {s.time_budget} of GPU time over {gpus} GPUs: {wall:.0f} s of wall time")
+        log(
+            f"[screen] time budget {s.time_budget} of GPU time over {gpus} GPUs: {wall:.0f} s of wall time, "
+            "longer only while a start point is still running"
+        )
     return wall
+
+
+def screen_clock(
+    ctx: SearchContext, budget_s: float | None, points: list[dict[str, Any]]
+) -> ScreenClock | None:
+    """The screen ends at its budget once no start point is running, and at its budget plus the compile
+    deadline regardless (a trial gives up its first step by then)."""
+    if budget_s is None:
+        return None
+    return ScreenClock(budget_s, budget_s + (_deadline_s(ctx) or budget_s), frozenset(map(freeze, points)))
 
 
 def _deadline_s(ctx: SearchContext) -> float | None:

@@ -1,0 +1,84 @@
+"""The screen's end follows its start points and the cold compiles it measured, not a constant floor."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import optuna
+import pytest
+import ray
+from ray import tune
+from ray.tune.search.optuna import OptunaSearch
+from toy_workload import TOY
+
+from trainables.spec import TrialSpec
+from tuner.knobs import freeze
+from tuner.runner import Ledger, Placement, run_proposals
+from tuner.screen_clock import ScreenClock
+
+TESTS = Path(__file__).resolve().parent
+START = {"seed": 1}, {"seed": 2}
+
+
+def clock_at(elapsed: float, budget: float = 60.0, cap: float = 240.0) -> ScreenClock:
+    clock = ScreenClock(budget, cap, frozenset(map(freeze, START)))
+    clock.started -= elapsed
+    return clock
+
+
+def test_the_screen_waits_for_a_start_point_past_its_budget_and_no_longer():
+    running, seen = {freeze(START[0])}, {freeze(p) for p in START}
+    assert not clock_at(70).ended(running, seen)  # a start point still compiling: not lost to the budget
+    assert clock_at(70).ended(set(), seen)  # none running: the budget ends it
+    assert not clock_at(50).ended(set(), seen)  # within the budget
+    assert clock_at(250).ended(running, seen)  # the cap (budget + compile deadline) ends it regardless
+
+
+def test_a_start_point_not_yet_proposed_holds_the_screen_open_and_is_proposed_late():
+    seen = {freeze(START[0])}  # the second start point waits for a slot
+    assert not clock_at(70).ended(set(), seen)
+    assert clock_at(70).proposing(seen)
+
+
+def test_no_new_config_starts_that_could_not_get_through_a_cold_first_step_in_the_budget():
+    seen = {freeze(p) for p in START}
+    clock = clock_at(30)
+    assert clock.proposing(seen)  # no cold first step measured yet
+    clock.saw({"done": True, "compile_cache_use": "miss", "warmup_s": 40.0})
+    clock.saw({"done": True, "compile_cache_use": "hit", "warmup_s": 2.0})  # a cache hit is no cold compile
+    clock.saw({"done": False, "compile_cache_use": "miss", "warmup_s": 1.0})  # an interim report
+    assert clock.cold_first_step_s() == 40.0
+    assert not clock.proposing(seen)  # 30 s + 40 s is past the 60 s budget
+    assert clock_at(10).proposing(seen)
+
+
+@pytest.fixture
+def two_cpu_ray(monkeypatch):
+    monkeypatch.chdir(TESTS)  # workers get the driver's cwd on sys.path: the test workloads import
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    yield
+    ray.shutdown()
+
+
+def test_a_budget_shorter_than_a_first_step_still_measures_every_start_point(tmp_path, two_cpu_ray):
+    # One slot, so the second start point starts only after the first; each has a 2 s first step (its
+    # "compile"); the budget is 0.5 s. The screen runs both start points and nothing else.
+    slow_start = {**TOY, "workload": "toy_workload:make_slow_start_workload"}
+    rows = run_proposals(
+        "screen",
+        tmp_path,
+        {**TrialSpec.of(slow_start).as_tune(), "seed": tune.choice([1, 2, 3, 4, 5, 6])},
+        Placement({"cpu": 1}, 1, reuse_actors=True),
+        trials=6,
+        make_searcher=lambda: OptunaSearch(
+            points_to_evaluate=[dict(p) for p in START],
+            metric="tokens_per_s",
+            mode="max",
+            sampler=optuna.samplers.RandomSampler(seed=0),
+        ),
+        stopper_ratio=0.0,
+        clock=ScreenClock(0.5, 120.0, frozenset(map(freeze, START))),
+    )
+    assert sorted(r.config["seed"] for r in rows) == [1, 2]
+    assert all(r.status == "ok" for r in rows)
+    assert len(Ledger(tmp_path, "screen").rows()) == 2

@@ -1,0 +1,85 @@
+"""When the screen stops proposing and when it ends, from the compiles it measured rather than constants.
+
+The screen's budget (search.time_budget, GPU time) is spent in 1/N of the wall time on N GPUs. Its floor
+used to be `compile_deadline` (3 min, the longest a cold first step may take), so on 4 GPUs a 90 s budget
+still took 180 s. Now the floor is the start points themselves: the screen ends at its budget once none of
+them is still running, so none is lost to a slow compile, and waits no longer than they actually take (the
+trials' own compile deadline bounds them; start points are proposed first, whatever the time). Near the
+end, no other config is started that cannot get through a cold first step (the median measured in this
+screen) before the budget ends: it would only be stopped mid-compile, and its compile would slow the runs
+that can still finish."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Collection, Hashable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ray.tune import Stopper
+
+
+@dataclass
+class ScreenClock:
+    budget_s: float  # wall time after which the screen ends, once no start point is running
+    cap_s: float  # the screen ends here regardless (its budget plus the trials' compile deadline)
+    first_wave: frozenset[Hashable]  # the start points, frozen (tuner.knobs.freeze)
+    started: float = field(default_factory=time.monotonic)
+    cold_first_steps: list[float] = field(default_factory=list)  # warm-ups of cache misses, seconds
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+    def saw(self, result: dict[str, Any]) -> None:
+        """A trial's result: a finished cold first step (a compile cache miss) teaches the clock its length."""
+        warmup = result.get("warmup_s")
+        if result.get("done") and result.get("compile_cache_use") == "miss" and warmup:
+            self.cold_first_steps.append(float(warmup))
+
+    def cold_first_step_s(self) -> float:
+        """The median cold first step measured so far; 0 until one is."""
+        return statistics.median(self.cold_first_steps) if self.cold_first_steps else 0.0
+
+    def proposing(self, seen: Collection[Hashable]) -> bool:
+        """Whether to start a config now: a start point not yet `seen` (proposed or measured) always starts,
+        any other only if it could get through a cold first step before the budget ends."""
+        if self._first_wave_left(seen):
+            return True
+        return self.elapsed() + self.cold_first_step_s() < self.budget_s
+
+    def ended(self, running: Collection[Hashable], seen: Collection[Hashable]) -> bool:
+        """`running`: the frozen configs of the trials still running; `seen`: those and the measured ones."""
+        elapsed = self.elapsed()
+        if elapsed >= self.cap_s:
+            return True
+        waiting = self._first_wave_left(seen) or any(key in self.first_wave for key in running)
+        return elapsed >= self.budget_s and not waiting
+
+    def _first_wave_left(self, seen: Collection[Hashable]) -> bool:
+        return any(key not in seen for key in self.first_wave)
+
+    def notice(self) -> str:
+        measured = f"{self.cold_first_step_s():.0f} s" if self.cold_first_steps else "none measured"
+        return f"budget {self.budget_s:.0f} s of wall time, cold first step {measured}"
+
+
+class ScreenEnd(Stopper):
+    """Ends the screen's Tune experiment when the clock says so, from the searcher's running and measured
+    configs (tuner.distinct.DistinctConfigs keeps both, frozen)."""
+
+    def __init__(self, clock: ScreenClock, searcher: Any):
+        self.clock, self.searcher = clock, searcher
+
+    def __call__(self, trial_id: str, result: dict[str, Any]) -> bool:
+        self.clock.saw(result)
+        return False
+
+    def stop_all(self) -> bool:
+        return self.clock.ended(*seen_by(self.searcher))
+
+
+def seen_by(searcher: Any) -> tuple[Collection[Hashable], Collection[Hashable]]:
+    """(running, seen): the frozen configs a DistinctConfigs searcher is running, and those plus the measured."""
+    running = set(searcher.running.values())
+    return running, running | set(searcher.measured)
