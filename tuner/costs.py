@@ -1,5 +1,5 @@
 """What the user pays: compile + warm-up seconds, the time to train the planned run, and how long a run must
-be before each compile mode pays for its compile.
+be before each compile mode (per compile scope) pays for its compile.
 
 time to train = warm-up (compile, autotune, CUDA-graph capture: as the user's run of best.yaml pays it,
 with the search's caches, which best.yaml names) + planned tokens / steady tok/s.
@@ -113,24 +113,25 @@ def cached_warmup(row: TrialRow, screen: list[TrialRow], baseline: dict) -> floa
 
 
 def break_even(screen: list[TrialRow], finalists: list[Finalist], baseline: dict) -> list[BreakEven]:
-    """Per compile mode: its fastest feasible screened config against the fastest feasible eager one, or
-    against the baseline when it is eager and no eager config got through the screen (the early stopper
-    stops slow eager runs before their loss is known)."""
+    """Per compile mode and scope (the whole model, or its blocks one by one): its fastest feasible screened
+    config against the fastest feasible eager one, or against the baseline when it is eager and no eager
+    config got through the screen (the early stopper stops slow eager runs before their loss is known)."""
     feasible = [r for r in screen if r.feasible and r.status == "ok" and r.tokens_per_s]
-    fastest: dict[str, TrialRow] = {}
+    fastest: dict[tuple[str, str | None], TrialRow] = {}
     for row in sorted(feasible, key=lambda r: -r.tokens_per_s):
-        fastest.setdefault(row.train.get("compile", "none"), row)
+        fastest.setdefault(_compiled_how(row), row)
     warm = {f.id: f.warmup_s for f in finalists}
-    versus = _eager_reference(fastest.pop("none", None), finalists, baseline, warm)
+    versus = _eager_reference(fastest.pop(("none", None), None), finalists, baseline, warm)
     if versus is None:
         return []
     versus_id, versus_tps, versus_cold, versus_warm = versus
     out = []
-    for mode, row in sorted(fastest.items()):
+    for (mode, scope), row in sorted(fastest.items(), key=lambda item: (item[0][0], item[0][1] or "")):
         cold, warm_s = cold_warmup(row, screen, baseline), warm.get(row.id)
         out.append(
             BreakEven(
                 compile=mode,
+                compile_scope=scope,
                 config_id=row.id,
                 versus_id=versus_id,
                 tokens_per_s=row.tokens_per_s,
@@ -142,6 +143,12 @@ def break_even(screen: list[TrialRow], finalists: list[Finalist], baseline: dict
             )
         )
     return out
+
+
+def _compiled_how(row: TrialRow) -> tuple[str, str | None]:
+    """(compile mode, compile scope); eager runs have no scope."""
+    mode = row.train.get("compile", "none")
+    return mode, None if mode == "none" else row.train.get("compile_scope", "model")
 
 
 def _eager_reference(

@@ -213,6 +213,7 @@ class BreakEven(Record):
     """How long a run must be before a compile mode's one-off cost pays for itself against eager."""
 
     compile: str
+    compile_scope: str | None = Field(None, description="model or blocks (compiled one by one); None: eager")
     config_id: str = Field(description="the fastest feasible screened config of this compile mode")
     versus_id: str = Field(
         description="the fastest feasible screened config without compile, else the baseline when it is eager"

@@ -12,7 +12,15 @@ from tuner.records import BASELINE_ID, BreakEven, Finalist, Summary
 from tuner.report.fmt import fmt_seconds, fmt_tokens, fmt_tps, fmt_warmup, is_num
 
 FINALIST_HEAD = ("Finalist", "Tok/s", "Warm-up cold", "Warm-up warm", "Time to train")
-BREAK_EVEN_HEAD = ("Compile", "Config", "Tok/s", "Against eager", "Warm-up cold / warm", "Cold", "Warm")
+BREAK_EVEN_HEAD = (
+    "Compile (scope)",
+    "Config",
+    "Tok/s",
+    "Against eager",
+    "Warm-up cold / warm",
+    "Cold",
+    "Warm",
+)
 
 
 @dataclass(frozen=True)
@@ -63,7 +71,7 @@ def _pays(tokens: float | None, warmup: float | None, be: BreakEven, planned: in
 
 def _break_even_row(be: BreakEven, planned: int | None, times: str) -> list[str]:
     return [
-        be.compile,
+        be.compile + (f" ({be.compile_scope})" if be.compile_scope else ""),
         be.config_id,
         fmt_tps(be.tokens_per_s),
         f"{be.versus_id}: {fmt_tps(be.versus_tokens_per_s)} tok/s",
