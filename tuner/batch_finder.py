@@ -51,18 +51,20 @@ def max_batch(
 def _max_batch(
     base: dict[str, Any], precision: str, limit: int, margin: float, bisect_steps: int
 ) -> ProbedBatch:
+    # The limit first: on a large GPU it usually fits (batch 512 of the default model on an H200), and
+    # then one training step answers what doubling from 1 took ten to find.
+    if (top := _fits(base, limit, precision)) is not None:
+        return ProbedBatch(batch=limit, peak_mb=top)  # everything up to the limit fits: no margin needed
     low, peak = 1, _fits(base, 1, precision)
     if peak is None:
         return ProbedBatch(batch=0)
-    high = None  # smallest size seen to fail
-    while low * 2 <= limit:
+    high = limit  # smallest size seen to fail
+    while low * 2 < high:
         if (found := _fits(base, low * 2, precision)) is not None:
             low, peak = low * 2, found
         else:
             high = low * 2
             break
-    if high is None:
-        return ProbedBatch(batch=low, peak_mb=peak)  # everything up to the limit fits: no margin needed
     for _ in range(bisect_steps):
         mid = (low + high) // 2
         if mid in (low, high):
