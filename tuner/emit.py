@@ -23,6 +23,7 @@ import yaml
 
 from trainables.cli import OneLineParser
 from trainables.config import ConfigError, is_file_spec, make_config, read_yaml, training_section
+from trainables.corpora import is_builtin
 
 DEFAULT_IMAGE = "hybrid-tuner:latest"  # what k8s/Dockerfile builds; pass REGISTRY/hybrid-tuner:TAG
 CLAIM = "hybrid-tuner-results"  # the claim k8s/storage makes
@@ -101,10 +102,13 @@ def _check_name(name: str) -> None:
 
 def portable_config(values: dict[str, Any], options: JobOptions) -> dict[str, Any]:
     """The validated training config with the paths of the machine that wrote it dropped: `data` and
-    `compile_cache` stay only where they lie on the mounted results volume; `out_dir` goes (the run's
+    `compile_cache` stay only where they lie on the mounted results volume (or `data` names a built-in
+    corpus); `out_dir` goes (the run's
     output goes to the volume through --out)."""
     cfg = make_config(values).model_dump()
     for key in ("data", "compile_cache"):
+        if key == "data" and is_builtin(cfg.get(key)):
+            continue  # a built-in corpus is built where it runs, from the image's Python and torch
         if not (options.claim and _on_volume(cfg.get(key))):
             cfg[key] = None
     if options.data is not None:

@@ -26,6 +26,7 @@ import ray
 from model import library_env
 from trainables.cli import OneLineParser
 from trainables.config import ConfigError, make_config
+from trainables.corpora import is_builtin
 from trainables.data import Corpus, DataError, resolve_corpus, shipped_corpus
 from trainables.errors import EnvironmentFault, find_cause, first_line
 from trainables.exit_codes import Exit
@@ -284,7 +285,7 @@ def read_config(
     if args.emit_rayjob:
         check_writable(Path(args.emit_rayjob), "--emit-rayjob")
     data = cfg.baseline().data
-    if data is not None:
+    if data is not None and not is_builtin(data):  # a built-in corpus is a name, not a path
         if not Path(data).exists():
             raise ConfigError(f"data path not found: {data}")
         cfg.train["data"] = str(Path(data).resolve())  # trials run in other working directories
