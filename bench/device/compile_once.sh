@@ -1,10 +1,12 @@
 # Issue 34 on one GPU, in one sitting: the README's command exactly, cold (no compile cache, no remembered
 # answer on the machine); then, alone, the seed baseline (300 steps) and best.yaml of that search (the pair);
 # then the README's command again with a new --out (caches warm: a remembered answer, confirmed); then the
-# regional-compilation GPU tests. Output in /tmp/final; `bash bench/device/poll.sh 540 ALLDONE` waits.
+# regional-compilation GPU tests (GPU_TESTS=0 skips them), and where a process's imports go. Output in /tmp/final; `bash bench/device/poll.sh 540 ALLDONE` waits.
 set -u
 R=/tmp/final; mkdir -p $R
-rm -rf /tmp/p && mkdir /tmp/p && tar cf - --exclude=./docs --exclude=./.gpu . | tar xf - -C /tmp/p
+# .gpu/src, where present, is `git archive` of the commit to measure (uncommitted edits stay behind)
+SRC=.; [ -d .gpu/src ] && SRC=.gpu/src
+rm -rf /tmp/p && mkdir /tmp/p && tar cf - -C $SRC --exclude=./docs --exclude=./.gpu . | tar xf - -C /tmp/p
 cp .gpu/tinyshakespeare.txt .gpu/gitrev /tmp/p/
 cat > /tmp/once_inner.sh <<'INNER'
 cd /tmp/p
@@ -29,8 +31,16 @@ echo "PAIR $(date -u +%FT%TZ)" >> $R/search.log
 search again --out out/search-again
 keep again out/search-again
 du -sh ~/.cache/hybrid-tuner/* >> $R/search.log 2>&1
-timeout 420 python3 -m pytest -v -m gpu -p no:cacheprovider tests/test_fused_gpu.py -k blocks > $R/gpu_tests.log 2>&1
-echo "GPUTESTS exit $? $(date -u +%FT%TZ)" >> $R/search.log
+if [ "${GPU_TESTS:-1}" = 1 ]; then
+  timeout 420 python3 -m pytest -v -m gpu -p no:cacheprovider tests/test_fused_gpu.py -k blocks > $R/gpu_tests.log 2>&1
+  echo "GPUTESTS exit $? $(date -u +%FT%TZ)" >> $R/search.log
+fi
+# Where a trial process's start goes (issue 34 item 5): the imports, warm from the page cache by now.
+for m in torch ray.tune trainables.trainable model.ops.rwkv6_fused model.ops.ssd_fused model.ops.conv_fused; do
+  python3 -X importtime -c "import $m" 2> $R/importtime_${m//./_}.txt
+  echo "IMPORT $m $(tail -1 $R/importtime_${m//./_}.txt)" >> $R/search.log
+done
+python3 -c "import time; t=time.time(); import torch; torch.zeros(1, device='cuda'); print(f'CUDAINIT {time.time()-t:.1f} s')" >> $R/search.log 2>&1
 echo "ALLDONE $(date -u +%FT%TZ)" >> $R/search.log
 INNER
 (setsid nohup bash /tmp/once_inner.sh > /tmp/once_driver.log 2>&1 &)
