@@ -23,6 +23,7 @@ from model import HybridConfig
 Precision = Literal["fp32", "tf32", "bf16", "fp16"]
 CompileMode = Literal["none", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]
 CompileScope = Literal["model", "blocks"]
+CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")  # the compile modes that capture CUDA graphs
 Kernels = Literal["torch", "fused", "auto"]
 Loader = Literal["dataloader", "device"]
 LrScaling = Literal["none", "sqrt", "linear"]
@@ -139,7 +140,7 @@ class TrainConfig(BaseModel):
         KnobClass(
             "execution",
             graph=True,
-            needs=(("reduce-overhead", "cuda"), ("max-autotune", "cuda")),
+            needs=tuple((mode, "cuda") for mode in CUDA_GRAPH_MODES),
             why="these modes use CUDA graphs",
             # without CUDA, Inductor skips the graphs: the run is the mode below, after a long CPU compile
             cuda_only=(("reduce-overhead", "default"), ("max-autotune", "max-autotune-no-cudagraphs")),
@@ -168,7 +169,14 @@ class TrainConfig(BaseModel):
         bool,
         KnobClass("execution", needs=((True, "cuda"),), why="pinned memory only helps host-to-GPU copies"),
     ] = False
-    activation_checkpointing: Annotated[bool, EXECUTION_GRAPH] = False
+    activation_checkpointing: Annotated[int, EXECUTION_GRAPH] = Field(
+        0,
+        ge=0,
+        description="k: recompute every k-th of the workload's blocks (compile_regions(model); the k-th, "
+        "2k-th, ...) in the backward pass instead of keeping its activations, for less memory (a larger "
+        "batch fits) at the cost of one more forward of those blocks; 0 = off, 1 = every block (true / "
+        "false read as 1 / 0); at most the number of blocks",
+    )
 
     # --- run ---
     seed: Annotated[int, LOSS] = 1337
@@ -273,8 +281,7 @@ class TrainConfig(BaseModel):
             **self.model,
             vocab_size=vocab_size,
             seq_len=self.seq_len,
-            kernels=self.kernels,
-            activation_checkpointing=self.activation_checkpointing,
+            kernels=self.kernels,  # activation_checkpointing is the loop's, over the workload's blocks
         )
 
 

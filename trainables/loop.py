@@ -10,6 +10,7 @@ process trains several times (Ray reuses worker processes).
 from __future__ import annotations
 
 import ctypes
+import functools
 import gc
 import json
 import math
@@ -25,16 +26,17 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.utils.checkpoint
 
 from model import library_env
 from model.ops import available_backends, tuning
 from trainables import compile_cache
 from trainables.cache_use import CacheCount, stable_cache_keys
-from trainables.config import ConfigError, TrainConfig, dump_config
+from trainables.config import CUDA_GRAPH_MODES, ConfigError, TrainConfig, dump_config
 from trainables.errors import find_cause, first_line
 from trainables.result import RunResult
 from trainables.timing import CompileDeadline, FirstStepDeadline, StepTimer
-from trainables.workload import Job, as_job, load_workload
+from trainables.workload import Job, as_job, check_checkpointing, load_workload
 
 Report = Callable[[dict[str, Any]], None]
 
@@ -379,7 +381,19 @@ def _build(cfg: TrainConfig, workload: Job, model: torch.nn.Module):
         betas=(cfg.beta1, cfg.beta2),
         fused=True if cfg.fused_adamw else None,
     )
-    return (model if cfg.compile == "none" else _compiled(cfg, workload, model)), optimizer
+    return step_module(cfg, workload, model), optimizer
+
+
+def step_module(cfg: TrainConfig, workload: Job, model: torch.nn.Module) -> torch.nn.Module:
+    """The module the steps call: `model` compiled as compile and compile_scope say, and every k-th of the
+    workload's blocks checkpointed (activation_checkpointing). The one place both are applied."""
+    step_model = model if cfg.compile == "none" else _compiled(cfg, workload, model)
+    if cfg.activation_checkpointing:
+        # around a block's compiled call, unless that call replays CUDA graphs: a checkpoint around those
+        # fails in their recording (pytorch#154306), so there the checkpoint is traced into the block's graph
+        outside = cfg.compile_scope == "blocks" and cfg.compile not in ("none", *CUDA_GRAPH_MODES)
+        _checkpoint_blocks(workload.compile_regions(model), cfg.activation_checkpointing, outside)
+    return step_model
 
 
 def _compiled(cfg: TrainConfig, workload: Job, model: torch.nn.Module) -> torch.nn.Module:
@@ -395,6 +409,33 @@ def _compiled(cfg: TrainConfig, workload: Job, model: torch.nn.Module) -> torch.
     for region in workload.compile_regions(model):
         region.compile(mode=mode, dynamic=False)
     return model
+
+
+def _checkpoint_blocks(regions: list[torch.nn.Module], every: int, around_compiled: bool) -> None:
+    """Every `every`-th block (the k-th, 2k-th, ...) recomputed in backward instead of keeping its
+    activations (non-reentrant torch.utils.checkpoint). `around_compiled`: around the call of a block
+    compiled in place (compile_scope: blocks), so it keeps the one graph the other blocks share and saves
+    only its input (traced into the block's graph, it kept ~2.6x the bytes on a CPU toy, and k > 1 made
+    a second graph). Otherwise its forward is checkpointed, which an eager call and torch.compile's
+    tracing (a whole model, or a block) both go through: the checkpoint becomes part of the graph."""
+    check_checkpointing(every, len(regions))
+    for region in regions[every - 1 :: every]:
+        if around_compiled:  # what Module.compile set: the call Module.__call__ makes of a compiled block
+            region._compiled_call_impl = _recomputed(region._compiled_call_impl)
+        else:
+            region.forward = _recomputed(region.forward)
+
+
+def _recomputed(call: Callable) -> Callable:
+    """`call` under a checkpoint where there is a backward to recompute it for (not in evals, no_grad)."""
+
+    @functools.wraps(call)
+    def run(*args, **kwargs):
+        if not torch.is_grad_enabled():
+            return call(*args, **kwargs)
+        return torch.utils.checkpoint.checkpoint(call, *args, use_reentrant=False, **kwargs)
+
+    return run
 
 
 def _progress_line(cfg: TrainConfig, point: dict[str, Any], rate: float) -> str:

@@ -19,6 +19,8 @@ Everything else has a default:
     lr_multiplier(param_name)      per-parameter lr factor (default 1.0)
     save(out_dir)                  what a run needs besides the weights, e.g. a tokenizer (default: nothing)
     evaluation(model)              a context manager entered around each eval (default: none)
+    compile_regions(model)         its repeated blocks (default: none): the loop compiles them one by one
+                                   (compile_scope: blocks) and checkpoints every k-th (activation_checkpointing)
     supports                       the workload knobs it implements, of WORKLOAD_KNOBS (default: none; a
                                    Dataset workload gets the loader knobs from the loop); it reads their
                                    values from the TrainConfig its factory was given (cfg.kernels, ...)
@@ -49,7 +51,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 from torch import nn
 from torch.utils.data._utils.collate import default_collate
 
-from model import HybridLM
+from model import HybridConfig, HybridLM
 from trainables import datasets
 from trainables.config import ConfigError, TrainConfig, unknown_key
 from trainables.data import DataError, load_char_data, train_batches, val_batches
@@ -61,13 +63,16 @@ Batch = Any  # a tensor, or a tuple / list / dict of tensors, batch on dim 0
 WORKLOAD_KNOBS = {
     "kernels": "fused kernels",
     "compile_scope": "regional compilation (compile_regions)",
-    "activation_checkpointing": "activation checkpointing",
+    "activation_checkpointing": "activation checkpointing (compile_regions)",
     "mamba_lr_mult": "per-group lr",
     "loader": "device-resident batches",
     "num_workers": "DataLoader workers",
     "pin_memory": "pinned host memory",
 }
 LOADER_KNOBS = frozenset({"num_workers", "pin_memory"})  # what the loop applies to any Dataset
+# What the loop applies to the blocks a workload names (compile_regions), so a workload offers these by
+# naming its blocks, never by declaring them in supports.
+REGION_KNOBS = frozenset({"compile_scope", "activation_checkpointing"})
 
 
 class Workload(Protocol):
@@ -174,14 +179,19 @@ class Job:
         return own(model) if own else nullcontext()
 
     def compile_regions(self, model: nn.Module) -> list[nn.Module]:
-        """The modules `compile_scope: blocks` compiles one by one (the workload's compile_regions)."""
+        """The modules `compile_scope: blocks` compiles one by one and `activation_checkpointing` picks
+        from (the workload's compile_regions)."""
         return list(self.workload.compile_regions(model))
 
     @property
+    def names_blocks(self) -> bool:
+        return callable(getattr(self.workload, "compile_regions", None))
+
+    @property
     def supports(self) -> frozenset[str]:
-        # compile_scope is the workload's to offer only by naming its blocks (compile_regions)
-        regions = {"compile_scope"} if callable(getattr(self.workload, "compile_regions", None)) else set()
-        own = frozenset(getattr(self.workload, "supports", ())) - {"compile_scope"} | regions
+        # the region knobs are the workload's to offer only by naming its blocks (compile_regions)
+        regions = REGION_KNOBS if self.names_blocks else frozenset()
+        own = frozenset(getattr(self.workload, "supports", ())) - REGION_KNOBS | regions
         if not self.gives_dataset:
             return own
         on_device = self.no_device_loader() is None
@@ -219,6 +229,18 @@ class Job:
 
 def as_job(workload: Any, cfg: TrainConfig) -> Job:
     return workload if isinstance(workload, Job) else Job(workload, cfg)
+
+
+def check_checkpointing(every: int, blocks: int, section: str = "") -> None:
+    """activation_checkpointing against the number of blocks the workload names: a k above it would
+    checkpoint none of them (ConfigError, one line)."""
+    if every > blocks:
+        key = ".".join(filter(None, (section, "activation_checkpointing")))
+        raise ConfigError(
+            f"config key {key!r}: {every} checkpoints one block in every {every}, but the workload's "
+            f"compile_regions(model) names {blocks} block{'s' * (blocks != 1)}, so none would be (use 0 = "
+            f"off to {blocks})"
+        )
 
 
 # --- loading ----------------------------------------------------------------------------------------------
@@ -314,6 +336,8 @@ def check_workload(cfg: TrainConfig, section: str = "", workload: Any = None) ->
     the meta device where it builds the model (no memory, no compute); ConfigError (one line, naming the
     method) on the first problem."""
     if cfg.workload == "hybrid":
+        # its compile_regions are its blocks, n_layers of them: known without building it
+        check_checkpointing(cfg.activation_checkpointing, HybridConfig(**cfg.model).n_layers, section)
         return WorkloadInfo("hybrid", "the hybrid RWKV6+Mamba2 LM", HybridLMWorkload.supports)
     spec = parse_spec(cfg.workload)
     job = as_job(workload if workload is not None else load_workload(cfg, section), cfg)
@@ -321,7 +345,7 @@ def check_workload(cfg: TrainConfig, section: str = "", workload: Any = None) ->
     _check_methods(job, name)
     supports = _check_supports(job, cfg, name, section)
     batch = _first_batch(job, name)
-    _check_model_and_loss(job, batch, name)
+    _check_model_and_loss(job, batch, name, section)
     root = spec.code_root
     return WorkloadInfo(name, job.describe(), supports, str(root) if needs_path(root) else None)
 
@@ -340,6 +364,11 @@ def _check_methods(job: Job, name: str) -> None:
 
 def _check_supports(job: Job, cfg: TrainConfig, name: str, section: str) -> frozenset[str]:
     declared = set(getattr(job.workload, "supports", ()))
+    if "activation_checkpointing" in declared:  # the contract before the loop applied it: it would run twice
+        raise ConfigError(
+            f"workload {name!r}: supports names 'activation_checkpointing', which the loop applies to the "
+            "blocks compile_regions(model) names: leave it out of supports and do not apply it yourself"
+        )
     if declared - set(WORKLOAD_KNOBS):
         raise ConfigError(
             f"workload {name!r}: supports names {sorted(declared - set(WORKLOAD_KNOBS))}, not knobs a workload "
@@ -385,9 +414,10 @@ def _first_batch(job: Job, name: str) -> Batch:
     return next(batches)
 
 
-def _check_model_and_loss(job: Job, batch: Batch, name: str) -> None:
-    """build_model and loss on the meta device: their types, at no cost. A model or a forward that cannot
-    run there is left to the run itself (only a wrong type is refused)."""
+def _check_model_and_loss(job: Job, batch: Batch, name: str, section: str) -> None:
+    """build_model and loss on the meta device: their types, and activation_checkpointing against the
+    blocks it names, at no cost. A model or a forward that cannot run there is left to the run itself
+    (only a wrong type is refused; the loop checks the blocks again as it checkpoints them)."""
     try:
         with torch.device("meta"):
             model = job.build_model()
@@ -397,6 +427,8 @@ def _check_model_and_loss(job: Job, batch: Batch, name: str) -> None:
         raise ConfigError(
             f"workload {name!r}: build_model() returned {type(model).__name__}, expected a torch.nn.Module"
         )
+    if job.cfg.activation_checkpointing and job.names_blocks:
+        check_checkpointing(job.cfg.activation_checkpointing, len(job.compile_regions(model)), section)
     try:
         loss = job.loss(model, datasets.to_device(batch, torch.device("meta")))
     except Exception:  # noqa: BLE001 - a forward meta tensors cannot run: the run itself will tell
@@ -432,7 +464,8 @@ WORKLOAD_READS = {
     "kernels": _BY_WORKLOAD,
     "compile_scope": "the loop, over the blocks your workload's compile_regions(model) names (without it "
     "only 'model' runs)",
-    "activation_checkpointing": _BY_WORKLOAD,
+    "activation_checkpointing": "the loop, over the blocks your workload's compile_regions(model) names "
+    "(without it, not offered)",
     "mamba_lr_mult": _BY_WORKLOAD + "; lr_multiplier(param_name) returns it",
 }
 

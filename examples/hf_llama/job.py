@@ -24,8 +24,7 @@ class Settings:  # train.model: LlamaConfig fields that `--set train.model.<key>
 
 
 class HFLlama:
-    # Knobs this adapter implements (it reads their values from cfg); loader=device comes with CharWindows.
-    supports = {"activation_checkpointing"}
+    # loader=device comes with CharWindows; compile_scope and activation_checkpointing with compile_regions.
 
     def __init__(self, cfg, settings: Settings):
         self.cfg, self.settings = cfg, settings
@@ -39,14 +38,7 @@ class HFLlama:
             attn_implementation="sdpa",
             **asdict(self.settings),
         )
-        model = LlamaForCausalLM(config)
-        if self.cfg.activation_checkpointing:
-            # transformers renamed it (5.24 warns on the old name, which older 5.x versions have alone)
-            enable = (
-                getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
-            )
-            enable()
-        return model
+        return LlamaForCausalLM(config)
 
     def train_dataset(self) -> CharWindows:  # batches itself on the device too: loader=device
         return CharWindows(self.data.train, self.cfg.seq_len)
