@@ -96,7 +96,7 @@ def test_each_example_trains_to_the_same_loss_with_the_device_loader(name, tmp_p
     assert len(set(losses.values())) == 1, losses
 
 
-def test_the_hf_example_reads_activation_checkpointing_from_its_config(corpus):
+def test_the_hf_example_leaves_activation_checkpointing_to_the_loop(corpus):
     pytest.importorskip("transformers")
     from trainables.config import load_config
     from trainables.workload import check_workload, load_workload
@@ -110,7 +110,7 @@ def test_the_hf_example_reads_activation_checkpointing_from_its_config(corpus):
         # transformers 5.24 renamed the flag; the GPU machines' 5.17 may have only the old name
         renamed = hasattr(type(model), "is_activation_checkpointing")
         built[on] = model.is_activation_checkpointing if renamed else model.is_gradient_checkpointing
-    assert built == {False: False, True: True}
+    assert built == {False: False, True: False}  # the loop checkpoints its decoder layers, never HF too
 
 
 @pytest.mark.slow
