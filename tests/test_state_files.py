@@ -5,15 +5,20 @@ line naming the file, with nothing changed."""
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import optuna
 import pytest
 from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
+from optuna.trial import TrialState
 
 from trainables.config import ConfigError
 from tuner import search
+from tuner.phases.screen import _fail_stale_trials
 from tuner.runner import Ledger
 from tuner.state_files import repair_state_files
 
@@ -112,3 +117,39 @@ def test_resume_repairs_before_ray_starts(tmp_path, monkeypatch, capsys):
     err = capsys.readouterr().err
     assert "screen.jsonl: dropped its last record" in err and "optuna.journal: dropped its last record" in err
     assert len(ledger.rows()) == 2
+
+
+KILLED_DRIVER = """
+import os, signal, sys
+import optuna
+from optuna.storages import JournalStorage
+from optuna.storages.journal import JournalFileBackend
+study = optuna.create_study(study_name="screen", storage=JournalStorage(JournalFileBackend(sys.argv[1])))
+study.optimize(lambda t: t.suggest_int("x", 0, 100), n_trials=1)
+study.ask().suggest_int("x", 0, 100)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_a_trial_a_killed_driver_left_running_is_failed_on_resume_and_finished_ones_kept(tmp_path):
+    path = tmp_path / "optuna.journal"
+    driver = subprocess.run(
+        [sys.executable, "-c", KILLED_DRIVER, str(path)], capture_output=True, check=False
+    )
+    assert driver.returncode == -signal.SIGKILL
+    storage = JournalStorage(JournalFileBackend(str(path)))
+    before = optuna.load_study(study_name="screen", storage=storage).trials
+    assert [t.state for t in before] == [TrialState.COMPLETE, TrialState.RUNNING]
+
+    _fail_stale_trials(storage)
+
+    reread = JournalStorage(JournalFileBackend(str(path)))  # what the next resume reads from the file
+    after = optuna.load_study(study_name="screen", storage=reread).trials
+    assert [t.state for t in after] == [TrialState.COMPLETE, TrialState.FAIL]
+    assert after[0].value == before[0].value
+
+
+def test_failing_stale_trials_before_any_study_exists_is_a_no_op(tmp_path):
+    path = tmp_path / "optuna.journal"
+    _fail_stale_trials(JournalStorage(JournalFileBackend(str(path))))
+    assert optuna.get_all_study_names(JournalStorage(JournalFileBackend(str(path)))) == []

@@ -128,4 +128,4 @@ def _fail_stale_trials(storage) -> None:
     except KeyError:  # no study yet
         return
     for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
+        study.tell(trial.number, state=TrialState.FAIL, skip_if_finished=True)  # finished meanwhile: keep it
