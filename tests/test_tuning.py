@@ -3,10 +3,12 @@ search gives, and evaluation through the reference ops (which pays no autotuning
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
 import torch
+from packaging.requirements import Requirement
 
 from model import HybridConfig, HybridLM, library_env
 from model.ops import tuning
@@ -155,3 +157,20 @@ def test_a_first_step_that_must_autotune_gets_the_cold_autotune_on_top_of_its_de
     assert first_step_deadline(180.0, autotunes=True) == 180.0 + tuning.COLD_AUTOTUNE_S
     assert first_step_deadline(180.0, autotunes=False) == 180.0  # shipped results: compile only
     assert first_step_deadline(None, autotunes=True) is None  # no deadline stays none
+
+
+def test_the_cuda_extra_bounds_each_kernel_package_and_admits_the_versions_the_shipped_sets_were_made_with():
+    """model/ops/*_fused.py call the kernel packages' internal functions: a new minor is not installed until
+    it is tested, and the versions the shipped autotune sets were tuned on stay installable."""
+    text = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text()
+    extra = re.search(r"^cuda = \[(.*?)\]", text, re.M | re.S).group(1)
+    ranges = {r.name: r.specifier for r in map(Requirement, re.findall(r'"([^"]+)"', extra))}
+    assert set(ranges) == {"fla-core", "mamba-ssm", "causal-conv1d"}
+    for name, spec in ranges.items():
+        assert any(s.operator == "<" for s in spec), f"{name}{spec} has no upper bound"
+    manifests = sorted(tuning.RESULTS.glob("*/manifest.json"))
+    assert manifests
+    for manifest in manifests:
+        versions = json.loads(manifest.read_text())["versions"]
+        for name in ("fla-core", "mamba-ssm"):
+            assert versions[name] in ranges[name], (manifest.parent.name, name, versions[name], ranges[name])
