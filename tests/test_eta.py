@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from types import SimpleNamespace
 
@@ -115,8 +116,11 @@ def test_remeasure_estimate_counts_the_baseline_windows_at_an_eager_screen_runs_
 
 
 def _seconds(eta: str) -> int:
-    minutes, _, seconds = eta.rstrip("s").rpartition("m")
-    return int(minutes or 0) * 60 + int(seconds)
+    """A progress line's duration (4s, 1m 05s, 2h 02m 05s) back in seconds."""
+    parts = re.fullmatch(r"(?:(\d+)h )?(?:(\d+)m )?(\d+)s", eta)
+    assert parts, eta
+    hours, minutes, seconds = (int(p or 0) for p in parts.groups())
+    return hours * 3600 + minutes * 60 + seconds
 
 
 def test_a_phase_progress_eta_keeps_to_the_estimate_while_it_has_time_left(tmp_path, capsys):

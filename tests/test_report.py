@@ -7,6 +7,7 @@ import json
 import statistics
 
 from tests.factories import legacy_summary, on_two_gpus, synthetic_summary
+from trainables import progress
 from tuner import report
 from tuner.costs import break_even_tokens, time_to_train
 from tuner.report import fmt_mem, fmt_seconds, render_html, render_markdown, write_reports
@@ -243,6 +244,9 @@ def test_minimal_summary_renders():
 def test_formatters():
     assert fmt_mem(812.4) == "812 MiB" and fmt_mem(3 * 1024 + 205) == "3.2 GiB" and fmt_mem(None) == "—"
     assert fmt_seconds(59.6) == "1m 00s" and fmt_seconds(7325) == "2h 02m 05s" and fmt_seconds(4) == "4s"
+    assert fmt_seconds(None) == "—" and fmt_seconds(float("nan")) == "—"
+    # progress lines (the loop's ETA, a phase's, the stall notice) read a duration the same way, 0s at worst
+    assert progress.fmt_seconds(7325) == "2h 02m 05s" and progress.fmt_seconds(-3.0) == "0s"
 
 
 def test_write_reports_writes_markdown(tmp_path):

@@ -34,6 +34,7 @@ from trainables import compile_cache
 from trainables.cache_use import CacheCount, stable_cache_keys
 from trainables.config import CUDA_GRAPH_MODES, ConfigError, TrainConfig, dump_config
 from trainables.errors import find_cause, first_line
+from trainables.progress import fmt_seconds
 from trainables.result import RunResult
 from trainables.timing import CompileDeadline, FirstStepDeadline, StepTimer
 from trainables.workload import Job, as_job, check_checkpointing, load_workload
@@ -177,15 +178,6 @@ class _MemoryCap:
 
 def _log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
-
-
-def _fmt_eta(seconds: float) -> str:
-    seconds = int(max(0, seconds))
-    return (
-        f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
-        if seconds >= 3600
-        else f"{seconds // 60}m{seconds % 60:02d}s"
-    )
 
 
 @torch.no_grad()
@@ -444,7 +436,7 @@ def _progress_line(cfg: TrainConfig, point: dict[str, Any], rate: float) -> str:
     return (
         f"step {done}/{cfg.total_steps} | tokens {point['tokens']:,} | loss {point['train_loss']:.4f}"
         + (f" | val {point['val_loss']:.4f}" if "val_loss" in point else "")
-        + f" | {rate:,.0f} tok/s | ETA {_fmt_eta(eta)}"
+        + f" | {rate:,.0f} tok/s | ETA {fmt_seconds(eta)}"
     )
 
 

@@ -17,17 +17,13 @@ from __future__ import annotations
 import statistics
 
 from trainables.config import TrainConfig, make_config
+from trainables.progress import fmt_seconds
 from tuner.context import SearchContext, log
 from tuner.costs import cached_warmup
 from tuner.phases import baseline
 from tuner.phases.loss_check import LossAhead
 from tuner.records import TrialRow
 from tuner.select import loss_check_candidates
-
-
-def _fmt(seconds: float) -> str:
-    seconds = int(seconds)
-    return f"{seconds // 60}m{seconds % 60:02d}s"
 
 
 def loss_check_s(
@@ -110,7 +106,7 @@ def after_screen(
         log(f"[baseline] its loss run beside the screen: {'done' if done else 'still training'}")
     loss, again = loss_check_s(ctx, screen, done, ahead), remeasure_s(ctx, screen)
     log(
-        f"[search] screen done; estimated: loss check ~{_fmt(loss)}, re-measure ~{_fmt(again)} "
-        f"(ETA ~{_fmt(loss + again)})"
+        f"[search] screen done; estimated: loss check ~{fmt_seconds(loss)}, re-measure ~{fmt_seconds(again)} "
+        f"(ETA ~{fmt_seconds(loss + again)})"
     )
     return again

@@ -27,6 +27,7 @@ from ray.tune.stopper import CombinedStopper
 
 from trainables.config import ConfigError
 from trainables.data import Corpus
+from trainables.progress import fmt_seconds
 from trainables.spec import TRAIN, TrialSpec
 from trainables.trainable import train_trial
 from tuner.distinct import DistinctConfigs
@@ -168,7 +169,7 @@ class LedgerCallback(Callback):
         self._say(
             f"[{self.ledger.phase}] {self.done}/{self.total} done, {len(running)} running"
             + (": " + "; ".join(parts) if parts else "")
-            + f" | {_fmt_s(now - self.started)} in this phase"
+            + f" | {fmt_seconds(now - self.started)} in this phase"
         )
         pids = [t.last_result["pid"] for t in running if (t.last_result or {}).get("pid")]
         warming = [_label(t.config) for t in running if not (t.last_result or {}).get("tokens_per_s")]
@@ -186,9 +187,9 @@ class LedgerCallback(Callback):
         tokens, speed = result.get("tokens"), result.get("tokens_per_s")
         total = _planned_tokens(trial.config)
         if not tokens or not speed or not total:
-            return f"{label} warming up {_fmt_s(now - self.trial_started.get(trial.trial_id, now))}"
+            return f"{label} warming up {fmt_seconds(now - self.trial_started.get(trial.trial_id, now))}"
         eta = max(0.0, total - tokens) / speed
-        return f"{label} {tokens / 1e6:.2f}M/{total / 1e6:.2f}M tokens, {speed:,.0f} tok/s, ETA {_fmt_s(eta)}"
+        return f"{label} {tokens / 1e6:.2f}M/{total / 1e6:.2f}M tokens, {speed:,.0f} tok/s, ETA {fmt_seconds(eta)}"
 
     def _say(self, line: str) -> None:
         print(line, file=sys.stderr, flush=True)
@@ -241,7 +242,7 @@ class LedgerCallback(Callback):
         speed = f" {row.tokens_per_s:,.0f} tok/s" if row.tokens_per_s else ""
         self._say(
             f"[{self.ledger.phase}] {self.done}/{self.total} done, {running} running, {left} left | "
-            f"last {row.status}{speed} | best {self.best:,.0f} tok/s | ETA {_fmt_s(eta)}"
+            f"last {row.status}{speed} | best {self.best:,.0f} tok/s | ETA {fmt_seconds(eta)}"
         )
 
     def _eta(self, now: float) -> float:
@@ -255,11 +256,6 @@ class LedgerCallback(Callback):
         if self.budget_s is not None:
             eta = min(eta, max(0.0, self.started + self.budget_s - now))
         return eta
-
-
-def _fmt_s(seconds: float) -> str:
-    seconds = int(max(0, seconds))
-    return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
 
 
 def _spec(config: dict[str, Any]) -> TrialSpec:

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 import psutil
 
+from trainables.progress import fmt_seconds
+
 STALL_S = 60.0  # no trial result for this long, with trials running: the progress line says why
 BUSY_CORES = 0.5  # what counts as keeping a CPU busy over a sampling interval
 
@@ -80,7 +82,7 @@ class StallWatch:
             if p not in ours and c >= 0.05 and p in self.last[1] and self.last[1][p].nice < trial_nice
         }
         got = sum(cores.get(p, 0.0) for p in trials)
-        stalled = f"[{self.phase}] no trial has advanced for {_fmt_s(now - self.advanced_at)}"
+        stalled = f"[{self.phase}] no trial has advanced for {fmt_seconds(now - self.advanced_at)}"
         if sum(higher.values()) >= BUSY_CORES:
             pids = ", ".join(str(p) for p, _ in sorted(higher.items(), key=lambda kv: -kv[1])[:6])
             return (
@@ -105,8 +107,3 @@ def _cores(
         for pid, now in after[1].items()
         if (then := before[1].get(pid)) is not None and then.created == now.created
     }
-
-
-def _fmt_s(seconds: float) -> str:
-    seconds = int(max(0, seconds))
-    return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"

@@ -7,6 +7,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from trainables import progress
 from tuner.knobs import RUN_ONLY_FIELDS, knob_diff
 from tuner.records import Best, LossGate, Summary, short_node_id
 
@@ -46,13 +47,7 @@ def fmt_jpt(value: Any) -> str:
 
 
 def fmt_seconds(seconds: Any) -> str:
-    if not is_num(seconds):
-        return DASH
-    minutes, secs = divmod(round(seconds), 60)
-    hours, minutes = divmod(minutes, 60)
-    if hours:
-        return f"{hours}h {minutes:02d}m {secs:02d}s"
-    return f"{minutes}m {secs:02d}s" if minutes else f"{secs}s"
+    return progress.fmt_seconds(seconds) if is_num(seconds) else DASH
 
 
 def fmt_warmup(seconds: Any) -> str:

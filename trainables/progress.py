@@ -1,0 +1,13 @@
+"""How a run tells a person what it is doing. The training loop and the search both write progress lines,
+and trainables/ may not import tuner/, so the one copy lives here and tuner/ imports it."""
+
+from __future__ import annotations
+
+
+def fmt_seconds(seconds: float) -> str:
+    """A duration as a person reads it: 4s, 1m 05s, 2h 02m 05s (to the second; a negative one is 0s)."""
+    minutes, secs = divmod(round(max(0.0, seconds)), 60)
+    hours, minutes = divmod(minutes, 60)
+    if hours:
+        return f"{hours}h {minutes:02d}m {secs:02d}s"
+    return f"{minutes}m {secs:02d}s" if minutes else f"{secs}s"
