@@ -72,7 +72,7 @@ def test_the_default_configs_first_start_point_lends_the_baselines_loss_run_its_
     point = _twin_point(ctx, to_space(ctx))
     assert point["compile"] == "reduce-overhead" and point["batch_size"] == 8 and point["precision"] == "fp32"
     case = {**ctx.base, **execution({**ctx.base, **point})}
-    assert ctx.beside_share(case) == pytest.approx(1 / 6)  # one of the GPU's six screen-run places
+    assert ctx.placement.beside_share(case) == pytest.approx(1 / 6)  # one of the GPU's six screen-run places
 
 
 def test_no_loss_run_beside_the_screen_on_cpus_without_a_twin_start_point_or_after_the_loss_check(tmp_path):

@@ -378,7 +378,7 @@ def test_a_cpu_speed_run_takes_the_cores_of_one_node_not_of_the_cluster(tmp_path
     ctx = SearchContext(
         cfg, tmp_path, cfg.baseline().model_dump(), Hardware(), 4, State(tmp_path), "", node_cpus=2
     )
-    assert ctx.speed_placement().resources == {"cpu": 2}  # two 2-CPU workers: a 4-CPU trial fits nowhere
+    assert ctx.placement.speed().resources == {"cpu": 2}  # two 2-CPU workers: a 4-CPU trial fits nowhere
 
 
 def test_a_node_that_cannot_write_outs_compile_cache_compiles_into_its_own(monkeypatch, tmp_path):

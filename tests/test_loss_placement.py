@@ -90,7 +90,7 @@ def trial(case: int, batch: int = 8) -> dict:
 def test_one_gpu_warms_all_fifteen_remeasure_runs_up_at_once(tmp_path):
     # Run J's re-measure on a 16-core H100: the baseline 6 times, three finalists 3 times each.
     ctx = search_context(tmp_path, gpus=1, cpus=16)
-    placement = ctx.remeasure_placement([6, 3, 3, 3], [None, 3_839.0, 7_858.0, 1_200.0])
+    placement = ctx.placement.remeasure([6, 3, 3, 3], [None, 3_839.0, 7_858.0, 1_200.0])
     assert placement.concurrent == 15 and placement.gate == "quiet"
     assert placement.resources(trial(1, 128)) == {"cpu": 1, "gpu": pytest.approx(1 / 15)}
     # 7.9 GB with 25% headroom is 0.12 of 80 GB: two fifteenths
@@ -106,35 +106,35 @@ def test_runs_that_fit_one_gpu_together_take_even_shares_and_all_start_at_once(t
     ctx = search_context(tmp_path, gpus=1, cpus=64, gpu_mem_mb=143_771)
     ctx.probed = {"fp32": ProbedBatch(batch=512, peak_mb=60_000.0)}  # the baseline's batch 8: ~0.9 GB
     peaks, asked = [None, 3_839.0, 3_839.0, 7_858.0], [6, 3, 3, 3]
-    placement = ctx.remeasure_placement(asked, peaks)
+    placement = ctx.placement.remeasure(asked, peaks)
     shares = [
         placement.resources(trial(case))["gpu"] for case, count in enumerate(asked) for _ in range(count)
     ]
     assert shares == [pytest.approx(1 / 15)] * 15 and sum(shares) == pytest.approx(1.0)
     # where the largest 15 would not fit one GPU together, a case's share follows its peak again
-    big = ctx.remeasure_placement(asked, [None, 3_839.0, 3_839.0, 40_000.0])
+    big = ctx.placement.remeasure(asked, [None, 3_839.0, 3_839.0, 40_000.0])
     assert big.resources(trial(3))["gpu"] == pytest.approx(6 / 15)
     ctx.probed = {}  # the baseline's memory unknown: no even shares on a guess
-    assert ctx.remeasure_placement(asked, peaks).resources(trial(3))["gpu"] == pytest.approx(2 / 15)
+    assert ctx.placement.remeasure(asked, peaks).resources(trial(3))["gpu"] == pytest.approx(2 / 15)
 
 
 def test_four_gpus_take_four_remeasure_runs_each(tmp_path):
     ctx = search_context(tmp_path, gpus=4, cpus=64)
-    placement = ctx.remeasure_placement([6, 9], [None, 3_839.0])
+    placement = ctx.placement.remeasure([6, 9], [None, 3_839.0])
     assert placement.concurrent == 16
     assert placement.resources(trial(1, 128)) == {"cpu": 2, "gpu": pytest.approx(1 / 4)}
 
 
 def test_the_remeasure_waits_in_waves_only_when_the_cpus_run_out(tmp_path):
     ctx = search_context(tmp_path, gpus=1, cpus=8)
-    assert ctx.remeasure_placement([15], [None]).concurrent == 8
+    assert ctx.placement.remeasure([15], [None]).concurrent == 8
 
 
 @pytest.mark.parametrize("gpus", [2, 4])
 def test_ray_spreads_each_finalists_repeats_over_several_gpus(tmp_path, gpus):
     counts = [6, 3, 3, 3]  # the baseline, three finalists
     ctx = search_context(tmp_path, gpus=gpus, cpus=16 * gpus)
-    placement = ctx.remeasure_placement(counts, [None, 3_839.0, 3_839.0, 3_839.0])
+    placement = ctx.placement.remeasure(counts, [None, 3_839.0, 3_839.0, 3_839.0])
     ray.init(address="local", num_cpus=16 * gpus, num_gpus=gpus, include_dashboard=False, log_to_driver=False)
     try:
         order = round_robin(counts)  # the order run_cases launches them in
@@ -154,10 +154,11 @@ def test_a_screen_runs_share_follows_the_memory_the_probe_measured(tmp_path):
     # Run K (4x H200, 141 GB each): everything up to batch 512 fitted, so batch / bound gave batch 512 a
     # whole GPU and batch 128 two sixths; the eager step at 512 peaked near 60 GB.
     ctx = search_context(tmp_path, gpus=4, cpus=64, gpu_mem_mb=143_771)
-    share = ctx.speed_placement().resources
     ctx.probed = {"bf16": ProbedBatch(batch=512)}  # a state.json from before the peak was kept
+    share = ctx.placement.speed().resources  # the policy of the cluster as the probe left it
     assert share(trial(0, 512))["gpu"] == 1.0 and share(trial(0, 128))["gpu"] == pytest.approx(2 / 6)
     ctx.probed = {"bf16": ProbedBatch(batch=512, peak_mb=60_000.0)}
+    share = ctx.placement.speed().resources
     assert share(trial(0, 512))["gpu"] == pytest.approx(4 / 6)  # 75 GB of 141 with headroom
     assert share(trial(0, 128))["gpu"] == pytest.approx(1 / 6)
     assert share(trial(0, 256))["gpu"] == pytest.approx(2 / 6)

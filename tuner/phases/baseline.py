@@ -63,7 +63,7 @@ def start_beside(ctx: SearchContext, space: dict[str, Knob]) -> BesideRun | None
     if point is None:
         return None
     case = {**ctx.base, **execution({**ctx.base, **point}), "out_dir": None}
-    share = ctx.beside_share(case)
+    share = ctx.placement.beside_share(case)
     spec = TrialSpec.of({**case, "gpu_memory_fraction": share})
     if Ledger(ctx.out, BESIDE_PHASE).rows():
         return BesideRun(None, spec, point, time.time())
@@ -76,7 +76,7 @@ def start_beside(ctx: SearchContext, space: dict[str, Knob]) -> BesideRun | None
 def room_beside(ctx: SearchContext) -> bool:
     """Whether loss runs may train beside the screen: on GPUs with more than one speed-run place (one of
     them is taken from the screen), while the loss check is still to come."""
-    return ctx.on_gpu and ctx.speed_placement().concurrent >= 2 and ctx.state.phase("loss_check") is None
+    return ctx.on_gpu and ctx.placement.speed().concurrent >= 2 and ctx.state.phase("loss_check") is None
 
 
 def start_run_beside(ctx: SearchContext, spec: TrialSpec, who: str, point: dict[str, Any]) -> BesideRun:

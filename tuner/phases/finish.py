@@ -269,7 +269,7 @@ def _gpu_usage(ctx: SearchContext, timings: dict[str, float], trials: list[Trial
 
 def _measurement(ctx: SearchContext) -> dict:
     timed = (
-        f"up to {ctx.speed_placement().concurrent} runs share the GPUs while they compile and warm up; "
+        f"up to {ctx.placement.speed().concurrent} runs share the GPUs while they compile and warm up; "
         "their timed windows take turns, one per GPU at a time"
         if ctx.on_gpu
         else "one run at a time with the whole CPU share"

@@ -25,7 +25,7 @@ from tuner.knobs import execution, loss_key
 from tuner.observe import annotate
 from tuner.phases import baseline
 from tuner.records import AHEAD_PHASE, TrialRow
-from tuner.runner import Ledger, Placement, run_cases
+from tuner.runner import Ledger, run_cases
 from tuner.select import Candidate, could_be_remeasured, loss_check_candidates
 from tuner.trial_rows import trial_row
 
@@ -55,7 +55,12 @@ def run(
         queue and feasible < s.loss_check_top and len(rows) < budget and _in_reach(ctx, queue[0], passed)
     ):
         extra = 1 if base_row is None and beside is None else 0  # round 0 also trains the baseline
-        take = max(0, min(_slots(ctx) - extra, s.loss_check_top - feasible, budget - len(rows)))
+        take = max(
+            0,
+            min(
+                ctx.placement.loss_round().concurrent - extra, s.loss_check_top - feasible, budget - len(rows)
+            ),
+        )
         batch = _round_picks(queue, passed, take, s.remeasure_top)
         queue = queue[len(batch) :]
         done_ahead = _rows_ahead(ctx, batch, ahead)  # first: a resumed round then sees the same cases
@@ -149,7 +154,7 @@ class LossAhead:
 
     def _start(self, pick: Candidate) -> None:
         spec = _spec(self.ctx, pick)
-        spec = spec.with_train(gpu_memory_fraction=self.ctx.beside_share(spec.train.model_dump()))
+        spec = spec.with_train(gpu_memory_fraction=self.ctx.placement.beside_share(spec.train.model_dump()))
         who = f"loss-ahead-{len(self.runs)}"
         self.runs[self._key(pick.config)] = baseline.start_run_beside(self.ctx, spec, who, pick.config)
         log(f"[loss_check] {pick.id}'s loss run trains ahead, beside the screen, in its GPU's idle time")
@@ -247,7 +252,7 @@ def _round(
 ) -> list[TrialRow]:
     # Full token budget, the baseline's seed and data order; GPU fractions with a memory cap each.
     name = f"loss_check_{round_no}"
-    placement = Placement(_resources(ctx), _slots(ctx), ctx.reuse_actors())
+    placement = ctx.placement.loss_round()
     return annotate(
         ctx, run_cases(name, ctx.out, spread_over_gpus(ctx, cases, beside), placement, inputs=ctx.inputs)
     )
@@ -266,29 +271,5 @@ def spread_over_gpus(ctx: SearchContext, cases: list[TrialSpec], beside: int = 0
     return [c.with_train(gpu_memory_fraction=max(c.train.gpu_memory_fraction or 0.0, floor)) for c in cases]
 
 
-def _resources(ctx: SearchContext):
-    cpus = ctx.cfg.resources.cpus_per_trial
-    if ctx.on_gpu:  # per trial: its own GPU share (see _gpu_share)
-        return lambda config: {"cpu": cpus, "gpu": TrialSpec.of_tune(config).train.gpu_memory_fraction or 1.0}
-    return {"cpu": cpus}
-
-
 def _gpu_share(ctx: SearchContext, screened: TrialRow | None) -> float | None:
-    """GPU fraction for a loss run: the configured share, or more when the config's screen run peaked
-    above it (with 25% headroom), rounded up to 1/k so runs pack evenly. Its memory cap is the same."""
-    if not ctx.on_gpu:
-        return None
-    peak = screened.peak_mem_mb if screened else None
-    need = (peak or 0) * 1.25 / max(1, ctx.hw.gpu_mem_mb or 1)
-    share = max(ctx.cfg.resources.loss_check_gpu_fraction, need)
-    return 1.0 if share > 0.5 else 1.0 / int(1.0 / share)
-
-
-def _slots(ctx: SearchContext) -> int:
-    """How many loss-check runs fit at once on the cluster."""
-    r = ctx.cfg.resources
-    if ctx.on_gpu:
-        slots = int(ctx.hw.gpus / r.loss_check_gpu_fraction)
-    else:
-        slots = int(ctx.cluster_cpus / r.cpus_per_trial)
-    return max(1, min(slots, r.max_concurrent or slots))
+    return ctx.placement.loss_share(screened.peak_mem_mb if screened else None)

@@ -37,7 +37,7 @@ def run(ctx: SearchContext, screen: list[TrialRow], planned_s: float | None = No
         TrialSpec.of(case, finalist=finalist, knobs=knobs)
         for (finalist, knobs), case in zip(finalists, cases, strict=True)
     ]
-    rows = measure(ctx, specs, asked, ctx.remeasure_placement(asked, peaks), planned_s)
+    rows = measure(ctx, specs, asked, ctx.placement.remeasure(asked, peaks), planned_s)
     return [row.speed_only() for row in rows]
 
 

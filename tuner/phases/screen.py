@@ -58,7 +58,7 @@ def run(
             **TrialSpec.of({**ctx.short_run({}), "compile_deadline_s": _deadline_s(ctx)}).as_tune(),
             **to_tune(space),
         },
-        ctx.speed_placement(),
+        ctx.placement.speed(),
         trials=s.trials,
         make_searcher=make_searcher,
         stopper_ratio=s.early_stop_ratio,
