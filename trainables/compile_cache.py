@@ -28,7 +28,6 @@ import platform
 import re
 import sys
 import tempfile
-import uuid
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -40,6 +39,7 @@ from model.library_env import COMPILE_CACHE_VARS
 from model.ops import tuning
 from trainables.data import corpus_cache_dir
 from trainables.errors import first_line
+from trainables.files import write_atomically
 
 ROOTS = tuple(COMPILE_CACHE_VARS)  # the dirs of a compile cache, as `TrainConfig.compile_cache` lays them out
 BATCH_BYTES = 64 << 20  # the most one call moves through Ray's object store
@@ -191,10 +191,7 @@ def write_files(root: Path, files: dict[str, bytes]) -> int:
         dest = root / rel
         if not safe(rel) or dest.exists():
             continue
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        tmp = dest.with_name(f".{dest.name}.{uuid.uuid4().hex[:12]}.partial")  # one per writer, threads too
-        tmp.write_bytes(data)
-        os.replace(tmp, dest)
+        write_atomically(dest, data)
         written += 1
     return written
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from trainables.data import corpus_cache_dir
+from trainables.files import write_atomically
 from tuner.config import SearchConfig
 from tuner.records import Hardware
 
@@ -81,7 +82,5 @@ def remember(folder: Path, key: str, out: Path, phases: dict[str, Any]) -> Path:
         "phases": {name: phases[name] for name in REMEMBERED_PHASES},
     }
     path = folder / f"{key}.json"
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(record))
-    tmp.replace(path)
+    write_atomically(path, json.dumps(record))
     return path

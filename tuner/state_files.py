@@ -23,6 +23,7 @@ from pathlib import Path
 
 from trainables.config import ConfigError
 from trainables.errors import first_line
+from trainables.files import write_atomically
 from tuner.config import SearchConfig
 from tuner.records import TrialRow
 
@@ -170,10 +171,9 @@ def _short(value: object) -> str:
 
 
 def _write_rebuilt(path: Path, data: dict) -> None:
-    tmp = path.with_suffix(".tmp")
     try:
-        tmp.write_text(json.dumps(data, indent=1, default=str))
         shutil.copyfile(path, path.with_name(DAMAGED_STATE))
-        tmp.replace(path)  # last: until then the damaged file stands, and --resume finds it again
+        # last: until it lands the damaged file stands, and --resume finds it again
+        write_atomically(path, json.dumps(data, indent=1, default=str))
     except OSError as err:
         raise ConfigError(f"--resume: cannot rebuild {path} ({err.strerror or err})") from None
