@@ -30,11 +30,10 @@ import torch.utils.checkpoint
 
 from model import library_env
 from model.ops import available_backends, tuning
-from trainables import compile_cache
+from trainables import compile_cache, progress
 from trainables.cache_use import CacheCount, stable_cache_keys
 from trainables.config import CUDA_GRAPH_MODES, ConfigError, TrainConfig, dump_config
 from trainables.errors import find_cause, first_line
-from trainables.progress import fmt_seconds
 from trainables.result import RunResult
 from trainables.timing import CompileDeadline, FirstStepDeadline, StepTimer
 from trainables.workload import Job, as_job, check_checkpointing, load_workload
@@ -176,10 +175,6 @@ class _MemoryCap:
             torch.cuda.set_per_process_memory_fraction(1.0, self.device)
 
 
-def _log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
-
-
 @torch.no_grad()
 def evaluate(model: torch.nn.Module, workload: Job, batches) -> float:
     """Mean val loss over the fixed val windows, in fp32 and eager mode so it reflects the weights only
@@ -313,7 +308,7 @@ def train(
     *,
     workload: Any = None,
     report: Report | None = None,
-    log: Callable[[str], None] | None = _log,
+    log: Callable[[str], None] | None = progress.log,
     timing_gate: AbstractContextManager | None = None,
     step_hook: Callable[[], None] | None = None,
 ) -> RunResult:
@@ -436,7 +431,7 @@ def _progress_line(cfg: TrainConfig, point: dict[str, Any], rate: float) -> str:
     return (
         f"step {done}/{cfg.total_steps} | tokens {point['tokens']:,} | loss {point['train_loss']:.4f}"
         + (f" | val {point['val_loss']:.4f}" if "val_loss" in point else "")
-        + f" | {rate:,.0f} tok/s | ETA {fmt_seconds(eta)}"
+        + f" | {rate:,.0f} tok/s | ETA {progress.fmt_seconds(eta)}"
     )
 
 

@@ -3,6 +3,13 @@ and trainables/ may not import tuner/, so the one copy lives here and tuner/ imp
 
 from __future__ import annotations
 
+import sys
+
+
+def log(line: str) -> None:
+    """One progress line on stderr, flushed at once (Ray forwards a worker's stderr as it comes)."""
+    print(line, file=sys.stderr, flush=True)
+
 
 def fmt_seconds(seconds: float) -> str:
     """A duration as a person reads it: 4s, 1m 05s, 2h 02m 05s (to the second; a negative one is 0s)."""

@@ -14,7 +14,6 @@ trains and sent back after (`_follow_driver_caches`, trainables/compile_cache.py
 from __future__ import annotations
 
 import os
-import sys
 import tempfile
 from dataclasses import replace
 from pathlib import Path
@@ -30,6 +29,7 @@ from trainables.config import ConfigError, TrainConfig
 from trainables.data import Corpus, shipped_corpus
 from trainables.gate import NAMESPACE, BesideClient, GateClient
 from trainables.loop import train
+from trainables.progress import log
 from trainables.result import INTERIM_FIELDS, TrialResult
 from trainables.spec import TrialSpec
 
@@ -187,7 +187,7 @@ def _train(
         if node_cache:
             notices.append(node_cache.push())
         for line in notices:
-            print(line, file=sys.stderr, flush=True)  # the trial's worker log
+            log(line)  # the trial's worker log
     result = TrialResult.of(
         run,
         node_id=placement["node_id"],

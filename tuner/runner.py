@@ -14,7 +14,6 @@ and TensorBoard events into OUT/ray on the driver, from what they report.
 from __future__ import annotations
 
 import os
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -27,7 +26,7 @@ from ray.tune.stopper import CombinedStopper
 
 from trainables.config import ConfigError
 from trainables.data import Corpus
-from trainables.progress import fmt_seconds
+from trainables.progress import fmt_seconds, log
 from trainables.spec import TRAIN, TrialSpec
 from trainables.trainable import train_trial
 from tuner.distinct import DistinctConfigs
@@ -192,7 +191,7 @@ class LedgerCallback(Callback):
         return f"{label} {tokens / 1e6:.2f}M/{total / 1e6:.2f}M tokens, {speed:,.0f} tok/s, ETA {fmt_seconds(eta)}"
 
     def _say(self, line: str) -> None:
-        print(line, file=sys.stderr, flush=True)
+        log(line)
         self.last_line = time.time()
 
     def on_trial_complete(self, iteration, trials, trial, **info):
@@ -430,11 +429,9 @@ def round_robin(counts: Sequence[int]) -> list[tuple[int, int]]:
 
 def _say_going_on(phase: str, attempt: int, done: int, total: int) -> None:
     if attempt > 0:
-        print(f"[{phase}] rerunning the trials lost with their nodes", file=sys.stderr, flush=True)
+        log(f"[{phase}] rerunning the trials lost with their nodes")
     elif done:  # a resume, or the re-measure timing contended windows again
-        print(
-            f"[{phase}] {done} of {total} trials already done; running the rest", file=sys.stderr, flush=True
-        )
+        log(f"[{phase}] {done} of {total} trials already done; running the rest")
 
 
 def run_proposals(
@@ -495,11 +492,7 @@ def run_proposals(
     rows = ledger.rows()
     out_of_time = clock is not None and clock.elapsed() >= clock.budget_s * 0.95
     if answered:
-        print(
-            f"[{phase}] {answered} repeated proposals answered from earlier measurements, not rerun",
-            file=sys.stderr,
-            flush=True,
-        )
+        log(f"[{phase}] {answered} repeated proposals answered from earlier measurements, not rerun")
     if len(rows) < trials and not (out_of_time or exhausted):  # no signal: that was Interrupted
         raise TuneFailed(ended_early(phase, len(rows), trials, untold))
     return rows
