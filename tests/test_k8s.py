@@ -341,7 +341,9 @@ def test_emit_keeps_paths_on_the_results_volume_and_takes_the_gpus_from_the_sear
     assert _one(objects, "RayJob")["spec"]["entrypointNumGpus"] == 1
     cfg.data = "builtin:python-source"  # a name, built where the job runs: kept
     best_yaml.write_text(yaml.safe_dump(cfg.model_dump()))
-    shipped = yaml.safe_load(_one(checks.load(emit.render_rayjob(best_yaml)), "ConfigMap")["data"]["best.yaml"])
+    shipped = yaml.safe_load(
+        _one(checks.load(emit.render_rayjob(best_yaml)), "ConfigMap")["data"]["best.yaml"]
+    )
     assert shipped["data"] == "builtin:python-source"
     bare = checks.load(emit.render_rayjob(best_yaml, emit.JobOptions(claim=None, data="/data/x.txt")))
     assert yaml.safe_load(_one(bare, "ConfigMap")["data"]["best.yaml"])["data"] == "/data/x.txt"

@@ -267,7 +267,14 @@ def test_a_cluster_driver_leaves_the_device_to_the_trials_hardware_probe(tmp_pat
 
 
 def test_a_built_in_corpus_is_a_name_the_search_accepts_not_a_path(tmp_path):
-    argv = ["--config", "configs/smoke.yaml", "--out", str(tmp_path / "out"), "--data", "builtin:python-source"]
+    argv = [
+        "--config",
+        "configs/smoke.yaml",
+        "--out",
+        str(tmp_path / "out"),
+        "--data",
+        "builtin:python-source",
+    ]
     cfg, corpus, _ = search.read_config(search.build_parser().parse_args(argv), tmp_path / "out")
     assert cfg.train["data"] == "builtin:python-source" and "python-source" in corpus.source
     argv[-1] = "builtin:nope"

@@ -18,6 +18,7 @@ from optuna.trial import TrialState
 
 from trainables.config import ConfigError
 from tuner import search
+from tuner.context import State
 from tuner.phases.screen import _fail_stale_trials
 from tuner.runner import Ledger
 from tuner.state_files import repair_state_files
@@ -102,7 +103,7 @@ def test_resume_repairs_before_ray_starts(tmp_path, monkeypatch, capsys):
     argv = ["--config", SMOKE, "--out", str(out), *data]
     cfg, *_ = search.read_config(search.build_parser().parse_args(argv), out)
     out.mkdir()  # read_config checks, and writes nothing
-    state = search.State(out)  # what a first run leaves: its config, in state.json
+    state = State(out)  # what a first run leaves: its config, in state.json
     state.data["config"] = {**cfg.model_dump(), "train": {**cfg.train}}
     state.save()
     ledger = ledger_of(out, 3)

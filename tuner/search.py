@@ -1,8 +1,8 @@
 """`python -m tuner.search`: the fastest training config whose loss stays within tolerance of the baseline.
 
-The pipeline (`run_search`) reads top to bottom: hardware -> baseline -> batch probe -> speed screen ->
-loss check -> re-measure -> answer; docs/architecture.md says what each phase measures and why. Each
-finished phase is recorded in OUT/state.json, each phase is a Ray Tune experiment under OUT/ray/, and the
+This module is the command line: it reads and checks the input (before anything is started or written),
+starts Ray (tuner/ray_session.py), claims OUT, and runs the pipeline (tuner/pipeline.py: hardware -> batch
+probe -> speed screen -> loss check -> re-measure -> answer). Each finished phase is recorded in OUT/state.json, each phase is a Ray Tune experiment under OUT/ray/, and the
 Optuna study lives in OUT/optuna.journal (or an RDB URL), so `--resume` finishes an interrupted search
 without rerunning or duplicating finished trials.
 
@@ -30,19 +30,16 @@ from trainables.corpora import is_builtin
 from trainables.data import Corpus, DataError, resolve_corpus, shipped_corpus
 from trainables.errors import EnvironmentFault, find_cause, first_line
 from trainables.exit_codes import Exit
-from trainables.gate import open_gates
 from trainables.preflight import preflight
 from trainables.workload import WorkloadInfo
-from tuner import answers, cache_server, caches, emit, eta, observe
+from tuner import answers, cache_server, caches, emit
 from tuner.config import SearchConfig, load_search_config, parse_duration
-from tuner.context import PhaseError, SearchContext, SearchFailed, State, log
+from tuner.context import PhaseError, SearchFailed, log
 from tuner.out_lock import OutLock
-from tuner.phases import baseline, finish, loss_check, probe, remeasure, screen
+from tuner.pipeline import open_context, run_search
 from tuner.ray_session import CONNECT_TIMEOUT_S, RaySession, RayTarget, ray_target, terminated
-from tuner.records import Hardware, ProbedBatch, TrialRow
 from tuner.runner import TrialInputs
-from tuner.select import propagate_feasibility
-from tuner.space import applicable, autotune_notice, fit_to_workload, probe_hardware
+from tuner.space import fit_to_workload
 from tuner.state_files import rebuild_state, repair_state_files
 from tuner.streams import guarded_streams, say
 
@@ -85,118 +82,6 @@ exit codes:
 durations (--time-budget, search.time_budget, search.compile_deadline): 90, 1.5 (seconds), 90s, 20m,
   1h30m; above zero.
 """
-
-
-def run_search(ctx: SearchContext, fresh: bool = False, kept: Path | None = None) -> int:
-    """`kept`: where finished searches are remembered (answers.answers_dir()); `fresh`: ignore them."""
-    kept = kept or answers.answers_dir()
-    remembered = recall_answer(ctx, fresh, kept)
-    space = _space_for_hardware(ctx)
-    ctx.telemetry = observe.start(ctx)
-    gates = open_gates()  # one timed window per GPU at a time; the driver owns them for the search
-
-    ctx.probed = ctx.phase("probe", lambda: probe.run(ctx, space), dict[str, ProbedBatch])
-    space = probe.bounded(ctx, space, ctx.probed)
-    beside = baseline.start_beside(ctx, space)  # the baseline's loss run, in the screen's idle GPU time
-    ahead = loss_check.start_ahead(ctx)  # the candidates' loss runs, as the screen finds them
-    on_row = ahead.consider if ahead is not None else None
-    screened = ctx.phase("screen", lambda: screen.run(ctx, space, on_row), list[TrialRow])
-    planned_remeasure_s = eta.after_screen(ctx, screened, beside, ahead)
-
-    checked = ctx.phase("loss_check", lambda: loss_check.run(ctx, screened, beside, ahead), list[TrialRow])
-    if ahead is not None:
-        ahead.cancel_rest()
-    base_row, checked = checked[0], checked[1:]
-    gate = ctx.cfg.quality.gate(base_row.val_loss)  # the loss check's gate (the phase may be resumed)
-    propagate_feasibility(screened, checked, gate, baseline=ctx.base)
-    measured = ctx.phase(
-        "remeasure", lambda: remeasure.run(ctx, screened, planned_remeasure_s), list[TrialRow]
-    )
-
-    summary = finish.summarize(ctx, base_row, screened, checked, measured, gate)
-    del gates
-    code = finish.write(ctx, summary)
-    if not remembered and code != Exit.NOTHING_SCREENED:
-        answers.remember(kept, ctx.state.data["fingerprint"], ctx.out, ctx.state.data["phases"])
-    return code
-
-
-def recall_answer(ctx: SearchContext, fresh: bool, kept: Path) -> bool:
-    """A search that matches one finished earlier on this machine takes its probe, screen and loss check
-    (as a resumed search takes its own) and re-measures its finalists and the baseline, to confirm."""
-    key = ctx.state.data.setdefault(
-        "fingerprint", answers.fingerprint(ctx.cfg, ctx.hw, ctx.workload.code_root if ctx.workload else None)
-    )
-    if ctx.state.data.get("remembered"):  # a resumed confirmation
-        return True
-    begun = any(ctx.state.phase(name) is not None for name in answers.REMEMBERED_PHASES)  # its own, resumed
-    if begun or answers.fresh_asked(fresh):
-        return False
-    record = answers.recall(kept, key)
-    if record is None:
-        return False
-    ctx.state.data["remembered"] = {"out": record["out"], "when": record["when"], "fingerprint": key}
-    for name in answers.REMEMBERED_PHASES:
-        ctx.state.finish(name, record["phases"][name], 0.0)
-    log(
-        f"remembered: this search matches one finished on {record['when']} ({record['out']}); re-measuring "
-        "its finalists and the baseline to confirm its answer (--fresh searches anew)"
-    )
-    return True
-
-
-def _space_for_hardware(ctx: SearchContext):
-    """The space trimmed to what applies on the trials' hardware; knobs left with one choice are fixed."""
-    space, fixed, notices = applicable(ctx.cfg.search.space, ctx.hw.model_dump())
-    ctx.base.update(fixed)
-    if ctx.base["kernels"] == "fused" and not ctx.hw.cuda:
-        raise EnvironmentFault("config key 'train.kernels': 'fused' needs CUDA workers (use torch or auto)")
-    for n in notices:
-        ctx.notice(n)
-    if autotune := autotune_notice(space, ctx.hw.model_dump()):
-        ctx.notice(autotune)
-    if fixed:
-        ctx.notice(f"fixed (one choice left): {fixed}")
-    for choice, why in ctx.cfg.search.left_out.items():
-        ctx.notice(f"left out of the space: {choice}: {why}")
-    return space
-
-
-def open_context(
-    cfg: SearchConfig,
-    out: Path,
-    *,
-    resume: bool,
-    command: str,
-    compile_cache: str | None = None,
-    workload: WorkloadInfo | None = None,
-    inputs: TrialInputs | None = None,
-) -> SearchContext:
-    """The context every phase works with: the cluster's resources and the trials' hardware."""
-    state = State(out)
-    state.data.setdefault("config", cfg.model_dump())
-    state.data.setdefault("command", command)
-    state.save()
-    resources = ray.cluster_resources()
-    gpus = int(resources.get("GPU", 0))
-    task = ray.remote(probe_hardware).options(**({"num_gpus": 1} if gpus else {}))
-    ctx = SearchContext(
-        cfg=cfg,
-        out=out,
-        base=cfg.baseline().model_dump(),
-        hw=Hardware(),
-        cluster_cpus=int(resources.get("CPU", 1)),
-        node_cpus=max((int(n["Resources"].get("CPU", 0)) for n in ray.nodes() if n["Alive"]), default=0),
-        state=state,
-        command=command,
-        resume=resume,
-        compile_cache=compile_cache,
-        workload=workload,
-        inputs=inputs or TrialInputs(),
-    )
-    hw = ctx.phase("hardware", lambda: Hardware(**ray.get(task.remote())), Hardware)
-    ctx.hw = hw.model_copy(update={"gpus": gpus})  # every GPU of the cluster, not just the probed node's
-    return ctx
 
 
 def check_writable_dir(out: Path) -> None:
