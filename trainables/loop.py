@@ -9,14 +9,11 @@ process trains several times (Ray reuses worker processes).
 
 from __future__ import annotations
 
-import ctypes
 import functools
-import gc
 import json
 import math
 import os
 import platform
-import resource
 import sys
 import time
 from collections.abc import Callable
@@ -30,7 +27,7 @@ import torch.utils.checkpoint
 
 from model import library_env
 from model.ops import available_backends, tuning
-from trainables import compile_cache, progress
+from trainables import compile_cache, memory, progress
 from trainables.cache_use import CacheCount, stable_cache_keys
 from trainables.config import CUDA_GRAPH_MODES, ConfigError, TrainConfig, dump_config
 from trainables.errors import find_cause, first_line
@@ -103,76 +100,6 @@ def lr_at(cfg: TrainConfig, step: int) -> float:
     progress = min(1.0, (step - warm) / max(1, total - warm))
     floor = min(cfg.min_lr, peak)
     return floor + 0.5 * (peak - floor) * (1 + math.cos(math.pi * progress))
-
-
-def _is_oom(err: BaseException, cpu_capped: bool = False) -> bool:
-    if isinstance(err, torch.OutOfMemoryError | MemoryError):
-        return True
-    text = str(err)
-    if cpu_capped and "could not create a primitive" in text:
-        return True  # oneDNN's allocation failing under the CPU address-space cap
-    return isinstance(err, RuntimeError) and ("out of memory" in text or "can't allocate memory" in text)
-
-
-def _trim_heap() -> None:
-    """Hands freed heap back to the OS (glibc's malloc_trim): what an earlier, bigger run in this process
-    freed but the allocator kept would otherwise stay in the RSS, and in this run's peak."""
-    try:
-        trim = getattr(ctypes.CDLL(None), "malloc_trim", None)
-    except OSError:
-        return
-    if trim is not None:
-        trim(0)
-
-
-def _reset_peak_mem(device: torch.device) -> None:
-    """Starts this run's memory peak now: a reused worker process (Ray) must not report an earlier run's."""
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
-        return
-    _trim_heap()
-    try:
-        Path("/proc/self/clear_refs").write_text("5")  # Linux: resets VmHWM to the current RSS
-    except OSError:
-        pass  # elsewhere the peak stays the process's lifetime one
-
-
-def _peak_mem_mb(device: torch.device) -> float:
-    if device.type == "cuda":
-        return torch.cuda.max_memory_allocated(device) / 2**20
-    try:
-        with open("/proc/self/status") as f:  # VmHWM: peak RSS since _reset_peak_mem
-            return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:")) / 1024
-    except (OSError, StopIteration, ValueError, IndexError):
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # lifetime peak (KiB on Linux)
-
-
-class _MemoryCap:
-    """`memory_cap_mb`: a hard cap that turns over-use into an OOM (CUDA: allocator fraction; CPU: rlimit)."""
-
-    def __init__(self, cfg: TrainConfig, device: torch.device):
-        self.cfg, self.device, self.saved = cfg, device, None
-
-    def __enter__(self):
-        cap, frac = self.cfg.memory_cap_mb, self.cfg.gpu_memory_fraction
-        if self.device.type == "cuda":
-            total = torch.cuda.get_device_properties(self.device).total_memory
-            fractions = [f for f in (frac, cap and cap * 2**20 / total) if f]
-            if fractions:
-                torch.cuda.set_per_process_memory_fraction(min(1.0, min(fractions)), self.device)
-        elif cap:
-            # Address-space limit above what the process already maps, so only new allocations count.
-            with open("/proc/self/status") as f:
-                vm_kb = next(int(line.split()[1]) for line in f if line.startswith("VmSize:"))
-            self.saved = resource.getrlimit(resource.RLIMIT_AS)
-            resource.setrlimit(resource.RLIMIT_AS, (vm_kb * 1024 + cap * 2**20, self.saved[1]))
-        return self
-
-    def __exit__(self, *exc):
-        if self.saved is not None:
-            resource.setrlimit(resource.RLIMIT_AS, self.saved)
-        elif self.device.type == "cuda" and (self.cfg.memory_cap_mb or self.cfg.gpu_memory_fraction):
-            torch.cuda.set_per_process_memory_fraction(1.0, self.device)
 
 
 @torch.no_grad()
@@ -259,7 +186,7 @@ def _prepare(cfg: TrainConfig, workload: Job, device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.set_device(device)
     stable_cache_keys()
-    _reset_peak_mem(device)
+    memory.reset_peak(device)
     # fp32 means fp32: TF32 tensor cores only when asked for.
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = cfg.precision == "tf32"
     torch.manual_seed(cfg.seed)
@@ -287,20 +214,9 @@ def _failure(err: Exception, cpu_capped: bool, deadline_s: float | None = None) 
     """The status and error line of a failed run: timeout, oom, or error with the exception's first line."""
     if find_cause(err, CompileDeadline):
         return "timeout", f"the first step (compile, autotuning) ran over its {deadline_s:g} s deadline"
-    if _is_oom(err, cpu_capped=cpu_capped):
+    if memory.is_oom(err, cpu_capped=cpu_capped):
         return "oom", f"out of memory: {first_line(err)[:200]}"
     return "error", f"{type(err).__name__}: {first_line(err)[:300]}"
-
-
-def _release(device: torch.device) -> float:
-    """Frees what the run left, so the next run in this process starts clean; returns the run's peak MB."""
-    gc.collect()
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    peak = round(_peak_mem_mb(device), 1)
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
-    return peak
 
 
 def train(
@@ -334,7 +250,7 @@ def train(
     status, error = "ok", None
     state["training"] = _Training(cfg, workload, device, log, _placed(device))
     try:
-        with _MemoryCap(cfg, device):
+        with memory.MemoryCap(cfg, device):
             state["training"].run(report, timing_gate, step_hook, deadline_s)
     except NonFiniteLoss as err:
         status, error = "nan", str(err)
@@ -343,7 +259,7 @@ def train(
         status, error = _failure(err, capped, deadline_s)
     finally:
         result = state.pop("training").measured()  # what it measured until it ended
-        peak_mem_mb = _release(device)
+        peak_mem_mb = memory.release(device)
     result = replace(
         result,
         status=status,
