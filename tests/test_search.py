@@ -460,6 +460,7 @@ def test_a_screen_whose_budget_ends_before_any_config_finishes_exits_6_and_says_
     # 1 s ends it while Ray starts the first trials' workers (none started) or they compile
     assert "its time budget (1 s) ended while" in lines[-2] and "raise --time-budget" in lines[-2]
     assert "no config passed the loss check" not in proc.stderr
+    assert "notice: the screen's time budget ended it after 0 of " in proc.stderr  # said, not only implied
     assert lines[-1] == f"run it: python -m trainables.train --config {(out / 'best.yaml').resolve()}"
     assert load_config(str(out / "best.yaml")).batch_size == load_config("configs/smoke.yaml").batch_size
     assert load_summary(out)["nothing_screened"].startswith("the screen finished 0 ")

@@ -75,7 +75,7 @@ class SearchSection(BaseModel):
     time_budget: str | None = Field(
         None,
         description="e.g. 20m, 1h30m, 90s: GPU time of the screen, which stops proposing after it; N GPUs "
-        "spend it in 1/N of the wall time (never less than compile_deadline)",
+        "spend it in 1/N of the wall time (held open while a start point is still running)",
     )
     compile_deadline: str | None = Field(
         None,
@@ -121,6 +121,15 @@ class SearchSection(BaseModel):
                 if name not in self.space:
                     raise ValueError(f"start point knob {name!r} is not in the search space")
         return self
+
+    @property
+    def time_budget_s(self) -> float | None:
+        """`time_budget` in seconds (it is kept as written, for the report and --resume's check)."""
+        return parse_duration(self.time_budget) if self.time_budget else None
+
+    @property
+    def compile_deadline_s(self) -> float | None:
+        return parse_duration(self.compile_deadline) if self.compile_deadline else None
 
     @field_validator("time_budget", "compile_deadline", mode="before")
     @classmethod

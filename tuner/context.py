@@ -8,7 +8,6 @@ records its result in OUT/state.json, so `--resume` skips finished phases.
 from __future__ import annotations
 
 import json
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -18,6 +17,8 @@ from typing import Any, TypeVar
 from pydantic import TypeAdapter
 
 from trainables.config import ConfigError
+from trainables.files import write_atomically
+from trainables.progress import log
 from trainables.workload import WorkloadInfo
 from tuner.config import SearchConfig
 from tuner.records import Hardware, ProbedBatch
@@ -25,10 +26,6 @@ from tuner.runner import TrialInputs
 from tuner.runs.placement import PlacementPolicy
 
 T = TypeVar("T")
-
-
-def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
 
 
 class SearchFailed(RuntimeError):
@@ -53,9 +50,7 @@ class State:
         )
 
     def save(self) -> None:
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.data, indent=1, default=str))
-        tmp.replace(self.path)
+        write_atomically(self.path, json.dumps(self.data, indent=1, default=str))
 
     def phase(self, name: str) -> Any:
         return self.data["phases"].get(name)

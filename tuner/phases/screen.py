@@ -15,7 +15,7 @@ from optuna.trial import TrialState
 from ray.tune.search.optuna import OptunaSearch
 
 from trainables.spec import TrialSpec
-from tuner.config import Knob, Range, parse_duration
+from tuner.config import Knob, Range
 from tuner.context import SearchContext, log
 from tuner.knobs import freeze
 from tuner.observe import annotate
@@ -55,7 +55,7 @@ def run(
         "screen",
         ctx.out,
         {
-            **TrialSpec.of({**ctx.short_run({}), "compile_deadline_s": _deadline_s(ctx)}).as_tune(),
+            **TrialSpec.of({**ctx.short_run({}), "compile_deadline_s": s.compile_deadline_s}).as_tune(),
             **to_tune(space),
         },
         ctx.placement.speed(),
@@ -67,6 +67,11 @@ def run(
         on_row=on_row,
     )
     log(f"[screen] {ScreenOutcome.of(rows).line(budget_s)}")  # "finished 0 of 8" names its cause
+    if clock is not None and len(rows) < s.trials and clock.elapsed() >= clock.budget_s:
+        ctx.notice(
+            f"the screen's time budget ended it after {len(rows)} of {s.trials} trials ({s.time_budget} of GPU "
+            f"time, {budget_s:.0f} s of wall time here); --time-budget gives it more"
+        )
     return annotate(ctx, [row.speed_only() for row in rows])  # the loss check measures their losses
 
 
@@ -75,10 +80,10 @@ def wall_budget_s(ctx: SearchContext) -> float | None:
     wall time, and finish as many proposals as one GPU would in the whole budget. Its floor is not a
     constant: the screen ends only once its start points are done (screen_clock)."""
     s = ctx.cfg.search
-    if not s.time_budget:
+    if s.time_budget_s is None:
         return None
     gpus = max(1, ctx.hw.gpus)
-    wall = parse_duration(s.time_budget) / gpus
+    wall = s.time_budget_s / gpus
     if gpus > 1:
         log(
             f"[screen] time budget {s.time_budget} of GPU time over {gpus} GPUs: {wall:.0f} s of wall time, "
@@ -94,12 +99,8 @@ def screen_clock(
     deadline regardless (a trial gives up its first step by then)."""
     if budget_s is None:
         return None
-    return ScreenClock(budget_s, budget_s + (_deadline_s(ctx) or budget_s), frozenset(map(freeze, points)))
-
-
-def _deadline_s(ctx: SearchContext) -> float | None:
-    deadline = ctx.cfg.search.compile_deadline
-    return parse_duration(deadline) if deadline else None
+    deadline = ctx.cfg.search.compile_deadline_s
+    return ScreenClock(budget_s, budget_s + (deadline or budget_s), frozenset(map(freeze, points)))
 
 
 def _storage(ctx: SearchContext):
