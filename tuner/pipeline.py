@@ -20,6 +20,7 @@ from tuner.context import SearchContext, State, log
 from tuner.phases import baseline, finish, loss_check, probe, remeasure, screen
 from tuner.records import Hardware, ProbedBatch, TrialRow
 from tuner.runner import TrialInputs
+from tuner.runs.tasks import on_a_trial_node
 from tuner.select import propagate_feasibility
 from tuner.space import applicable, autotune_notice, probe_hardware
 
@@ -116,7 +117,6 @@ def open_context(
     state.save()
     resources = ray.cluster_resources()
     gpus = int(resources.get("GPU", 0))
-    task = ray.remote(probe_hardware).options(**({"num_gpus": 1} if gpus else {}))
     ctx = SearchContext(
         cfg=cfg,
         out=out,
@@ -131,6 +131,6 @@ def open_context(
         workload=workload,
         inputs=inputs or TrialInputs(),
     )
-    hw = ctx.phase("hardware", lambda: Hardware(**ray.get(task.remote())), Hardware)
+    hw = ctx.phase("hardware", lambda: Hardware(**on_a_trial_node(probe_hardware, gpu=bool(gpus))), Hardware)
     ctx.hw = hw.model_copy(update={"gpus": gpus})  # every GPU of the cluster, not just the probed node's
     return ctx

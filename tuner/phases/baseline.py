@@ -12,13 +12,9 @@ no longer waits for it."""
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from typing import Any
 
-import ray
-
 from trainables.spec import TrialSpec
-from trainables.trainable import run_beside
 from tuner.config import Knob
 from tuner.context import SearchContext, SearchFailed, log
 from tuner.knobs import execution, loss_key
@@ -26,6 +22,7 @@ from tuner.observe import annotate
 from tuner.phases.screen import start_point
 from tuner.records import BASELINE_ID, BESIDE_PHASE, LossGate, TrialRow
 from tuner.runner import Ledger
+from tuner.runs.tasks import TaskRun, start_loss_run
 from tuner.trial_rows import trial_row
 
 # A run the early stopper or the time budget stopped after steady steps has proven its execution works and
@@ -38,19 +35,7 @@ BESIDE_WHO = "baseline-loss"  # its name at its GPU's timing gate
 WAIT_LINE_S = 30.0  # the longest the search is silent while it waits for the beside run
 
 
-@dataclass
-class BesideRun:
-    """A loss run trained beside the screen (the baseline's, or a candidate's ahead of the loss check): its
-    Ray task (None when its row is already in the ledger, from before a resume), the trial it runs, and the
-    config it took the execution of (the baseline's: a start point)."""
-
-    ref: Any
-    spec: TrialSpec
-    point: dict[str, Any]
-    started: float
-
-    def done(self) -> bool:
-        return self.ref is None or bool(ray.wait([self.ref], timeout=0)[0])
+BesideRun = TaskRun  # a loss run trained beside the screen
 
 
 def start_beside(ctx: SearchContext, space: dict[str, Knob]) -> BesideRun | None:
@@ -79,27 +64,17 @@ def room_beside(ctx: SearchContext) -> bool:
     return ctx.on_gpu and ctx.placement.speed().concurrent >= 2 and ctx.state.phase("loss_check") is None
 
 
-def start_run_beside(ctx: SearchContext, spec: TrialSpec, who: str, point: dict[str, Any]) -> BesideRun:
+def start_run_beside(ctx: SearchContext, spec: TrialSpec, who: str, point: dict[str, Any]) -> TaskRun:
     """`spec` as a Ray task on its GPU share (its `gpu_memory_fraction`), `who` at its GPU's gate."""
-    share = spec.train.gpu_memory_fraction
-    # max_calls=1: the worker exits with the run; kept idle, its CUDA context on the GPU made every later
-    # window there "GPU shared" (2 H200s, run L: 13 re-measure windows timed again, 277 s instead of ~80)
-    task = ray.remote(max_calls=1)(run_beside).options(
-        num_cpus=ctx.cfg.resources.cpus_per_trial, num_gpus=share
-    )
-    ref = task.remote(spec, who, ctx.inputs.corpus, ctx.inputs.cache_server)
-    return BesideRun(ref, spec, point, time.time())
+    return start_loss_run(spec, who, point, ctx.cfg.resources.cpus_per_trial, ctx.inputs)
 
 
-def wait_for(run: BesideRun, what: str) -> tuple[dict[str, Any] | None, BaseException | None]:
+def wait_for(run: TaskRun, what: str) -> tuple[dict[str, Any] | None, BaseException | None]:
     """The run's metrics, or its error (a line every WAIT_LINE_S while it trains on)."""
     while not run.done():
         log(f"[loss_check] {what} is still training ({time.time() - run.started:.0f} s so far)")
-        ray.wait([run.ref], timeout=WAIT_LINE_S)
-    try:
-        return ray.get(run.ref), None
-    except Exception as err:  # noqa: BLE001 - a failed run is a row with its error, as a trial's is
-        return None, err
+        run.wait(WAIT_LINE_S)
+    return run.result()
 
 
 def _twin_point(ctx: SearchContext, space: dict[str, Knob]) -> dict[str, Any] | None:

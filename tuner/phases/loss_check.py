@@ -17,8 +17,6 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-import ray
-
 from trainables.spec import TrialSpec
 from tuner.context import SearchContext, log
 from tuner.knobs import execution, loss_key
@@ -176,7 +174,7 @@ class LossAhead:
         GPUs."""
         left = [run for run in self.runs.values() if run is not None]
         for run in left:
-            ray.cancel(run.ref, force=True)
+            run.cancel()
         if left:
             log(f"[loss_check] {len(left)} loss run(s) ahead no round needed: stopped")
 

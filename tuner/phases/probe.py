@@ -3,12 +3,10 @@ batches that cannot fit. One fresh worker per precision: an OOM must not leave s
 
 from __future__ import annotations
 
-import ray
-
-from tuner.batch_finder import max_batch
 from tuner.config import Knob
 from tuner.context import SearchContext, log
 from tuner.records import ProbedBatch
+from tuner.runs.tasks import probe_batches
 from tuner.space import bound_batch
 
 # Precisions whose runs hold the same tensors: tf32 is fp32 storage, fp16 is bf16's size; one probe each.
@@ -25,9 +23,7 @@ def run(ctx: SearchContext, space: dict[str, Knob]) -> dict[str, ProbedBatch]:
     precisions = space.get("precision", [ctx.base["precision"]])
     probed = sorted({SAME_MEMORY.get(p, p) for p in precisions})
     limit = min(ctx.cfg.search.max_batch, max(space["batch_size"]))
-    task = ray.remote(max_calls=1)(max_batch).options(num_gpus=1 if ctx.on_gpu else 0, num_cpus=1)
-    corpus = ray.put(ctx.inputs.corpus)  # once, for every probe task
-    found = dict(zip(probed, ray.get([task.remote(ctx.base, p, limit, corpus=corpus) for p in probed])))
+    found = probe_batches(ctx.base, probed, limit, ctx.inputs.corpus, ctx.on_gpu)
     bounds = {p: found[SAME_MEMORY.get(p, p)] for p in precisions}
     log(f"[probe] largest batch per precision: { {p: b.batch for p, b in bounds.items()} }")
     return bounds

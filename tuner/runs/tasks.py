@@ -1,0 +1,74 @@
+"""Runs started as Ray tasks rather than in a Tune experiment: a loss run trained beside the screen (the
+baseline's, or a candidate's ahead of the loss check), the batch probe, the hardware check. Here alone the
+tuner's phases reach Ray for them: a `TaskRun` says whether it is done, waits for it, and cancels it."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import ray
+
+from trainables.data import Corpus
+from trainables.spec import TrialSpec
+from trainables.trainable import run_beside
+from tuner.batch_finder import max_batch
+from tuner.records import ProbedBatch
+from tuner.runner import TrialInputs
+
+
+@dataclass
+class TaskRun:
+    """A loss run trained as a Ray task: its task (None when its row is already in the ledger, from before
+    a resume), the trial it runs, and the config it took the execution of (the baseline's: a start point)."""
+
+    ref: Any
+    spec: TrialSpec
+    point: dict[str, Any]
+    started: float
+
+    def done(self) -> bool:
+        return self.ref is None or bool(ray.wait([self.ref], timeout=0)[0])
+
+    def wait(self, timeout_s: float) -> None:
+        if self.ref is not None:
+            ray.wait([self.ref], timeout=timeout_s)
+
+    def result(self) -> tuple[dict[str, Any] | None, BaseException | None]:
+        """Its metrics, or its error (a failed run is a row with its error, as a trial's is)."""
+        try:
+            return ray.get(self.ref), None
+        except Exception as err:  # noqa: BLE001
+            return None, err
+
+    def cancel(self) -> None:
+        if self.ref is not None:
+            ray.cancel(self.ref, force=True)
+
+
+def start_loss_run(
+    spec: TrialSpec, who: str, point: dict[str, Any], cpus: int, inputs: TrialInputs
+) -> TaskRun:
+    """`spec` as a Ray task on its GPU share (its `gpu_memory_fraction`), `who` at its GPU's gate."""
+    # max_calls=1: the worker exits with the run; kept idle, its CUDA context on the GPU made every later
+    # window there "GPU shared" (2 H200s, run L: 13 re-measure windows timed again, 277 s instead of ~80)
+    task = ray.remote(max_calls=1)(run_beside).options(num_cpus=cpus, num_gpus=spec.train.gpu_memory_fraction)
+    ref = task.remote(spec, who, inputs.corpus, inputs.cache_server)
+    return TaskRun(ref, spec, point, time.time())
+
+
+def probe_batches(
+    base: dict[str, Any], precisions: list[str], limit: int, corpus: Corpus | None, on_gpu: bool
+) -> dict[str, ProbedBatch]:
+    """The largest batch per precision, one fresh worker each (an OOM must leave nothing behind for the
+    next), one after the other on a GPU of its own; the corpus is put in Ray's object store once."""
+    task = ray.remote(max_calls=1)(max_batch).options(num_gpus=1 if on_gpu else 0, num_cpus=1)
+    shipped = ray.put(corpus)
+    return dict(zip(precisions, ray.get([task.remote(base, p, limit, corpus=shipped) for p in precisions])))
+
+
+def on_a_trial_node(probe: Callable[[], dict[str, Any]], gpu: bool) -> dict[str, Any]:
+    """`probe()` run where the trials run (on a GPU node when the cluster has GPUs): what it finds there."""
+    return ray.get(ray.remote(probe).options(**({"num_gpus": 1} if gpu else {})).remote())
