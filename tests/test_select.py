@@ -27,8 +27,8 @@ from tuner.select import (
     loss_check_candidates,
     nothing_screened,
     pick_winner,
-    propagate_feasibility,
     spread,
+    with_feasibility,
 )
 
 BASELINE = {
@@ -200,10 +200,10 @@ def test_the_gate_passes_a_finite_loss_up_to_its_limit_and_only_runs_that_traine
     assert GATE.verdict(check("a", {}, 1.52)) and not GATE.verdict(check("b", {}, 1.52, status="error"))
 
 
-# --- propagate_feasibility --------------------------------------------------------------------------------
+# --- with_feasibility ------------------------------------------------------------------------------------
 
 
-def test_propagate_feasibility_cases():
+def test_feasibility_cases():
     trials = [
         screen("ok-checked", 300.0, batch_size=64),
         screen("ok-sibling", 250.0, batch_size=64, compile="default"),  # inherits ok-checked's verdict
@@ -219,8 +219,10 @@ def test_propagate_feasibility_cases():
         check("over", {"batch_size": 512}, 1.70),
         check("nan-check", {"lr": 3e-3}, math.nan, status="nan"),
     ]
-    propagate_feasibility(trials, checked, GATE, baseline=BASELINE)
-    got = {t.id: (t.feasible, t.val_loss, t.loss_checked_by) for t in trials}
+    before = [t.model_dump() for t in trials]
+    judged = with_feasibility(trials, checked, GATE, baseline=BASELINE)
+    assert [t.model_dump() for t in trials] == before  # new rows: the screen's own are left as they were
+    got = {t.id: (t.feasible, t.val_loss, t.loss_checked_by) for t in judged}
     assert got == {
         "ok-checked": (True, 1.52, "ok-checked"),
         "ok-sibling": (True, 1.52, "ok-checked"),
@@ -233,14 +235,14 @@ def test_propagate_feasibility_cases():
     }
 
 
-def test_propagate_feasibility_a_check_that_errored_is_infeasible_even_with_a_loss():
+def test_feasibility_a_check_that_errored_is_infeasible_even_with_a_loss():
     trials = [screen("t", 300.0, batch_size=64)]
     checked = [check("t", {"batch_size": 64}, 1.40, status="error")]
-    propagate_feasibility(trials, checked, GATE, baseline=BASELINE)
+    trials = with_feasibility(trials, checked, GATE, baseline=BASELINE)
     assert trials[0].feasible is False
 
 
-def test_propagate_feasibility_without_the_baseline_compares_the_named_knobs():
+def test_feasibility_without_the_baseline_compares_the_named_knobs():
     # screen configs from one search space all name the same knobs; speed-only ones inherit the baseline
     trials = [
         screen("speed", 300.0, compile="default", kernels="fused"),
@@ -248,7 +250,7 @@ def test_propagate_feasibility_without_the_baseline_compares_the_named_knobs():
         screen("batch-fused", 240.0, compile="default", kernels="fused", batch_size=64),
     ]
     checked = [check("lc-1", {"batch_size": 64, "compile": "none"}, 1.6)]
-    propagate_feasibility(trials, checked, GATE)
+    trials = with_feasibility(trials, checked, GATE)
     got = {t.id: (t.feasible, t.loss_checked_by) for t in trials}
     assert got == {"speed": (True, BASELINE_ID), "batch": (False, "lc-1"), "batch-fused": (False, "lc-1")}
 
@@ -548,7 +550,7 @@ def finished_search(out: Path, screen_rows: list) -> tuple[SearchContext, Summar
     again = [make_row(f"remeasure-{i}", "remeasure", {}, tokens_per_s=t, finalist=BASELINE_ID)
              for i, t in enumerate((19000.0, 20000.0, 21000.0))]  # fmt: skip
     gate = LossGate.of(2.0, 0.05, "absolute")
-    propagate_feasibility(screen_rows, [], gate, baseline=ctx.base)
+    screen_rows = with_feasibility(screen_rows, [], gate, baseline=ctx.base)
     return ctx, finish.summarize(ctx, base, screen_rows, [], again, gate)
 
 

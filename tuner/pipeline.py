@@ -21,7 +21,7 @@ from tuner.phases import baseline, finish, loss_check, probe, remeasure, screen
 from tuner.records import Hardware, ProbedBatch, TrialRow
 from tuner.runner import TrialInputs
 from tuner.runs.tasks import on_a_trial_node
-from tuner.select import propagate_feasibility
+from tuner.select import with_feasibility
 from tuner.space import applicable, autotune_notice, probe_hardware
 
 
@@ -46,7 +46,7 @@ def run_search(ctx: SearchContext, fresh: bool = False, kept: Path | None = None
         ahead.cancel_rest()
     base_row, checked = checked[0], checked[1:]
     gate = ctx.cfg.quality.gate(base_row.val_loss)  # the loss check's gate (the phase may be resumed)
-    propagate_feasibility(screened, checked, gate, baseline=ctx.base)
+    screened = with_feasibility(screened, checked, gate, baseline=ctx.base)
     measured = ctx.phase(
         "remeasure", lambda: remeasure.run(ctx, screened, planned_remeasure_s), list[TrialRow]
     )

@@ -74,10 +74,11 @@ def could_be_remeasured(pick: Candidate, passed: Iterable[Candidate], top: int) 
     return len(faster) < top
 
 
-def propagate_feasibility(
+def with_feasibility(
     screen_trials: list[TrialRow], checked: list[TrialRow], gate: LossGate, baseline: dict | None = None
-) -> None:
-    """Set `feasible`, `val_loss` and `loss_checked_by` on each screen trial, in place.
+) -> list[TrialRow]:
+    """The screen trials with `feasible`, `val_loss` and `loss_checked_by` set (new rows; the given ones are
+    left as they were).
 
     A trial shares the gate's verdict on the loss run with its loss key (the baseline's own loss for the
     baseline's key); never checked -> feasible None; a trial that itself failed (oom/nan/error) -> False. The
@@ -90,22 +91,21 @@ def propagate_feasibility(
     for check in checked:
         verdicts.setdefault(loss_key(check.config, baseline), check)
     base_key = loss_key({}, baseline)
-    for trial in screen_trials:
-        trial.val_loss, trial.loss_checked_by = None, None
+
+    def judged(trial: TrialRow) -> dict:
         if trial.status in FAILED_STATUSES:
-            trial.feasible = False
-            continue
+            return {"feasible": False, "val_loss": None, "loss_checked_by": None}
         key = loss_key(trial.config, baseline)
         if key == base_key:
-            trial.feasible, trial.val_loss = gate.passes(gate.baseline_loss), gate.baseline_loss
-            trial.loss_checked_by = BASELINE_ID
-        elif key in verdicts:
+            return {"feasible": gate.passes(gate.baseline_loss), "val_loss": gate.baseline_loss,
+                    "loss_checked_by": BASELINE_ID}  # fmt: skip
+        if key in verdicts:
             check = verdicts[key]
-            trial.feasible = gate.verdict(check)
-            trial.val_loss = check.val_loss if _finite(check.val_loss) else None
-            trial.loss_checked_by = check.id
-        else:
-            trial.feasible = None
+            val = check.val_loss if _finite(check.val_loss) else None
+            return {"feasible": gate.verdict(check), "val_loss": val, "loss_checked_by": check.id}
+        return {"feasible": None, "val_loss": None, "loss_checked_by": None}
+
+    return [trial.model_copy(update=judged(trial)) for trial in screen_trials]
 
 
 def spread(values: Iterable[float]) -> tuple[float, float, float]:
