@@ -20,7 +20,8 @@ from trainables import compile_cache
 from trainables.compile_cache import NODE_CACHE_VAR, CacheKey, NodeCache, manifest, node_cache_root
 from trainables.spec import TrialSpec
 from tuner import cache_server
-from tuner.runner import Placement, TrialInputs, run_cases
+from tuner.runs.request import Placement, TrialInputs
+from tuner.runs.tune import run_cases
 
 TESTS = Path(__file__).resolve().parent
 

@@ -193,7 +193,8 @@ def test_a_searchs_trials_key_the_root_they_are_given_and_a_later_search_hits_it
     from toy_workload import TOY
 
     from trainables.spec import TrialSpec
-    from tuner.runner import Placement, run_cases
+    from tuner.runs.request import Placement
+    from tuner.runs.tune import run_cases
 
     monkeypatch.chdir(TESTS)  # workers get the driver's cwd on sys.path: toy_workload imports
     root = tmp_path / "cache"

@@ -37,10 +37,11 @@ from tests.test_failures import FakeTrial
 from tests.test_telemetry import read_scalars
 from trainables.data import Corpus, DataError, load_char_data, shipped_corpus
 from trainables.trainable import _own_compile_caches
-from tuner import node_loss, runner
+from tuner import node_loss
 from tuner.config import load_search_config
 from tuner.context import SearchContext, State
 from tuner.records import Hardware
+from tuner.runs import ledger as runs_ledger
 
 ROOT = Path(__file__).resolve().parents[1]
 SHAKESPEARE = ROOT.parent / "shared" / "data" / "tinyshakespeare.txt"
@@ -344,26 +345,28 @@ def test_a_trial_trains_on_the_shipped_corpus_by_its_hash_and_reads_no_file():
 
 def lost_trial(monkeypatch, trial_id: str, message: str, node_alive: bool) -> FakeTrial:
     trial = FakeTrial(trial_id, 0, {"trial_id": trial_id, "node_id": "a" * 56, "pid": 7})
-    monkeypatch.setattr(runner, "trial_error", lambda t: ray_exceptions.RayActorError(error_msg=message))
+    monkeypatch.setattr(runs_ledger, "trial_error", lambda t: ray_exceptions.RayActorError(error_msg=message))
     monkeypatch.setattr(node_loss, "node_gone", lambda node_id: not node_alive)
     return trial
 
 
 def test_a_trial_lost_with_its_node_gets_no_row_while_it_can_rerun_then_says_so(tmp_path, monkeypatch):
-    ledger = runner.Ledger(tmp_path, "screen")
-    record = runner.LedgerCallback(ledger, total=3, already=0, rerun_lost=True)
+    ledger = runs_ledger.Ledger(tmp_path, "screen")
+    record = runs_ledger.LedgerCallback(ledger, total=3, already=0, rerun_lost=True)
     trial = lost_trial(monkeypatch, "a", "The actor died unexpectedly before finishing this task.", False)
     record.on_trial_error(0, [trial], trial)
     assert record.lost == ["a"] and ledger.rows() == [] and record.failure is None
-    record = runner.LedgerCallback(ledger, total=3, already=0, rerun_lost=False)  # the last rerun: it fails
+    record = runs_ledger.LedgerCallback(
+        ledger, total=3, already=0, rerun_lost=False
+    )  # the last rerun: it fails
     record.on_trial_error(0, [trial], trial)
     (row,) = ledger.rows()
     assert row.status == "error" and row.error.startswith("NodeDied: the trial's node aaaaaaaa died")
 
 
 def test_a_worker_killed_on_a_live_node_is_the_trials_own_failure(tmp_path, monkeypatch):
-    ledger = runner.Ledger(tmp_path, "screen")
-    record = runner.LedgerCallback(ledger, total=1, already=0, rerun_lost=True)
+    ledger = runs_ledger.Ledger(tmp_path, "screen")
+    record = runs_ledger.LedgerCallback(ledger, total=1, already=0, rerun_lost=True)
     trial = lost_trial(monkeypatch, "b", "The actor died unexpectedly before finishing this task.", True)
     record.on_trial_error(0, [trial], trial)
     (row,) = ledger.rows()

@@ -13,7 +13,7 @@ from tests.test_failures import FakeTrial
 from tuner.config import SearchSection
 from tuner.costs import CACHED_SHARE, cached_warmup
 from tuner.eta import loss_check_s, remeasure_s
-from tuner.runner import Ledger, LedgerCallback
+from tuner.runs.ledger import Ledger, LedgerCallback
 
 BASE = {"batch_size": 8, "precision": "fp32", "compile": "none", "lr": 3e-4, "tokens": 10_240_000}
 

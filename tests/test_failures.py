@@ -25,7 +25,9 @@ import yaml
 from toy_workload import TOY
 
 from trainables.spec import LABELS, TrialSpec
-from tuner.runner import Ledger, LedgerCallback, Placement, run_cases
+from tuner.runs.ledger import Ledger, LedgerCallback
+from tuner.runs.request import Placement
+from tuner.runs.tune import run_cases
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
@@ -142,13 +144,13 @@ TOY_SEARCH = {
 # Runs the search with a phase made to crash mid-experiment: recording the screen's first trial fails.
 CRASHING = """
 import sys
-import tuner.runner
+import tuner.runs.ledger
 from tuner import search
 
 def crash(*args, **kwargs):
     raise RuntimeError("injected failure")
 
-tuner.runner.LedgerCallback._finish = crash
+tuner.runs.ledger.LedgerCallback._finish = crash
 sys.exit(search.main(sys.argv[1:]))
 """
 
@@ -242,7 +244,7 @@ def test_an_interrupt_leaves_no_ray_process_and_prints_the_whole_resume_command(
 @pytest.mark.slow
 def test_a_failure_before_anything_was_written_leaves_no_out_and_no_ray(tmp_path):
     out = tmp_path / "never"
-    script = CRASHING.replace("tuner.runner.LedgerCallback._finish", "search.open_context")
+    script = CRASHING.replace("tuner.runs.ledger.LedgerCallback._finish", "search.open_context")
     argv = ["--config", str(write_config(tmp_path)), "--out", str(out)]
     rc, text, seen = search_subprocess(tmp_path, argv, code=script)
     assert rc == 1 and text.strip().splitlines()[-1].startswith("error: the search failed"), text[-2000:]

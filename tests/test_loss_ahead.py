@@ -15,7 +15,7 @@ from tuner.config import load_search_config
 from tuner.context import SearchContext, State
 from tuner.phases import loss_check
 from tuner.records import AHEAD_PHASE, Hardware
-from tuner.runner import Ledger
+from tuner.runs.ledger import Ledger
 
 SMOKE_SHORT = ["train.tokens=16384", "train.eval_tokens=2048", "search.loss_check_top=2"]
 

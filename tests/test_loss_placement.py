@@ -19,7 +19,7 @@ from tuner.context import SearchContext, State
 from tuner.phases import baseline, loss_check
 from tuner.phases.loss_check import spread_over_gpus
 from tuner.records import Hardware, ProbedBatch
-from tuner.runner import round_robin
+from tuner.runs.tune import round_robin
 
 
 def ctx(gpus: int, on_gpu: bool = True):

@@ -15,7 +15,7 @@ from trainables.spec import LABELS, TrialSpec
 from tuner import emit, search
 from tuner.config import SearchSection
 from tuner.report import __main__ as report
-from tuner.runner import _planned_tokens
+from tuner.runs.ledger import _planned_tokens
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE = str(ROOT / "configs" / "smoke.yaml")

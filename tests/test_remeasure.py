@@ -22,7 +22,8 @@ from tuner.context import Telemetry
 from tuner.phases import finish, remeasure
 from tuner.records import BASELINE_ID, TrialRow
 from tuner.report import render_html, render_markdown, view
-from tuner.runner import Placement, TrialInputs, round_robin, run_cases
+from tuner.runs.request import Placement, TrialInputs
+from tuner.runs.tune import round_robin, run_cases
 from tuner.select import pick_winner, refuse_untrusted
 
 TESTS = Path(__file__).resolve().parent

@@ -13,7 +13,9 @@ from toy_workload import TOY
 
 from trainables.spec import TrialSpec
 from tuner.knobs import freeze
-from tuner.runner import Ledger, Placement, run_proposals
+from tuner.runs.ledger import Ledger
+from tuner.runs.request import Placement
+from tuner.runs.tune import run_proposals
 from tuner.screen_clock import ScreenClock
 
 TESTS = Path(__file__).resolve().parent

@@ -20,7 +20,7 @@ from trainables.config import ConfigError
 from tuner import search
 from tuner.context import State
 from tuner.phases.screen import _fail_stale_trials
-from tuner.runner import Ledger
+from tuner.runs.ledger import Ledger
 from tuner.state_files import repair_state_files
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -13,7 +13,7 @@ from toy_workload import TOY
 from trainables.config import ConfigError
 from tuner.config import SearchConfig
 from tuner.context import State
-from tuner.runner import Ledger
+from tuner.runs.ledger import Ledger
 from tuner.state_files import DAMAGED_STATE, rebuild_state
 
 SHA = "ab" * 32

@@ -18,7 +18,9 @@ from ray.tune.search.optuna import OptunaSearch
 from toy_workload import TOY
 
 from trainables.spec import TrialSpec
-from tuner.runner import Interrupted, Ledger, Placement, TuneFailed, run_cases, run_proposals
+from tuner.runs.ledger import Ledger
+from tuner.runs.request import Placement
+from tuner.runs.tune import Interrupted, TuneFailed, run_cases, run_proposals
 
 TESTS = Path(__file__).resolve().parent
 ONE_WORKER = Placement({"cpu": 1}, 1, reuse_actors=True)

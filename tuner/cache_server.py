@@ -5,7 +5,7 @@ A search keeps its compile caches in one cache root (tuner/search.py:trial_env: 
 the driver's node use it directly; a trial on another node reaches it through this actor, pinned to the
 driver's node: it fetches what its node lacks of its own key before it trains and sends back what it compiled
 (trainables/compile_cache.py, through trainables/trainable.py). The trials find the actor by its name,
-which they are given with their inputs (tuner/runner.py:TrialInputs); without it they compile into their
+which they are given with their inputs (tuner/runs/request.py:TrialInputs); without it they compile into their
 node's own cache.
 """
 

@@ -22,8 +22,8 @@ from trainables.progress import log
 from trainables.workload import WorkloadInfo
 from tuner.config import SearchConfig
 from tuner.records import Hardware, ProbedBatch
-from tuner.runner import TrialInputs
 from tuner.runs.placement import PlacementPolicy
+from tuner.runs.request import TrialInputs
 
 T = TypeVar("T")
 

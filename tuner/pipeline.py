@@ -19,7 +19,7 @@ from tuner.config import SearchConfig
 from tuner.context import SearchContext, State, log
 from tuner.phases import baseline, finish, loss_check, probe, remeasure, screen
 from tuner.records import Hardware, ProbedBatch, TrialRow
-from tuner.runner import TrialInputs
+from tuner.runs.request import TrialInputs
 from tuner.runs.tasks import on_a_trial_node
 from tuner.select import with_feasibility
 from tuner.space import applicable, autotune_notice, probe_hardware

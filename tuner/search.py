@@ -38,7 +38,7 @@ from tuner.context import PhaseError, SearchFailed, log
 from tuner.out_lock import OutLock
 from tuner.pipeline import open_context, run_search
 from tuner.ray_session import CONNECT_TIMEOUT_S, RaySession, RayTarget, ray_target, terminated
-from tuner.runner import TrialInputs
+from tuner.runs.request import TrialInputs
 from tuner.space import fit_to_workload
 from tuner.state_files import rebuild_state, repair_state_files
 from tuner.streams import guarded_streams, say

@@ -21,7 +21,7 @@ from tuner.knobs import execution, loss_key
 from tuner.observe import annotate
 from tuner.phases.screen import start_point
 from tuner.records import BASELINE_ID, BESIDE_PHASE, LossGate, TrialRow
-from tuner.runner import Ledger
+from tuner.runs.ledger import Ledger
 from tuner.runs.tasks import TaskRun, start_loss_run
 from tuner.trial_rows import trial_row
 

@@ -23,7 +23,8 @@ from tuner.knobs import execution, loss_key
 from tuner.observe import annotate
 from tuner.phases import baseline
 from tuner.records import AHEAD_PHASE, TrialRow
-from tuner.runner import Ledger, run_cases
+from tuner.runs.ledger import Ledger
+from tuner.runs.tune import run_cases
 from tuner.select import Candidate, could_be_remeasured, loss_check_candidates
 from tuner.trial_rows import trial_row
 

@@ -16,7 +16,8 @@ from trainables.spec import TrialSpec
 from tuner.context import SearchContext
 from tuner.observe import annotate
 from tuner.records import BASELINE_ID, TrialRow
-from tuner.runner import Placement, run_cases
+from tuner.runs.request import Placement
+from tuner.runs.tune import run_cases
 
 
 def run(ctx: SearchContext, screen: list[TrialRow], planned_s: float | None = None) -> list[TrialRow]:

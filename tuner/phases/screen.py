@@ -20,7 +20,7 @@ from tuner.context import SearchContext, log
 from tuner.knobs import freeze
 from tuner.observe import annotate
 from tuner.records import TrialRow
-from tuner.runner import run_proposals
+from tuner.runs.tune import run_proposals
 from tuner.screen_clock import ScreenClock
 from tuner.select import ScreenOutcome
 from tuner.space import to_tune

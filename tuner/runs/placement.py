@@ -15,7 +15,7 @@ from typing import Any
 from trainables.spec import TrialSpec
 from tuner.config import ResourcesSection
 from tuner.records import Hardware, ProbedBatch
-from tuner.runner import Placement
+from tuner.runs.request import Placement
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from trainables.spec import TrialSpec
 from trainables.trainable import run_beside
 from tuner.batch_finder import max_batch
 from tuner.records import ProbedBatch
-from tuner.runner import TrialInputs
+from tuner.runs.request import TrialInputs
 
 
 @dataclass

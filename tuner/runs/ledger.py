@@ -1,0 +1,237 @@
+"""A durable ledger of finished runs, one per phase: OUT/trials/<phase>.jsonl.
+
+The driver appends each finished trial to it the moment Ray reports it (flushed and fsync'd). That ledger,
+not Ray's periodic experiment snapshot, is the record: after a crash, `--resume` runs only what the ledger
+lacks, in a fresh experiment (OUT/ray/<phase>-r<k>), so no finished trial is rerun and none is counted
+twice. Trials that were running when the driver died left no row: they rerun. A trial lost with its node
+leaves no row either: the phase reruns it so (at most NODE_LOSS_RERUNS times)."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ray.tune import Callback
+
+from trainables.config import ConfigError
+from trainables.progress import fmt_seconds, log
+from trainables.spec import TrialSpec
+from tuner.node_loss import died_with_node
+from tuner.records import TrialRow, short_node_id
+from tuner.stall import StallWatch
+from tuner.trial_rows import trial_error, trial_row, untold_end
+
+HEARTBEAT_S = 30  # the longest a phase stays silent
+
+
+class Ledger:
+    """OUT/trials/<phase>.jsonl: one row per finished trial, appended as it finishes."""
+
+    def __init__(self, out: Path, phase: str):
+        self.path = out / "trials" / f"{phase}.jsonl"
+        self.phase = phase
+
+    def rows(self) -> list[TrialRow]:
+        if not self.path.exists():
+            return []
+        rows = []
+        for line in self.path.read_text().splitlines():
+            try:
+                rows.append(TrialRow.model_validate_json(line))
+            except ValueError:  # a line cut short by a crash: that trial reruns
+                continue
+        return rows
+
+    def has(self, ray_trial_id: str) -> bool:
+        return any(r.ray_trial_id == ray_trial_id for r in self.rows())
+
+    def append(self, fields: dict[str, Any]) -> TrialRow:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        row = TrialRow(**fields, phase=self.phase, id=f"{self.phase}-{len(self.rows())}")
+        with self.path.open("ab+") as f:
+            if _ends_cut(f):
+                f.write(b"\n")  # never onto a line cut short: that would lose this row too
+            f.write(row.model_dump_json().encode() + b"\n")
+            f.flush()
+            os.fsync(f.fileno())
+        return row
+
+
+def _ends_cut(f) -> bool:
+    """Whether the file's last line lacks its newline (a crash cut it short)."""
+    if f.seek(0, os.SEEK_END) == 0:
+        return False
+    f.seek(-1, os.SEEK_END)
+    return f.read(1) != b"\n"
+
+
+class LedgerCallback(Callback):
+    """Writes each finished trial to the ledger and prints one progress line: done/running/left, best, ETA."""
+
+    def __init__(
+        self,
+        ledger: Ledger,
+        total: int,
+        already: int,
+        budget_s: float | None = None,
+        rerun_lost: bool = False,
+        on_row: Callable[[list[TrialRow]], None] | None = None,
+        planned_s: float | None = None,
+    ):
+        self.ledger, self.total, self.done = ledger, total, already
+        self.on_row = on_row  # told the phase's rows each time one is added
+        self.budget_s = budget_s  # the phase ends by then however many trials are left
+        self.planned_s = planned_s  # the search's estimate of the phase (eta.py), where it made one
+        self.rerun_lost = rerun_lost  # a trial lost with its node gets no row: the phase reruns it
+        self.lost: list[str] = []  # the Ray trials lost with their nodes, left to rerun
+        self.best = max((r.tokens_per_s or 0 for r in ledger.rows() if r.status == "ok"), default=0)
+        self.started, self.new = time.time(), 0
+        self.last_line = self.started
+        self.trial_started: dict[str, float] = {}
+        self.failure: Exception | None = None  # the first error of its own; _fit raises it after the run
+        self.recorded = {r.ray_trial_id for r in ledger.rows()}  # Ray trials with a row, or lost
+        self.untold: dict[str, str] = {}  # Ray trials Tune failed without telling us -> why, in words
+        self.trials: list = []
+        self.stall = StallWatch(ledger.phase)  # why no trial has advanced, when the host shows why
+
+    def on_trial_start(self, iteration, trials, trial, **info):
+        self.trial_started[trial.trial_id] = time.time()
+        self.trials = trials  # Tune's own list of the experiment's trials, kept up to date by Tune
+
+    def on_experiment_end(self, trials, **info):
+        self.find_untold(trials)
+
+    def find_untold(self, trials=None) -> bool:
+        """Whether Tune failed a trial without calling on_trial_error (a reused worker it could not reset;
+        its searcher is not told either, and a concurrency limit then waits on it for 10 minutes): it has
+        no row, the experiment stops (LedgerFailed) and the phase fails naming it."""
+        for trial in self.trials if trials is None else trials:
+            if trial.status == "ERROR" and trial.trial_id not in self.recorded | self.untold.keys():
+                self.untold[trial.trial_id] = untold_end(trial)
+        return bool(self.untold)
+
+    def on_step_begin(self, iteration, trials, **info):
+        """A line at least every HEARTBEAT_S: each running trial's tokens, speed and ETA, or its warm-up."""
+        now = time.time()
+        if now - self.last_line < HEARTBEAT_S:
+            return
+        running = [t for t in trials if t.status == "RUNNING"]
+        parts = [self._progress(t, now) for t in running[:6]]
+        self._say(
+            f"[{self.ledger.phase}] {self.done}/{self.total} done, {len(running)} running"
+            + (": " + "; ".join(parts) if parts else "")
+            + f" | {fmt_seconds(now - self.started)} in this phase"
+        )
+        pids = [t.last_result["pid"] for t in running if (t.last_result or {}).get("pid")]
+        warming = [_label(t.config) for t in running if not (t.last_result or {}).get("tokens_per_s")]
+        waiting = sum(1 for t in trials if t.status in ("RUNNING", "PENDING"))  # PENDING: a worker starting
+        if why := self.stall.explain(waiting, pids, warming, now):
+            self._say(why)
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        if result.get("tokens"):  # trained tokens: a trial's first report (where it runs) is no progress
+            self.stall.advanced()
+
+    def _progress(self, trial, now: float) -> str:
+        result = trial.last_result or {}
+        label = _label(trial.config)
+        tokens, speed = result.get("tokens"), result.get("tokens_per_s")
+        total = _planned_tokens(trial.config)
+        if not tokens or not speed or not total:
+            return f"{label} warming up {fmt_seconds(now - self.trial_started.get(trial.trial_id, now))}"
+        eta = max(0.0, total - tokens) / speed
+        return f"{label} {tokens / 1e6:.2f}M/{total / 1e6:.2f}M tokens, {speed:,.0f} tok/s, ETA {fmt_seconds(eta)}"
+
+    def _say(self, line: str) -> None:
+        log(line)
+        self.last_line = time.time()
+
+    def on_trial_complete(self, iteration, trials, trial, **info):
+        self._guarded(lambda: self._finish(trials, trial, None))
+
+    def on_trial_error(self, iteration, trials, trial, **info):
+        self._guarded(lambda: self._finish(trials, trial, trial_error(trial)))
+
+    def _guarded(self, record: Callable[[], None]) -> None:
+        """Ray Tune turns a callback's exception into a failure of the trial it is about: a trial that
+        finished would be recorded as failed. An error of the record's own (a full disk, a bug) is kept
+        instead, the experiment stops (LedgerFailed) and the phase fails with it."""
+        if self.failure is not None:
+            return
+        try:
+            record()
+        except Exception as err:  # noqa: BLE001 - raised by _fit once Tune has stopped
+            self.failure = err
+
+    def _finish(self, trials, trial, error):
+        self.recorded.add(trial.trial_id)  # from here on, told: a row, a rerun, or a record's failure
+        self.stall.advanced()
+        if self.ledger.has(trial.trial_id):  # one row per Ray trial: a finished trial is never rewritten
+            return
+        fields = trial_row(trial.last_result, _spec(trial.config), error, trial.path, trial.trial_id)
+        if error is not None and died_with_node(error, fields["node_id"]):
+            node = short_node_id(fields["node_id"])
+            if self.rerun_lost:  # no row: the phase runs it again
+                self.lost.append(trial.trial_id)
+                self._say(
+                    f"[{self.ledger.phase}] Ray trial {trial.trial_id} was lost with its node {node}: reruns"
+                )
+                return
+            fields["error"] = f"NodeDied: the trial's node {node} died, and the trial with it"
+        row = self.ledger.append(fields)
+        if self.on_row is not None:
+            self.on_row(self.ledger.rows())
+        self.done += 1
+        self.new += 1
+        if row.status == "error":
+            self._say(f"[{self.ledger.phase}] {row.id} (Ray trial {trial.trial_id}) failed: {row.error}")
+        if row.status == "ok" and row.tokens_per_s:
+            self.best = max(self.best, row.tokens_per_s)
+        running = sum(1 for t in trials if t.status == "RUNNING" and t is not trial)
+        left = max(0, self.total - self.done - running)
+        eta = self._eta(time.time())
+        speed = f" {row.tokens_per_s:,.0f} tok/s" if row.tokens_per_s else ""
+        self._say(
+            f"[{self.ledger.phase}] {self.done}/{self.total} done, {running} running, {left} left | "
+            f"last {row.status}{speed} | best {self.best:,.0f} tok/s | ETA {fmt_seconds(eta)}"
+        )
+
+    def _eta(self, now: float) -> float:
+        """Seconds left: the pace of the trials finished so far, over those left. Runs that start together
+        finish close together, so at first that pace is far too slow (run Q's re-measure said 12m34s after
+        the first of its 15 runs, 65 s before its end); the phase's estimate bounds it while that has time
+        left, and the time budget always."""
+        eta = (now - self.started) / self.new * (self.total - self.done)
+        if self.planned_s is not None and (planned_left := self.started + self.planned_s - now) > 0:
+            eta = min(eta, planned_left)
+        if self.budget_s is not None:
+            eta = min(eta, max(0.0, self.started + self.budget_s - now))
+        return eta
+
+
+def _spec(config: dict[str, Any]) -> TrialSpec:
+    """The spec a trial's Tune config carries, as the trial reads it, or as asked where it refused it."""
+    try:
+        return TrialSpec.of_tune(config)
+    except ConfigError:
+        return TrialSpec.as_asked(config)
+
+
+def _label(config: dict) -> str:
+    """A trial in a few words: its case number, or the knobs that say most about its speed."""
+    labels = _spec(config).labels
+    if labels.case is not None:
+        return f"case {labels.case}" + (f"#{labels.repeat}" if labels.repeat else "")
+    knobs = [str(config[k]) for k in ("batch_size", "precision", "compile", "kernels") if k in config]
+    return "/".join(knobs) or "trial"
+
+
+def _planned_tokens(config: dict) -> int | None:
+    try:
+        cfg = TrialSpec.of_tune(config).train  # as the trial itself reads it
+    except ConfigError:
+        return None
+    return cfg.total_steps * cfg.tokens_per_step

@@ -1,0 +1,262 @@
+"""Running the trials of one phase as Ray Tune experiments: a fixed list (`run_cases`) or a searcher's
+proposals (`run_proposals`), each finished trial recorded in the phase's ledger (tuner/runs/ledger.py).
+
+On a cluster, OUT is the driver's alone: the trials get the corpus through Ray's object store
+(`TrialInputs`, which the search context holds) and write no files; Tune's loggers write their results
+and TensorBoard events into OUT/ray on the driver, from what they report.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from ray import tune
+from ray.tune import Stopper
+from ray.tune.stopper import CombinedStopper
+
+from trainables.progress import log
+from trainables.spec import TRAIN, TrialSpec
+from trainables.trainable import train_trial
+from tuner.distinct import DistinctConfigs
+from tuner.knobs import freeze
+from tuner.node_loss import NODE_LOSS_RERUNS
+from tuner.ray_noise import quiet_trial_failures
+from tuner.records import TrialRow
+from tuner.runs.ledger import Ledger, LedgerCallback
+from tuner.runs.request import Placement, TrialInputs
+from tuner.screen_clock import ScreenClock, ScreenEnd, seen_by
+from tuner.stop_signals import TuneSigint
+
+
+class Interrupted(KeyboardInterrupt):
+    """A stop signal (Ctrl-C) ended a phase with trials unfinished: what finished is in the ledger;
+    --resume goes on."""
+
+
+class TuneFailed(RuntimeError):
+    """Ray Tune ended a phase's experiment with trials unfinished, and no signal asked it to: a failure
+    (exit 1, the search prints its cause and the resume command), never an interrupt."""
+
+
+class LedgerFailed(Stopper):
+    """Ends the experiment once its LedgerCallback could not record a trial, or Tune failed one untold."""
+
+    def __init__(self, record: LedgerCallback):
+        self.record = record
+
+    def __call__(self, trial_id: str, result: dict[str, Any]) -> bool:
+        return False
+
+    def stop_all(self) -> bool:
+        return self.record.failure is not None or self.record.find_untold()
+
+
+class SlowTrialStopper(Stopper):
+    """Stops a screen trial whose steady-state speed is clearly below the best finished one."""
+
+    def __init__(self, ratio: float, best: float = 0.0):
+        self.ratio, self.best = ratio, best
+
+    def __call__(self, trial_id: str, result: dict[str, Any]) -> bool:
+        speed = result.get("tokens_per_s") or 0.0
+        if result.get("done"):
+            if result.get("status") == "ok":
+                self.best = max(self.best, speed)
+            return False
+        return self.ratio > 0 and speed > 0 and self.best > 0 and speed < self.ratio * self.best
+
+    def stop_all(self) -> bool:
+        return False
+
+
+def _fit(
+    ledger: Ledger,
+    out: Path,
+    param_space,
+    placement: Placement,
+    *,
+    total,
+    already,
+    rerun_lost: bool = False,
+    inputs: TrialInputs,
+    on_row: Callable[[list[TrialRow]], None] | None = None,
+    planned_s: float | None = None,
+    **tune_kwargs,
+) -> LedgerCallback:
+    """One Tune experiment; tune_kwargs go to TuneConfig except `stopper` (to RunConfig) and `budget_s` (the
+    wall time the progress lines count down; the stopper ends the phase). Returns
+    its record: the trials lost with their nodes and left unrecorded (`lost`, with `rerun_lost`) for the
+    caller to rerun, and those Tune ended without a row (`untold`). A Ctrl-C that Tune caught (it returns
+    from fit() early) is Interrupted."""
+    quiet_trial_failures()
+    storage = (out / "ray").resolve()
+    attempt = sum(1 for p in storage.glob(f"{ledger.phase}*") if p.is_dir()) if storage.exists() else 0
+    name = ledger.phase if attempt == 0 else f"{ledger.phase}-r{attempt}"
+    budget = tune_kwargs.pop("budget_s", None)  # for the progress lines: the stopper ends the phase
+    record = LedgerCallback(ledger, total, already, budget, rerun_lost, on_row, planned_s)
+    stoppers = [s for s in (tune_kwargs.pop("stopper", None), LedgerFailed(record)) if s is not None]
+    sigint = TuneSigint()  # made now: the SIGINT handler Tune will replace is the one in place
+    trainable = tune.with_parameters(
+        train_trial, timing_gate=placement.gate, corpus=inputs.corpus, cache_server=inputs.cache_server
+    )
+    # Tune names each trial actor (its repr in the dashboard) and trial after the function: say the phase.
+    trainable.__name__ = f"{ledger.phase}_trial"
+    tuner = tune.Tuner(
+        tune.with_resources(trainable, placement.resources),
+        param_space=param_space,
+        tune_config=tune.TuneConfig(
+            trial_dirname_creator=lambda trial: f"{name}_{trial.trial_id}",
+            max_concurrent_trials=placement.concurrent or None,
+            reuse_actors=placement.reuse_actors,  # warm workers: torch imported, caches loaded
+            **tune_kwargs,
+        ),
+        run_config=tune.RunConfig(
+            name=name,
+            storage_path=str(storage),
+            stop=CombinedStopper(*stoppers),
+            callbacks=[record, sigint],
+            failure_config=tune.FailureConfig(max_failures=0),
+            verbose=0,
+        ),
+    )
+    try:
+        tuner.fit()
+    finally:
+        ctrl_c = sigint.restore()  # whatever ended the fit, the search's SIGINT handler is back
+    if record.failure is not None:
+        raise record.failure
+    if ctrl_c:
+        raise Interrupted(f"{ledger.phase}: {len(ledger.rows())} of {total} trials finished")
+    return record
+
+
+def run_cases(
+    phase: str,
+    out: Path,
+    cases: list[TrialSpec],
+    placement: Placement,
+    *,
+    repeats: int | Sequence[int] = 1,
+    inputs: TrialInputs = TrialInputs(),
+    planned_s: float | None = None,
+) -> list[TrialRow]:
+    """Each trial in `cases`, `repeats` times (or repeats[i] times for case i); rows in case order, one per
+    (case, repeat), labelled as their specs are (the runner adds case and repeat). The runs go round robin (every case's first repeat, then every case's
+    second, ...), so a burst of outside load lands on all the cases alike, not on one case's repeats.
+    `planned_s`, the search's estimate of the phase, bounds the ETA of its progress lines."""
+    ledger = Ledger(out, phase)
+    counts = [repeats] * len(cases) if isinstance(repeats, int) else list(repeats)
+    total = sum(counts)
+    untold: list[str] = []
+    for attempt in range(NODE_LOSS_RERUNS + 1):
+        done = {(r.case, r.repeat) for r in ledger.rows()}
+        pending = [
+            cases[i].labelled(case=i, repeat=rep).as_tune()[TRAIN]
+            for i, rep in round_robin(counts)
+            if (i, rep) not in done
+        ]
+        if not pending:
+            break
+        _say_going_on(phase, attempt, len(done), total)
+        record = _fit(
+            ledger,
+            out,
+            {TRAIN: tune.grid_search(pending)},
+            placement,
+            total=total,
+            already=len(done),
+            rerun_lost=attempt < NODE_LOSS_RERUNS,
+            inputs=inputs,
+            planned_s=planned_s,
+        )
+        untold = list(record.untold.values())
+        if not record.lost:
+            break
+    rows = ledger.rows()
+    if len(rows) < total:  # no signal (that was Interrupted): Tune itself ended the experiment early
+        raise TuneFailed(ended_early(phase, len(rows), total, untold))
+    return sorted(rows, key=lambda r: (r.case, r.repeat))
+
+
+def round_robin(counts: Sequence[int]) -> list[tuple[int, int]]:
+    """(case, repeat) pairs, repeat by repeat: [2, 1] -> (0, 0), (1, 0), (0, 1)."""
+    return [(i, rep) for rep in range(max(counts, default=0)) for i, n in enumerate(counts) if rep < n]
+
+
+def _say_going_on(phase: str, attempt: int, done: int, total: int) -> None:
+    if attempt > 0:
+        log(f"[{phase}] rerunning the trials lost with their nodes")
+    elif done:  # a resume, or the re-measure timing contended windows again
+        log(f"[{phase}] {done} of {total} trials already done; running the rest")
+
+
+def run_proposals(
+    phase: str,
+    out: Path,
+    param_space: dict[str, Any],
+    placement: Placement,
+    *,
+    trials: int,
+    make_searcher,
+    stopper_ratio: float,
+    clock: ScreenClock | None,
+    inputs: TrialInputs = TrialInputs(),
+    on_row: Callable[[list[TrialRow]], None] | None = None,
+) -> list[TrialRow]:
+    """Up to `trials` searcher-proposed trials in total, across resumes, never one config twice (fewer
+    when the searcher keeps repeating measured configs: the space is exhausted); rows in completion order;
+    `on_row` is told the rows so far as each one finishes; `clock` says when to stop proposing and when
+    the experiment ends (tuner/screen_clock.py; None: when the trials are done).
+    Trials lost with their nodes are proposed anew, in a fresh experiment with a fresh searcher (the study
+    and the ledger carry what was learned)."""
+    ledger = Ledger(out, phase)
+    answered, exhausted, untold = 0, False, []
+    for attempt in range(NODE_LOSS_RERUNS + 1):
+        done = ledger.rows()
+        remaining = trials - len(done)
+        budget = None if clock is None else clock.budget_s - clock.elapsed()
+        if remaining <= 0 or (budget is not None and budget <= 0):
+            break
+        searcher = DistinctConfigs(make_searcher(), {freeze(r.config): r.tokens_per_s or 0.0 for r in done})
+        if clock is not None:
+            searcher.may_propose = lambda s=searcher: clock.proposing(seen_by(s)[1])
+        _say_going_on(phase, attempt, len(done), trials)
+        best = max((r.tokens_per_s or 0 for r in done if r.status == "ok"), default=0.0)
+        slow = SlowTrialStopper(stopper_ratio, best)
+        record = _fit(
+            ledger,
+            out,
+            param_space,
+            placement,
+            total=trials,
+            already=len(done),
+            rerun_lost=attempt < NODE_LOSS_RERUNS,
+            inputs=inputs,
+            on_row=on_row,
+            search_alg=searcher,
+            num_samples=remaining,
+            budget_s=budget,
+            stopper=slow if clock is None else CombinedStopper(ScreenEnd(clock, searcher), slow),
+        )
+        answered, exhausted, untold = (
+            answered + searcher.answered,
+            searcher.exhausted,
+            list(record.untold.values()),
+        )
+        if not record.lost:
+            break
+    rows = ledger.rows()
+    out_of_time = clock is not None and clock.elapsed() >= clock.budget_s * 0.95
+    if answered:
+        log(f"[{phase}] {answered} repeated proposals answered from earlier measurements, not rerun")
+    if len(rows) < trials and not (out_of_time or exhausted):  # no signal: that was Interrupted
+        raise TuneFailed(ended_early(phase, len(rows), trials, untold))
+    return rows
+
+
+def ended_early(phase: str, finished: int, total: int, untold: list[str]) -> str:
+    """One line: how far the phase got, and why Tune ended it, where it said."""
+    why = f": {untold[0]}" + (f" (and {len(untold) - 1} more)" if len(untold) > 1 else "") if untold else ""
+    return f"{phase}: Ray Tune ended the experiment with {finished} of {total} trials finished{why}"
