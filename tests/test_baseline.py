@@ -8,10 +8,10 @@ from types import SimpleNamespace
 import pytest
 from factories import make_row
 
+from tuner.baseline import _twin_point, loss_case, start_beside, twins
 from tuner.config import load_search_config
 from tuner.context import SearchContext, State
 from tuner.knobs import execution
-from tuner.phases.baseline import _twin_point, loss_case, start_beside, twins
 from tuner.records import Hardware
 
 BASE = {"batch_size": 8, "precision": "fp32", "compile": "none", "loader": "dataloader", "lr_scaling": "none"}

@@ -14,9 +14,10 @@ import ray
 
 from tests.factories import make_row
 from trainables.spec import TrialSpec
+from tuner import baseline
 from tuner.config import load_search_config
 from tuner.context import SearchContext, State
-from tuner.phases import baseline, loss_check
+from tuner.phases import loss_check
 from tuner.phases.loss_check import spread_over_gpus
 from tuner.records import Hardware, ProbedBatch
 from tuner.runs.tune import round_robin

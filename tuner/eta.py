@@ -18,9 +18,9 @@ import statistics
 
 from trainables.config import TrainConfig, make_config
 from trainables.progress import fmt_seconds
+from tuner import baseline
 from tuner.context import SearchContext, log
 from tuner.costs import cached_warmup
-from tuner.phases import baseline
 from tuner.phases.loss_check import LossAhead
 from tuner.records import TrialRow
 from tuner.select import loss_check_candidates

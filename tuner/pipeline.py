@@ -14,10 +14,10 @@ from trainables.errors import EnvironmentFault
 from trainables.exit_codes import Exit
 from trainables.gate import open_gates
 from trainables.workload import WorkloadInfo
-from tuner import answers, eta, observe
+from tuner import answers, baseline, eta, observe
 from tuner.config import SearchConfig
 from tuner.context import SearchContext, State, log
-from tuner.phases import baseline, finish, loss_check, probe, remeasure, screen
+from tuner.phases import finish, loss_check, probe, remeasure, screen
 from tuner.records import Hardware, ProbedBatch, TrialRow
 from tuner.runs.request import TrialInputs
 from tuner.runs.tasks import on_a_trial_node

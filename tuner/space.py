@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import platform
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -151,3 +152,18 @@ def autotune_notice(space: dict[str, Knob], hw: dict[str, Any]) -> str | None:
         "search.compile_deadline) and keeps the results in the compile cache, so later processes and later "
         "searches on this machine read them"
     )
+
+
+def start_point(
+    point: dict[str, Any], space: dict[str, Knob], base: dict[str, Any], notice: Callable[[str], None]
+) -> dict[str, Any] | None:
+    """A full point of the space: named knobs as given, the rest the baseline's value (or the first choice)."""
+    full = {}
+    for name, knob in space.items():
+        value = point.get(name, base[name])
+        ok = knob.low <= value <= knob.high if isinstance(knob, Range) else value in knob
+        if not ok and name in point:
+            notice(f"start point {point} skipped: {name}={value!r} does not apply here")
+            return None
+        full[name] = value if ok else (knob.low if isinstance(knob, Range) else knob[0])
+    return full

@@ -13,7 +13,6 @@ from trainables.exit_codes import Exit
 from tuner import costs
 from tuner.context import SearchContext, log
 from tuner.gpus import gpu_population, gpu_usage, phase_spans
-from tuner.phases.screen import wall_budget_s
 from tuner.ratio import one_run_ratio_range, too_few_runs
 from tuner.records import (
     BASELINE_ID,
@@ -28,6 +27,7 @@ from tuner.records import (
 )
 from tuner.report import write_reports
 from tuner.report.fmt import one_run_text
+from tuner.screen_clock import wall_budget_s
 from tuner.select import ScreenOutcome, finish_first, nothing_screened, pick_winner, refuse_untrusted, spread
 from tuner.telemetry import fetch_usage
 

@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trainables.spec import TrialSpec
+from tuner import baseline
 from tuner.context import SearchContext, log
 from tuner.knobs import execution, loss_key
 from tuner.observe import annotate
-from tuner.phases import baseline
 from tuner.records import AHEAD_PHASE, TrialRow
 from tuner.runs.ledger import Ledger
 from tuner.runs.tune import run_cases

@@ -19,10 +19,10 @@ from tuner.config import Knob
 from tuner.context import SearchContext, SearchFailed, log
 from tuner.knobs import execution, loss_key
 from tuner.observe import annotate
-from tuner.phases.screen import start_point
 from tuner.records import BASELINE_ID, BESIDE_PHASE, LossGate, TrialRow
 from tuner.runs.ledger import Ledger
 from tuner.runs.tasks import TaskRun, start_loss_run
+from tuner.space import start_point
 from tuner.trial_rows import trial_row
 
 # A run the early stopper or the time budget stopped after steady steps has proven its execution works and
@@ -80,7 +80,7 @@ def wait_for(run: TaskRun, what: str) -> tuple[dict[str, Any] | None, BaseExcept
 def _twin_point(ctx: SearchContext, space: dict[str, Knob]) -> dict[str, Any] | None:
     """The first start point (as the screen runs it) that shares the baseline's loss knobs."""
     for given in ctx.cfg.search.start_points:
-        point = start_point(ctx, given, space)
+        point = start_point(given, space, ctx.base, ctx.notice)
         if point and loss_key(point, ctx.base) == loss_key({}, ctx.base):
             return point
     return None
