@@ -105,6 +105,24 @@ class HybridConfig:
     def mamba_n_heads(self) -> int:
         return self.mamba_d_inner // self.mamba_headdim
 
+    def flops_per_token(self) -> float:
+        """Training FLOPs per token (forward + backward = 3 x forward), for MFU. Counts, per block, the
+        matmuls (each weight [m, n] applied to a token: 2mn FLOPs) and the mixers' state updates in their
+        recurrent form (RWKV6: S = w S + k^T v and r S per head, 4 x head_size^2; Mamba2's SSD: the same
+        with a [headdim, d_state] state, 4 x headdim x d_state per head), plus lm_head. Left out: the
+        embedding (a gather), norms, activations, the depthwise conv, the token shift and gates
+        (elementwise), and the chunked kernels' extra intra-chunk work (a kernel's cost, not the model's)."""
+        C, r_mix, r_decay = self.d_model, self.rwkv_mix_lora_rank, self.rwkv_decay_lora_rank
+        d_inner, gn = self.mamba_d_inner, self.mamba_ngroups * self.mamba_d_state
+        rwkv_weights = 5 * C * C + 2 * 5 * C * r_mix + 2 * C * r_decay  # r k v g output; ddlerp, decay LoRAs
+        rwkv_state = 4 * C * (C // self.rwkv_n_heads)  # n_heads x 4 x head_size^2
+        mamba_weights = C * (2 * d_inner + 2 * gn + self.mamba_n_heads) + d_inner * C  # in_proj, out_proj
+        mamba_state = 4 * d_inner * self.mamba_d_state  # n_heads x 4 x headdim x d_state
+        ffn_weights = 2 * self.ffn_mult * C * C
+        block = 2 * (rwkv_weights + mamba_weights + ffn_weights) + rwkv_state + mamba_state
+        forward = self.n_layers * block + 2 * C * self.vocab_size
+        return 3.0 * forward
+
     @property
     def op_backends(self) -> tuple[str, str, str]:
         """Backends for OPS (rwkv6, ssd, causal_conv1d)."""

@@ -27,7 +27,7 @@ import torch.utils.checkpoint
 
 from model import library_env
 from model.ops import available_backends, tuning
-from trainables import compile_cache, memory, progress
+from trainables import compile_cache, flops, memory, progress
 from trainables.cache_use import CacheCount, stable_cache_keys
 from trainables.config import CUDA_GRAPH_MODES, ConfigError, TrainConfig, dump_config
 from trainables.errors import find_cause, first_line
@@ -268,9 +268,12 @@ def train(
         compile_threads=_compile_threads(),  # read at the end: Inductor loads at the first compile
         compile_cache_use=cache.outcome(),
         wall_s=round(time.time() - started, 3),
+        mfu=flops.mfu(result.tokens_per_s, result.flops_per_token, result.peak_flops),
     )
     if result.status != "ok":
         log(f"run ended: {result.status}: {result.error}")
+    elif result.mfu is not None:
+        log(flops.mfu_line(result, cfg.precision))
     if cfg.out_dir:
         (Path(cfg.out_dir) / "result.json").write_text(json.dumps(result.as_json(), indent=1))
     return result
@@ -368,7 +371,8 @@ class _Training:
     def _setup(self) -> None:
         cfg, workload, device, log = self.cfg, self.workload, self.device, self.log
         self.model = workload.build_model().to(device)
-        self.result = replace(self.result, params=sum(p.numel() for p in self.model.parameters()))
+        counted = flops.counted(workload.flops_per_token(self.model), device, cfg.precision, log)
+        self.result = replace(self.result, params=sum(p.numel() for p in self.model.parameters()), **counted)
         summary = getattr(self.model, "summary", None)
         log(summary() if callable(summary) else f"model: {self.result.params:,} parameters")
         self.step_model, self.optimizer = _build(cfg, workload, self.model)

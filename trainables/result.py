@@ -63,6 +63,16 @@ class RunResult:
     cpu_threads: int | None = figure("torch's CPU (intra-op) threads it ran with")
     compile_threads: int | None = figure("Inductor's compile workers it ran with (None: Inductor not loaded)")
     params: int | None = figure("the model's parameter count")
+    flops_per_token: float | None = figure(
+        "training FLOPs per token, forward + backward (trainables/flops.py)"
+    )
+    flops_source: str | None = figure(
+        "where flops_per_token comes from: 'workload' (its own flops_per_token(model)) or '6 x parameters'"
+    )
+    peak_flops: float | None = figure(
+        "the device's dense peak FLOP/s at the run's precision (None: a CPU, or a GPU not in the table)"
+    )
+    mfu: float | None = figure("model FLOPs utilisation: tokens_per_s x flops_per_token / peak_flops (0..1)")
     history: tuple[dict[str, Any], ...] = figure("each eval point: step, tokens, train_loss, val_loss", ())
     wall_s: float | None = figure("seconds from the call of train() to its return")
 

@@ -21,6 +21,8 @@ Everything else has a default:
     evaluation(model)              a context manager entered around each eval (default: none)
     compile_regions(model)         its repeated blocks (default: none): the loop compiles them one by one
                                    (compile_scope: blocks) and checkpoints every k-th (activation_checkpointing)
+    flops_per_token(model)         training FLOPs per token, forward + backward, for the report's MFU
+                                   (default: 6 x trainable parameters, said as such: trainables/flops.py)
     supports                       the workload knobs it implements, of WORKLOAD_KNOBS (default: none; a
                                    Dataset workload gets the loader knobs from the loop); it reads their
                                    values from the TrainConfig its factory was given (cfg.kernels, ...)
@@ -52,7 +54,7 @@ from torch import nn
 from torch.utils.data._utils.collate import default_collate
 
 from model import HybridConfig, HybridLM
-from trainables import datasets
+from trainables import datasets, flops
 from trainables.config import ConfigError, TrainConfig, unknown_key
 from trainables.data import DataError, load_char_data, train_batches, val_batches
 from trainables.user_code import WorkloadSpec, load_factory, needs_path, parse_spec
@@ -139,6 +141,10 @@ class HybridLMWorkload:
         # The repeated blocks: compiled one by one they share one graph (HybridLM.blocks are all alike).
         return list(model.blocks)
 
+    def flops_per_token(self, model: nn.Module) -> float:
+        # its matmuls and the mixers' state updates, counted from its config (model/hybrid.py)
+        return model.config.flops_per_token()
+
     def lr_multiplier(self, param_name: str) -> float:
         # The seed trains Mamba parameters at twice the base learning rate.
         return self.cfg.mamba_lr_mult if ".mamba." in param_name else 1.0
@@ -182,6 +188,20 @@ class Job:
         """The modules `compile_scope: blocks` compiles one by one and `activation_checkpointing` picks
         from (the workload's compile_regions)."""
         return list(self.workload.compile_regions(model))
+
+    def flops_per_token(self, model: nn.Module) -> tuple[float, str]:
+        """Training FLOPs per token and where the figure comes from (flops.FROM_WORKLOAD: the workload's
+        own count; flops.FROM_PARAMETERS: 6 x trainable parameters, where it declares none)."""
+        own = getattr(self.workload, "flops_per_token", None)
+        if not callable(own):
+            return flops.six_times_parameters(model), flops.FROM_PARAMETERS
+        value = own(model)
+        if not flops.positive(value):
+            raise ConfigError(
+                f"workload {self.cfg.workload!r}: flops_per_token(model) returned {value!r}, expected a "
+                "positive number (training FLOPs per token, forward + backward)"
+            )
+        return float(value), flops.FROM_WORKLOAD
 
     @property
     def names_blocks(self) -> bool:
@@ -357,7 +377,7 @@ def _check_methods(job: Job, name: str) -> None:
         if not callable(getattr(w, method, None)):
             hint = " (or give train_dataset() and let the loop batch it)" if method != "loss" else ""
             raise ConfigError(f"workload {name!r}: {type(w).__name__} has no method {method}(){hint}")
-    for method in ("val_dataset", "describe", "lr_multiplier", "save", "evaluation"):
+    for method in ("val_dataset", "describe", "lr_multiplier", "save", "evaluation", "flops_per_token"):
         if getattr(w, method, None) is not None and not callable(getattr(w, method)):
             raise ConfigError(f"workload {name!r}: {type(w).__name__}.{method} is not a method")
 
@@ -429,6 +449,12 @@ def _check_model_and_loss(job: Job, batch: Batch, name: str, section: str) -> No
         )
     if job.cfg.activation_checkpointing and job.names_blocks:
         check_checkpointing(job.cfg.activation_checkpointing, len(job.compile_regions(model)), section)
+    try:
+        job.flops_per_token(model)  # a count that is no positive number: refused here, before any work
+    except ConfigError:
+        raise
+    except Exception:  # noqa: BLE001 - a count the meta model cannot give: the run itself will tell
+        pass
     try:
         loss = job.loss(model, datasets.to_device(batch, torch.device("meta")))
     except Exception:  # noqa: BLE001 - a forward meta tensors cannot run: the run itself will tell

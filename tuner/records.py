@@ -65,6 +65,17 @@ class TrialRow(Record):
     steps: int | None = None
     tokens: int | None = None
     wall_s: float | None = None
+    flops_per_token: float | None = Field(None, description="training FLOPs per token (forward + backward)")
+    flops_source: str | None = Field(
+        None, description="'workload' (its own flops_per_token) or '6 x parameters' (it declares none)"
+    )
+    peak_flops: float | None = Field(
+        None,
+        description="its GPU's dense peak FLOP/s at its precision (None: a CPU, or a GPU not in the table)",
+    )
+    mfu: float | None = Field(
+        None, description="model FLOPs utilisation, 0..1: tokens_per_s x flops_per_token / peak_flops"
+    )
 
     # where and when it was timed
     node: str | None = None
