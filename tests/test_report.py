@@ -8,6 +8,7 @@ import statistics
 
 from tests.factories import legacy_summary, on_two_gpus, synthetic_summary
 from trainables import progress
+from trainables.flops import peak_flops
 from tuner import report
 from tuner.costs import break_even_tokens, time_to_train
 from tuner.report import fmt_mem, fmt_seconds, render_html, render_markdown, write_reports
@@ -695,3 +696,68 @@ def test_a_trial_stopped_before_its_first_timed_step_is_not_called_slower():
     why = section(rendered(cpu_search(compiling)), "Why others were rejected")
     assert "- screen-1: stopped before its first timed step, while it compiled or warmed up" in why
     assert "slower" not in why
+
+
+# --- MFU beside tok/s ---------------------------------------------------------------------------------------
+
+H100 = "NVIDIA H100 80GB HBM3"  # what torch names an H100 SXM: CI has no GPU, so the rows carry its figures
+
+
+def with_mfu(summary: dict, gpu: str = H100, per_token: float = 6e8, source: str = "6 x parameters") -> dict:
+    """`summary` as a search on `gpu` records it since runs count FLOPs: each run's FLOPs per token, where
+    they come from, and its GPU's peak at its precision (None for a GPU the table lacks)."""
+    out = copy.deepcopy(summary)
+    out["hardware"] = {**out.get("hardware", {}), "gpu": gpu, "gpus": 1}
+    for t in out["trials"]:
+        precision = {**BASE_CFG, **t["config"]}["precision"]
+        peak = peak_flops(gpu, precision)
+        t |= {"flops_per_token": per_token, "flops_source": source, "peak_flops": peak}
+        t["train"] = {**t.get("train", {}), "precision": precision}
+    return out
+
+
+def mfu_of(tps: float, precision: str, gpu: str = H100, per_token: float = 6e8) -> str:
+    return f"{tps * per_token / peak_flops(gpu, precision):.1%}"
+
+
+def test_the_table_shows_mfu_beside_tok_s_at_each_configs_precision():
+    table = cells(with_mfu(CURRENT))
+    assert list(table["baseline"])[6:8] == ["Tok/s", "MFU"]
+    assert table["**cfg-7**"]["MFU"] == mfu_of(55200.0, "bf16")  # the answer's re-measured median
+    assert table["baseline"]["MFU"] == mfu_of(30000.0, "fp32")  # fp32 against the fp32 peak
+    assert table["cfg-4"]["MFU"] == mfu_of(70000.0, "fp32")  # screened only: its screen figure
+    assert table["cfg-2"]["MFU"] == "—"  # failed: no speed, no MFU
+
+
+def test_the_answer_and_the_finalists_give_mfu_and_the_note_says_where_the_flops_come_from():
+    text = rendered(with_mfu(CURRENT))
+    answer = text.split("\n\n")[1]
+    assert f"55,200 tok/s (range 54,000–56,000) at {mfu_of(55200.0, 'bf16')} MFU, 1.84x" in answer
+    costs = section(text, "What the planned run costs").splitlines()
+    head = costs.index("| Finalist | Tok/s | MFU | Warm-up cold | Warm-up warm | Time to train |")
+    assert costs[head + 2].startswith(f"| **cfg-7** (winner) | 55,200 | {mfu_of(55200.0, 'bf16')} | 48s |")
+    assert costs[head + 4].startswith(f"| baseline | 30,000 | {mfu_of(30000.0, 'fp32')} | — |")
+    measured = section(text, "How each number was measured")
+    assert "MFU (model FLOPs utilisation): Tok/s x training FLOPs per token" in measured
+    assert "FLOPs per token: 6 x parameters (the workload declares no count of its own" in measured
+    declared = section(rendered(with_mfu(CURRENT, source="workload")), "How each number was measured")
+    assert "FLOPs per token: the workload's own count (its flops_per_token(model))" in declared
+    stays = rendered(with_mfu(CURRENT) | {"best": None}).split("\n\n")[1]
+    assert f"the baseline (30,000 tok/s at {mfu_of(30000.0, 'fp32')} MFU, val loss" in stays
+
+
+def test_a_gpu_without_a_known_peak_shows_no_mfu_and_says_why():
+    unknown = with_mfu(CURRENT, gpu="NVIDIA A10G")
+    table = cells(unknown)
+    assert table["**cfg-7**"]["MFU"] == "—" and table["baseline"]["MFU"] == "—"
+    measured = section(rendered(unknown), "How each number was measured")
+    assert "No MFU is given here: no dense peak is known for 'NVIDIA A10G'" in measured
+
+
+def test_summaries_without_flops_and_cpu_searches_have_no_mfu_column():
+    assert "MFU" not in cells(CURRENT)["baseline"]  # written before runs counted FLOPs
+    assert "| Finalist | Tok/s | Warm-up cold |" in rendered(CURRENT)
+    cpu = on_cpu(with_mfu(CURRENT))
+    for t in cpu["trials"]:
+        t["peak_flops"] = None  # a CPU has no peak
+    assert "MFU" not in cells(cpu)["baseline"] and "MFU (model FLOPs" not in rendered(cpu)

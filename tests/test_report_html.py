@@ -33,6 +33,7 @@ from factories import (  # as `factories`, not `tests.factories`: this file also
     without_telemetry,
 )
 
+from trainables.flops import peak_flops
 from tuner.report import fmt_seconds, render_html, render_markdown, write_reports
 
 REPO = Path(__file__).resolve().parents[1]
@@ -614,3 +615,25 @@ if __name__ == "__main__":  # regenerate docs/report-screenshot.png (and the pag
         html_file.write_text(render_html(synthetic_summary()))
         screenshot(html_file, target.resolve(), Path(tmp) / "profile", size="1400,4300")  # the whole page
     print(target)
+
+
+def test_mfu_sits_beside_tok_s_in_the_table_the_cards_and_the_finalists(full):
+    gpu = full["hardware"]["gpu"]  # an H100 SXM: CI has no GPU, so the rows carry its figures
+    counted = copy.deepcopy(full)
+    for t in counted["trials"]:
+        precision = {**BASE_CFG, **t["config"]}["precision"]
+        t |= {"flops_per_token": 2e7, "flops_source": "workload", "peak_flops": peak_flops(gpu, precision)}
+        t["train"] = {**(t.get("train") or {}), "precision": precision}
+    page = render_html(counted)
+    parse(page)
+    assert column_heads(page)[6:8] == ["Tok/s", "MFU"]
+    best = counted["best"]["tokens_per_s"]
+    expected = f"{best * 2e7 / peak_flops(gpu, 'bf16'):.1%}"  # the winner trains in bf16
+    win = table_rows(page)[1]
+    assert win[0] == "screen-0" and win[7] == expected
+    how = cell_attr(page, "screen-0", 7, "title")
+    assert "training FLOPs per token (workload)" in how and "the GPU&#39;s dense bf16 peak" in how
+    assert f"· {expected} MFU</span>" in section(page, "answer")  # the speed card
+    costs = plain_table(section(page, "costs"), "finalist-costs")
+    assert costs[0][:3] == ["screen-0 (winner)", f"{best:,.0f}", expected]
+    assert "the workload&#39;s own count (its flops_per_token(model))" in section(page, "measured")

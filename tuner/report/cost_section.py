@@ -10,8 +10,11 @@ from dataclasses import dataclass
 
 from tuner.records import BASELINE_ID, BreakEven, Finalist, Summary
 from tuner.report.fmt import fmt_seconds, fmt_tokens, fmt_tps, fmt_warmup, is_num
+from tuner.report.measured import Facts
+from tuner.report.mfu import finalist_runs, fmt_mfu, mfu_at, shown
 
 FINALIST_HEAD = ("Finalist", "Tok/s", "Warm-up cold", "Warm-up warm", "Time to train")
+FINALIST_HEAD_MFU = ("Finalist", "Tok/s", "MFU", "Warm-up cold", "Warm-up warm", "Time to train")
 BREAK_EVEN_HEAD = (
     "Compile (scope)",
     "Config",
@@ -35,6 +38,7 @@ class Costs:
     """The section "What the planned run costs": a line of what it counts, finalists, break-even."""
 
     intro: str
+    head: tuple[str, ...]  # the finalists' columns: FINALIST_HEAD, with MFU where the search recorded it
     finalists: list[CostRow]
     break_even: list[list[str]]
     break_even_intro: str
@@ -46,10 +50,11 @@ def _role(finalist: Finalist, summary: Summary) -> str:
     return "baseline" if finalist.id == BASELINE_ID else "other"
 
 
-def _finalist_row(f: Finalist, summary: Summary) -> CostRow:
+def _finalist_row(f: Finalist, summary: Summary, with_mfu: bool) -> CostRow:
     tps = statistics.median(f.runs) if f.runs else None
     cells = [
         fmt_tps(tps),
+        *([fmt_mfu(mfu_at(tps, finalist_runs(summary, f.id)))] if with_mfu else []),
         fmt_warmup(f.warmup_cold_s),
         fmt_warmup(f.warmup_s) + (f" (beside {f.warmup_beside} warming up)" if f.warmup_beside else ""),
         fmt_seconds(f.time_to_train_s),
@@ -111,11 +116,14 @@ def costs(summary: Summary, times: str = "x") -> Costs | None:
     if not timed and not summary.break_even:
         return None
     order = {f.id: f.time_to_train_s if is_num(f.time_to_train_s) else math.inf for f in timed}
+    with_mfu = shown(summary, Facts.of(summary).gpu_columns)
     rows = sorted(
-        (_finalist_row(f, summary) for f in timed), key=lambda r: (r.role != "winner", order[r.label])
+        (_finalist_row(f, summary, with_mfu) for f in timed),
+        key=lambda r: (r.role != "winner", order[r.label]),
     )
     return Costs(
         intro=_intro(summary),
+        head=FINALIST_HEAD_MFU if with_mfu else FINALIST_HEAD,
         finalists=rows,
         break_even=[_break_even_row(be, summary.planned_tokens, times) for be in summary.break_even],
         break_even_intro=BREAK_EVEN_INTRO,

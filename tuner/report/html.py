@@ -35,6 +35,7 @@ from tuner.report.fmt import (
 )
 from tuner.report.gpu_section import USAGE_HEAD
 from tuner.report.measured import Facts, measurement_notes
+from tuner.report.mfu import fmt_mfu
 from tuner.report.view import (
     COLUMN_KNOBS,
     TABLE_COLUMNS,
@@ -122,6 +123,7 @@ def _row(e: Entry, facts: Facts, columns: tuple[str, ...]) -> Row:
         Cell(e.label, e.label, e.tooltip, "text", extra),
         *knobs,
         Cell(tps_text(e), _sort_key(e.tps), e.how["tps"]),  # how["tps"] says how many runs were contended
+        Cell(fmt_mfu(e.mfu), _sort_key(e.mfu), e.how["mfu"]),
         Cell(fmt_warmup(e.warmup), _sort_key(e.warmup), e.how["warmup"]),
         Cell(fmt_mem(e.mem), _sort_key(e.mem), e.how["mem"]),
         Cell(loss, _sort_key(e.loss), e.how["loss"], "loss", trained),
@@ -150,7 +152,7 @@ def _cards(view: View) -> list[tuple[str, str]]:
     pick = winner or base
     cards = [
         (pick.label if winner else "the baseline stays", "answer"),
-        (f"{fmt_tps(pick.tps)} tok/s", spread or f"baseline {fmt_tps(base.tps)} tok/s"),
+        (f"{fmt_tps(pick.tps)} tok/s", _speed_note(spread or f"baseline {fmt_tps(base.tps)} tok/s", pick)),
         (
             f"{pick.speedup:.2f}×" if winner and pick.speedup else "1.00×",
             " · ".join(
@@ -170,6 +172,11 @@ def _cards(view: View) -> list[tuple[str, str]]:
         run = f"{tokens:,} tokens" if tokens else "the planned run"
         cards.append((fmt_seconds(seconds), f"to train {run}, compile + warm-up included"))
     return cards
+
+
+def _speed_note(note: str, pick: Entry) -> str:
+    """The speed card's small print: its range (or the baseline's speed), and its MFU where it has one."""
+    return f"{note} · {fmt_mfu(pick.mfu)} MFU" if pick.mfu is not None else note
 
 
 def _no_telemetry_reason(summary: Summary, facts: Facts) -> str:
@@ -325,6 +332,7 @@ def render_html(summary: Summary | Mapping[str, Any]) -> str:
     """The whole report as one self-contained HTML page."""
     view = View.of(summary)
     columns = view.columns(TABLE_HEAD)
+    found = costs(view.summary, times="×")
     return _ENV.get_template("report.html.j2").render(
         css=Markup((HERE / "static" / "report.css").read_text()),
         js=Markup((HERE / "static" / "report.js").read_text()),
@@ -336,7 +344,7 @@ def render_html(summary: Summary | Mapping[str, Any]) -> str:
         **_plots(view),
         **_telemetry(view.summary, view.facts),
         **_sections(view),
-        costs=costs(view.summary, times="×"),
-        finalist_head=FINALIST_HEAD,
+        costs=found,
+        finalist_head=found.head if found else FINALIST_HEAD,
         break_even_head=BREAK_EVEN_HEAD,
     )

@@ -8,10 +8,11 @@ from typing import Any
 
 import tuner.report.view as view
 from tuner.records import Summary
-from tuner.report.cost_section import BREAK_EVEN_HEAD, FINALIST_HEAD, costs
+from tuner.report.cost_section import BREAK_EVEN_HEAD, costs
 from tuner.report.fmt import DASH, fmt_mem, fmt_seconds, fmt_warmup
 from tuner.report.gpu_section import USAGE_HEAD
 from tuner.report.measured import measurement_notes
+from tuner.report.mfu import fmt_mfu
 
 
 def _cell(value: Any) -> str:
@@ -29,7 +30,7 @@ def _cells(e: view.Entry, report: view.View) -> dict[str, Any]:
     loss, trained = view.loss_cell(e, report.facts)
     ratio = view.speedup_text(e)
     knobs = [e.config[k] for k in view.COLUMN_KNOBS]
-    cells = [_label(e), *knobs, view.tps_text(e), fmt_warmup(e.warmup), fmt_mem(e.mem)]
+    cells = [_label(e), *knobs, view.tps_text(e), fmt_mfu(e.mfu), fmt_warmup(e.warmup), fmt_mem(e.mem)]
     return dict(zip(view.TABLE_COLUMNS, [*cells, f"{loss}, {trained}" if trained else loss, ratio]))
 
 
@@ -86,7 +87,7 @@ def _costs(summary: Summary) -> list[str]:
     finalists = [
         [f"**{r.label}** (winner)" if r.role == "winner" else r.label, *r.cells] for r in found.finalists
     ]
-    lines = [found.intro, ""] + (_grid(FINALIST_HEAD, finalists) if finalists else [])
+    lines = [found.intro, ""] + (_grid(found.head, finalists) if finalists else [])
     if found.break_even:
         lines += ["", "### Break-even", "", found.break_even_intro, ""]
         lines += _grid(BREAK_EVEN_HEAD, found.break_even)

@@ -16,6 +16,7 @@ from typing import Any
 
 from tuner.knobs import SPEED_ONLY_KNOBS, knob_diff
 from tuner.records import BASELINE_ID, LossGate, Summary, TrialRow
+from tuner.report import mfu
 from tuner.report.fmt import (
     fmt_jpt,
     fmt_loss,
@@ -368,6 +369,7 @@ def measurement_notes(summary: Summary) -> list[str]:
         _loss_note(facts, loss),
         _remeasure_note(summary, facts, remeasure),
         "Tok/s in the table: the re-measured median where there is one, else the screen's number.",
+        *filter(None, [mfu.note(summary, facts.gpu_columns)]),
         "vs baseline: over the baseline's figure of the same kind, a re-measured median over its re-measured "
         "median, a screen run over the baseline config's own screen run (— where it has none: figures taken "
         "under different conditions are not divided).",

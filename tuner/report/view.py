@@ -31,6 +31,8 @@ from tuner.report.fmt import (
 )
 from tuner.report.gpu_section import Gpus, gpus
 from tuner.report.measured import Facts, Trained, hows
+from tuner.report.mfu import fmt_mfu, mfu_at, shown
+from tuner.report.mfu import how as mfu_how
 from tuner.report.rows import ConfigRow, Trust, group_rows, loss_run, records_sharing, worst
 
 TABLE_COLUMNS = (
@@ -41,6 +43,7 @@ TABLE_COLUMNS = (
     "Compile",
     "Kernels",
     "Tok/s",
+    "MFU",
     "Warm-up",
     "VRAM",
     "Loss",
@@ -49,6 +52,7 @@ TABLE_COLUMNS = (
 # Knob shown in each table column after "Config".
 COLUMN_KNOBS = ("batch_size", "num_workers", "precision", "compile", "kernels")
 GPU_COLUMNS = ("VRAM", "J/token")  # left out of a search on CPUs: no GPU memory, no GPU energy
+MFU_COLUMN = "MFU"  # left out too where no run counted its FLOPs (summaries from before MFU)
 FAILED_IN = {"loss_check": " in its loss check", "remeasure": " while re-measured"}
 
 
@@ -76,6 +80,11 @@ UNTRUSTED_ANSWER = (
 def tps_text(e: Entry) -> str:
     """The entry's tok/s as the tables show it, with its trust mark."""
     return fmt_tps(e.tps) + (MARKS[e.tps_trust] if e.tps is not None else "")
+
+
+def mfu_text(e: Entry | None) -> str:
+    """' at 7.1% MFU', after an entry's tok/s in a sentence ("" where it has none)."""
+    return f" at {fmt_mfu(e.mfu)} MFU" if e is not None and e.mfu is not None else ""
 
 
 def speedup_text(e: Entry, times: str = "x") -> str:
@@ -153,6 +162,7 @@ class Entry:
     feasible: bool | None
     tps: float | None
     tps_trust: Trust  # contended or unjudged: marked wherever the figure is shown
+    mfu: float | None  # model FLOPs utilisation at tps (tuner/report/mfu.py)
     warmup: float | None  # compile + warm-up seconds: warm (re-measure) where it has them, else its screen's
     loss: float | None
     trained: Trained | None  # the execution its loss figure was trained with (None: not recorded)
@@ -260,6 +270,7 @@ def _entry(
     base_cfg, trained = summary.baseline.config, _trained(summary, row, role)
     label = BASELINE_ID if role == "baseline" else row.label
     how = hows(row, role, facts, trained)
+    speed_runs = row.runs("tokens_per_s") or row.trials
     return Entry(
         label=label,
         role=role,
@@ -269,6 +280,7 @@ def _entry(
         feasible=True if role == "baseline" else row.feasible,
         tps=tps,
         tps_trust=trust,
+        mfu=mfu_at(tps, speed_runs),
         warmup=_warmup(summary, row, label),
         loss=_first_num(loss),
         trained=trained,
@@ -276,7 +288,7 @@ def _entry(
         jpt=row.median("joules_per_token"),
         speedup=_first_num(ratio.value),
         speedup_trust=ratio.trust,
-        how={**how, "speedup": f"{how['tps']}; {ratio.versus}"},
+        how={**how, "speedup": f"{how['tps']}; {ratio.versus}", "mfu": mfu_how(speed_runs, how["tps"])},
         reason=reason,
         same_as=[t.id for t in row.trials[1:] if t.phase_name == "screen"],
     )
@@ -309,6 +321,7 @@ class View:
         knob_of = dict(zip(TABLE_COLUMNS[1:], COLUMN_KNOBS))
         off = {c for c, k in knob_of.items() if k in self.summary.knobs_left_out}
         off |= set() if self.facts.gpu_columns else set(GPU_COLUMNS)
+        off |= set() if shown(self.summary, self.facts.gpu_columns) else {MFU_COLUMN}
         return tuple(c for c in head if c not in off)
 
     @cached_property
@@ -393,14 +406,16 @@ class View:
             trained = f" Its loss run was {base.trained.sentence}." if base.trained else ""
             return (
                 "No config beat the baseline within tolerance; the baseline "
-                f"({base_tps} tok/s, val loss {base_loss}) stays the answer ({limit}).{trained} {after}"
+                f"({base_tps} tok/s{mfu_text(base)}, val loss {base_loss}) stays the answer ({limit}).{trained} "
+                f"{after}"
             ).rstrip()
         lo_hi = best.tokens_per_s_spread
         spread = f" (range {fmt_tps(lo_hi[0])}–{fmt_tps(lo_hi[1])})" if len(lo_hi) == 2 else ""
         versus = f"{best.speedup:.2f}x the baseline's" if is_num(best.speedup) else "against the baseline's"
         one_run = f" ({text})" if (text := one_run_text(best)) else ""
         return (
-            f"**{best.id}** {_is_the(summary)}: {fmt_tps(best.tokens_per_s)} tok/s{spread}, {versus} "
+            f"**{best.id}** {_is_the(summary)}: {fmt_tps(best.tokens_per_s)} tok/s{spread}{mfu_text(winner)}, "
+            f"{versus} "
             f"{base_tps} tok/s{one_run}. Its validation loss is {fmt_loss(best.val_loss)} against the baseline's "
             f"{base_loss} ({limit}){_trained_clause(winner, base)}. {after}"
         ).rstrip()
