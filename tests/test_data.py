@@ -10,16 +10,8 @@ import pytest
 import torch
 
 from trainables import data
-from trainables.data import (
-    CharTokenizer,
-    DataError,
-    batch_offsets,
-    load_char_data,
-    resolve_corpus,
-    split_tokens,
-    train_batches,
-    val_batches,
-)
+from trainables.char_batches import batch_offsets, train_batches, val_batches
+from trainables.data import CharTokenizer, DataError, load_char_data, resolve_corpus, split_tokens
 
 SHARED_SHAKESPEARE = [
     Path("/work/shared/data/tinyshakespeare.txt"),

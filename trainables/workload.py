@@ -55,8 +55,9 @@ from torch.utils.data._utils.collate import default_collate
 
 from model import HybridConfig, HybridLM
 from trainables import datasets, flops
+from trainables.char_batches import train_batches, val_batches
 from trainables.config import ConfigError, TrainConfig, unknown_key
-from trainables.data import DataError, load_char_data, train_batches, val_batches
+from trainables.data import DataError, load_char_data
 from trainables.user_code import WorkloadSpec, load_factory, needs_path, parse_spec
 
 Batch = Any  # a tensor, or a tuple / list / dict of tensors, batch on dim 0
