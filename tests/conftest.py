@@ -4,8 +4,24 @@ session's, never the user's, and every search starts fresh unless a test asks fo
 
 import os
 import tempfile
+from pathlib import Path
+
+import pytest
+
+TESTS = Path(__file__).resolve().parent
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("TUNER_CACHE_DIR", tempfile.mkdtemp(prefix="tuner-test-cache-"))
 os.environ.setdefault("TUNER_FRESH", "1")
+
+
+@pytest.fixture
+def one_cpu_ray(monkeypatch):
+    """A local Ray of one CPU in this process, for real Tune experiments on the toy workloads."""
+    import ray  # here, not at the top: the environment above is set before Ray is first imported
+
+    monkeypatch.chdir(TESTS)  # workers get the driver's cwd on sys.path: the test workloads import
+    ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    yield
+    ray.shutdown()

@@ -5,8 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import optuna
-import pytest
-import ray
 from ray import tune
 from ray.tune.search.optuna import OptunaSearch
 from toy_workload import TOY
@@ -54,15 +52,7 @@ def test_no_new_config_starts_that_could_not_get_through_a_cold_first_step_in_th
     assert clock_at(10).proposing(seen)
 
 
-@pytest.fixture
-def two_cpu_ray(monkeypatch):
-    monkeypatch.chdir(TESTS)  # workers get the driver's cwd on sys.path: the test workloads import
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
-    yield
-    ray.shutdown()
-
-
-def test_a_budget_shorter_than_a_first_step_still_measures_every_start_point(tmp_path, two_cpu_ray):
+def test_a_budget_shorter_than_a_first_step_still_measures_every_start_point(tmp_path, one_cpu_ray):
     # One slot, so the second start point starts only after the first; each has a 2 s first step (its
     # "compile"); the budget is 0.5 s. The screen runs both start points and nothing else.
     slow_start = {**TOY, "workload": "toy_workload:make_slow_start_workload"}

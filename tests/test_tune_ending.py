@@ -12,7 +12,6 @@ from pathlib import Path
 
 import optuna
 import pytest
-import ray
 from ray import tune
 from ray.tune.search.optuna import OptunaSearch
 from toy_workload import TOY
@@ -24,14 +23,6 @@ from tuner.runs.tune import Interrupted, TuneFailed, run_cases, run_proposals
 
 TESTS = Path(__file__).resolve().parent
 ONE_WORKER = Placement({"cpu": 1}, 1, reuse_actors=True)
-
-
-@pytest.fixture
-def one_cpu_ray(monkeypatch):
-    monkeypatch.chdir(TESTS)  # workers get the driver's cwd on sys.path: the test workloads import
-    ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
-    yield
-    ray.shutdown()
 
 
 def test_tune_failing_a_trial_on_its_own_is_a_failure_that_names_it_not_an_interrupt(tmp_path, one_cpu_ray):
