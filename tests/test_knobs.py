@@ -16,7 +16,7 @@ def test_every_train_config_field_declares_its_class():
 def test_the_derived_lists_are_the_ones_the_search_needs():
     assert {
         "compile", "compile_scope", "kernels", "loader", "num_workers", "pin_memory", "fused_adamw",
-        "activation_checkpointing",
+        "activation_checkpointing", "micro_batch",
     } == SPEED_ONLY_KNOBS  # fmt: skip
     assert {
         "device", "out_dir", "save_model", "log_interval", "progress_s", "timing_warmup_steps",
@@ -24,8 +24,8 @@ def test_the_derived_lists_are_the_ones_the_search_needs():
         "workload_path", "cpu_threads", "compile_threads",
     } == RUN_ONLY_FIELDS  # fmt: skip
     assert GRAPH_FIELDS == (
-        "workload", "model", "seq_len", "batch_size", "precision", "compile", "compile_scope", "kernels",
-        "activation_checkpointing",
+        "workload", "model", "seq_len", "batch_size", "micro_batch", "precision", "compile", "compile_scope",
+        "kernels", "activation_checkpointing",
     )  # fmt: skip
     assert {name for name in CLASSES if is_loss_knob(name)} == {
         "workload", "model", "data", "data_sha256", "seq_len", "tokens", "eval_interval", "eval_tokens",

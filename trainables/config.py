@@ -107,8 +107,26 @@ class TrainConfig(BaseModel):
     eval_batch_size: Annotated[int, LOSS] = Field(16, gt=0)
 
     # --- optimisation (seed schedule) ---
-    batch_size: Annotated[int, LOSS_GRAPH] = Field(8, gt=0, description="micro-batch, sequences per forward")
-    grad_accum: Annotated[int, LOSS] = Field(1, gt=0)
+    batch_size: Annotated[int, LOSS_GRAPH] = Field(
+        8,
+        gt=0,
+        description="sequences per batch (a forward takes them all, or micro_batch of them at a time)",
+    )
+    grad_accum: Annotated[int, LOSS] = Field(
+        1,
+        gt=0,
+        description="batches of batch_size per optimizer step, each drawn anew (the effective batch is "
+        "batch_size x grad_accum, what the loss and lr_scaling see); for memory use micro_batch, which "
+        "keeps the data",
+    )
+    micro_batch: Annotated[int | None, EXECUTION_GRAPH] = Field(
+        None,
+        gt=0,
+        description="at most this many sequences per forward/backward pass: each batch of batch_size is "
+        "cut into pieces of micro_batch whose gradients add up to the batch's, so the data, the tokens "
+        "per step and the loss stay batch_size's (a speed and memory knob); below batch_size it must "
+        "divide it; None (or batch_size and above) = the whole batch in one pass",
+    )
     lr: Annotated[float, LOSS] = Field(3e-4, gt=0)
     min_lr: Annotated[float, LOSS] = Field(3e-5, ge=0)
     lr_scaling: Annotated[LrScaling, LOSS] = "none"
@@ -231,6 +249,15 @@ class TrainConfig(BaseModel):
             return v
         raise ValueError("must be auto, cpu, cuda or cuda:N")
 
+    @field_validator("micro_batch")
+    @classmethod
+    def _divides_the_batch(cls, v: int | None, info: ValidationInfo) -> int | None:
+        batch = info.data.get("batch_size")  # absent when batch_size itself was refused
+        if v is None or batch is None or v >= batch or batch % v == 0:
+            return v
+        fits = [d for d in range(1, batch) if batch % d == 0]
+        raise ValueError(f"must divide batch_size {batch} (one of {fits}) or be at least it")
+
     @field_validator("model")
     @classmethod
     def _model_fields(cls, v: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
@@ -256,6 +283,11 @@ class TrainConfig(BaseModel):
             name: next((m for m in field.metadata if isinstance(m, KnobClass)), None)
             for name, field in cls.model_fields.items()
         }
+
+    @property
+    def forward_batch(self) -> int:
+        """Sequences per forward/backward pass, what must fit in memory: the micro-batch, or the batch."""
+        return min(self.micro_batch or self.batch_size, self.batch_size)
 
     @property
     def tokens_per_step(self) -> int:

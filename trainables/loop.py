@@ -126,6 +126,23 @@ def _batch_size(batch: Any) -> int:
     return batch.shape[0] if batch.ndim else 1
 
 
+def micro_batches(batch: Any, size: int | None) -> list[tuple[Any, float]]:
+    """`batch` cut on dim 0 into pieces of at most `size` examples (None: whole), each with its share of
+    the batch, the weight of its mean loss: the weighted losses and gradients add up to the batch's."""
+    n = _batch_size(batch)
+    pieces = [batch] if size is None or size >= n else _split(batch, size)
+    return [(piece, _batch_size(piece) / n) for piece in pieces]
+
+
+def _split(batch: Any, size: int) -> list[Any]:
+    if isinstance(batch, dict):
+        parts = {key: _split(value, size) for key, value in batch.items()}
+        return [dict(zip(parts, values)) for values in zip(*parts.values())]
+    if isinstance(batch, list | tuple):
+        return [type(batch)(values) for values in zip(*(_split(value, size) for value in batch))]
+    return list(batch.split(size))
+
+
 def fp32_fused_note(precision: str, kernels: str, on_cuda: bool, triton_f32: str | None) -> str | None:
     """The one-line caveat for fp32 runs through fused Triton kernels, whose fp32 dots default to TF32."""
     if precision != "fp32" or kernels == "torch" or not on_cuda or triton_f32 == "ieee":
@@ -434,11 +451,13 @@ class _Training:
     def _optimizer_step(self) -> None:
         cfg = self.cfg
         for _ in range(cfg.grad_accum):
-            batch = next(self.batches)
-            with self.autocast():
-                loss = self.workload.loss(self.step_model, batch)
-            self.scaler.scale(loss / cfg.grad_accum).backward()
-            self.loss_sum += loss.detach().float()
+            for piece, share in micro_batches(next(self.batches), cfg.micro_batch):
+                with self.autocast():
+                    loss = self.workload.loss(self.step_model, piece)
+                if share != 1.0:
+                    loss = loss * share  # the piece's part of its batch's mean loss
+                self.scaler.scale(loss / cfg.grad_accum).backward()
+                self.loss_sum += loss.detach().float()
             self.loss_count += 1
         if cfg.grad_clip > 0:
             self.scaler.unscale_(self.optimizer)
