@@ -1,13 +1,20 @@
-"""Largest batch that fits, per precision: doubling until OOM, then bisecting (as Lightning's finder does)."""
+"""Largest batch that fits, per precision and setting: doubling until OOM, then bisecting (as Lightning's
+finder does). The batch probed is what one forward takes (micro_batch off): with micro-batches, the largest
+micro-batch. A setting (activation checkpointing, compile) changes what a forward keeps, so it is probed
+with it: a search asks per setting its space holds."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from trainables.config import make_config
 from trainables.data import Corpus, shipped_corpus
 from trainables.loop import train
 from tuner.records import ProbedBatch
+
+# What the probe sets itself: a setting cannot name them.
+PROBE_KEYS = frozenset({"batch_size", "micro_batch", "precision", "max_steps", "out_dir"})
 
 
 def _fits(base: dict[str, Any], batch: int, precision: str) -> float | None:
@@ -16,6 +23,7 @@ def _fits(base: dict[str, Any], batch: int, precision: str) -> float | None:
         {
             **base,
             "batch_size": batch,
+            "micro_batch": None,  # the whole batch in one forward: the size probed is the micro-batch
             "precision": precision,
             "max_steps": 2,
             "timing_warmup_steps": 1,
@@ -39,13 +47,19 @@ def max_batch(
     margin: float = 0.9,
     bisect_steps: int = 3,
     corpus: Corpus | None = None,
+    settings: Mapping[str, Any] | None = None,
 ) -> ProbedBatch:
     """Largest batch <= limit that trains a step at `precision`, times a safety margin (0 if none fits),
     and its peak memory: when everything up to the limit fits, the limit says nothing of how much of the
     GPU a batch takes (batch 128 of 512 held 15 GB of an H200's 141), the peak does.
+    `settings`: training keys the probe runs with, over `base` (e.g. {"activation_checkpointing": 2,
+    "compile": "default", "compile_scope": "blocks"}); not the ones it sets itself (PROBE_KEYS).
     `corpus`: the driver's, shipped through Ray, so the probe's node needs no copy of its own."""
+    clash = sorted(PROBE_KEYS & set(settings or {}))
+    if clash:
+        raise ValueError(f"batch probe settings cannot name {clash}: the probe sets them itself")
     with shipped_corpus(corpus):
-        return _max_batch(base, precision, limit, margin, bisect_steps)
+        return _max_batch({**base, **(settings or {})}, precision, limit, margin, bisect_steps)
 
 
 def _max_batch(
