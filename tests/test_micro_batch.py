@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torch._dynamo.utils import counters
 
+from tests.test_compile_scope import BLOCKS, losses
 from tests.test_train import SMOKE, run_cli, tiny_config, toy_config
 from trainables.config import ConfigError, make_config
 from trainables.loop import micro_batches, train
@@ -46,6 +48,17 @@ def test_micro_batches_inside_grad_accum_and_a_user_workload():
     pieces = trajectory(toy_config(**base, micro_batch=4))
     torch.testing.assert_close(pieces[0], whole[0], rtol=1e-5, atol=1e-5)
     assert pieces[2] == whole[2] == 6 * 2 * 16 * 16
+
+
+def test_compiled_blocks_take_the_micro_batch_in_one_graph_checkpointed_or_not():
+    """CPU Inductor, the toy's three blocks: every piece has one shape, so one graph serves them all."""
+    eager = losses(toy_config(workload=BLOCKS, max_steps=6))
+    for every in (0, 1):
+        counters.clear()
+        knobs = {"compile": "default", "compile_scope": "blocks", "activation_checkpointing": every}
+        compiled = losses(toy_config(workload=BLOCKS, max_steps=6, micro_batch=4, **knobs))
+        assert compiled == pytest.approx(eager, rel=1e-4, abs=1e-5)
+        assert counters["stats"]["unique_graphs"] == 1
 
 
 def test_a_batch_is_cut_on_dim_0_whatever_its_form_and_weighted_by_its_share():
