@@ -163,6 +163,11 @@ def test_a_screen_runs_share_follows_the_memory_the_probe_measured(tmp_path):
     assert share(trial(0, 512))["gpu"] == pytest.approx(4 / 6)  # 75 GB of 141 with headroom
     assert share(trial(0, 128))["gpu"] == pytest.approx(1 / 6)
     assert share(trial(0, 256))["gpu"] == pytest.approx(2 / 6)
+    # batch 512 run as micro-batches of 128 holds one micro-batch's activations: 128's share
+    pieces = TrialSpec.of({"batch_size": 512, "micro_batch": 128, "precision": "bf16"}).labelled(
+        case=0, repeat=0
+    )
+    assert share(pieces.as_tune())["gpu"] == pytest.approx(1 / 6)
 
 
 def test_older_state_files_keep_a_bare_batch_per_precision():

@@ -31,6 +31,7 @@ from trainables import compile_cache, flops, memory, progress
 from trainables.cache_use import CacheCount, stable_cache_keys
 from trainables.config import CUDA_GRAPH_MODES, ConfigError, TrainConfig, dump_config
 from trainables.errors import find_cause, first_line
+from trainables.micro_batches import examples_in, micro_batches
 from trainables.result import RunResult
 from trainables.timing import CompileDeadline, FirstStepDeadline, StepTimer
 from trainables.workload import Job, as_job, check_checkpointing, load_workload
@@ -112,35 +113,11 @@ def evaluate(model: torch.nn.Module, workload: Job, batches) -> float:
     # force_eager: blocks compiled in place (compile_scope: blocks) run eagerly too, as the whole model does
     with torch.compiler.set_stance("force_eager"), workload.evaluation(model):
         for batch in batches:
-            n = _batch_size(batch)
+            n = examples_in(batch)
             total += workload.loss(model, batch).float().item() * n
             count += n
     model.train(was_training)
     return total / max(count, 1)
-
-
-def _batch_size(batch: Any) -> int:
-    """The examples in a batch (its first tensor's dim 0): the weight of its mean loss."""
-    while isinstance(batch, list | tuple | dict):
-        batch = next(iter(batch.values())) if isinstance(batch, dict) else batch[0]
-    return batch.shape[0] if batch.ndim else 1
-
-
-def micro_batches(batch: Any, size: int | None) -> list[tuple[Any, float]]:
-    """`batch` cut on dim 0 into pieces of at most `size` examples (None: whole), each with its share of
-    the batch, the weight of its mean loss: the weighted losses and gradients add up to the batch's."""
-    n = _batch_size(batch)
-    pieces = [batch] if size is None or size >= n else _split(batch, size)
-    return [(piece, _batch_size(piece) / n) for piece in pieces]
-
-
-def _split(batch: Any, size: int) -> list[Any]:
-    if isinstance(batch, dict):
-        parts = {key: _split(value, size) for key, value in batch.items()}
-        return [dict(zip(parts, values)) for values in zip(*parts.values())]
-    if isinstance(batch, list | tuple):
-        return [type(batch)(values) for values in zip(*(_split(value, size) for value in batch))]
-    return list(batch.split(size))
 
 
 def fp32_fused_note(precision: str, kernels: str, on_cuda: bool, triton_f32: str | None) -> str | None:

@@ -88,7 +88,8 @@ class PlacementPolicy:
         """A run trained beside the screen takes one screen run's place on its GPU (or more, as a screen run
         of its batch would): its GPU share, and its memory cap."""
         per_gpu = self.speed_runs_per_gpu()
-        return self._batch_share(case.get("batch_size", 1), case.get("precision"), per_gpu)
+        forward = min(case.get("micro_batch") or case.get("batch_size", 1), case.get("batch_size", 1))
+        return self._batch_share(forward, case.get("precision"), per_gpu)
 
     def speed_runs_per_gpu(self) -> int:
         cpus_per_gpu = self.cluster_cpus / max(1, self.hw.gpus)
@@ -134,7 +135,8 @@ class PlacementPolicy:
         so any `per_gpu` of them that Ray puts on one GPU do. Run N on one
         H200: shares rounded up to fifteenths (7.9 GB -> 2/15) summed to 18/15, and three of the 15 runs
         waited ~55 s for a place while the runs on the GPU needed 0.47 of its memory at most."""
-        base = self._probed_need(self.base["batch_size"], self.base["precision"])
+        batch = self.base["batch_size"]
+        base = self._probed_need(min(self.base.get("micro_batch") or batch, batch), self.base["precision"])
         needs = [self._memory_need(p) if p else base for p in peaks_mb]  # no peak: the unscreened baseline
         if any(n is None for n in needs):
             return False
@@ -142,7 +144,8 @@ class PlacementPolicy:
         return sum(runs[:per_gpu]) <= 1.0
 
     def _spec_share(self, spec: TrialSpec, per_gpu: int) -> float:
-        return self._batch_share(spec.train.batch_size, spec.train.precision, per_gpu)
+        # what must fit is one forward pass: the micro-batch where the batch runs in pieces
+        return self._batch_share(spec.train.forward_batch, spec.train.precision, per_gpu)
 
     def _batch_share(self, batch: int, precision: str | None, per_gpu: int) -> float:
         """1/per_gpu of a GPU, or more for a batch whose memory needs it, rounded up to a multiple of
