@@ -24,7 +24,8 @@ from trainables import datasets
 from trainables.config import ConfigError, load_config, make_config
 from trainables.data import CharWindows
 from trainables.loop import train
-from trainables.workload import Job, check_workload, fields_markdown, load_workload
+from trainables.workload import Job, check_workload, load_workload
+from trainables.workload_fields import fields_markdown
 from tuner import search
 from tuner.config import load_search_config
 from tuner.space import fit_to_workload
