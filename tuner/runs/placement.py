@@ -92,9 +92,8 @@ class PlacementPolicy:
         return self._batch_share(forward, case.get("precision"), per_gpu)
 
     def speed_runs_per_gpu(self) -> int:
-        cpus_per_gpu = self.cluster_cpus / max(1, self.hw.gpus)
-        per_gpu = min(self.resources.speed_runs_per_gpu, int(cpus_per_gpu // self.resources.cpus_per_trial))
-        return max(1, per_gpu)
+        r, cpus_per_gpu = self.resources, self.cluster_cpus / max(1, self.hw.gpus)
+        return max(1, min(r.speed_runs_per_gpu, int(cpus_per_gpu // r.cpus_per_trial)))
 
     # --- loss runs ---
     def loss_round(self) -> Placement:
@@ -126,7 +125,6 @@ class PlacementPolicy:
             slots = int(self.cluster_cpus / r.cpus_per_trial)
         return max(1, min(slots, r.max_concurrent or slots))
 
-    # --- shares ---
     def _cpu_speed(self) -> Placement:
         return Placement({"cpu": max(1, self.node_cpus or self.cluster_cpus)}, 1, self.reuse_actors())
 
