@@ -120,7 +120,10 @@ def test_under_a_cpu_burner_contended_windows_are_repeated_then_the_baseline_sta
         time.sleep(1)
         ctx = SimpleNamespace(out=tmp_path, telemetry=Telemetry(), notices=[], inputs=TrialInputs())
         ctx.notice = ctx.notices.append
-        cases = [TrialSpec.of({**TOY, "seed": 0}), TrialSpec.of({**TOY, "seed": 1, "batch_size": 16})]
+        # Paced steps: a window long enough to judge its CPU load (over MIN_WINDOW_S) even when the burners
+        # yield; the batch-16 case trains half the steps, and its window once came out at 0.2 s, unjudged.
+        paced = {**TOY, "workload": "toy_workload:make_paced_workload"}
+        cases = [TrialSpec.of({**paced, "seed": 0}), TrialSpec.of({**paced, "seed": 1, "batch_size": 16})]
         rows = remeasure.measure(ctx, cases, [1, 1], Placement({"cpu": 1}, 1, reuse_actors=True))
     finally:
         for proc in burners:
