@@ -20,6 +20,7 @@ from tuner.context import SearchContext, State
 from tuner.phases import loss_check
 from tuner.phases.loss_check import spread_over_gpus
 from tuner.records import Hardware, ProbedBatch
+from tuner.runs.tasks import TaskRun
 from tuner.runs.tune import round_robin
 
 
@@ -217,7 +218,7 @@ def test_a_baseline_trained_beside_the_screen_needs_no_twin_of_its_own(tmp_path,
     beside = make_row("beside", "loss_check_beside", val_loss=1.5, train={**ctx.base, **point})
     monkeypatch.setattr(baseline, "beside_row", lambda ctx, run: beside)
     trained = rounds_without_training(monkeypatch)
-    rows = loss_check.run(ctx, screen, baseline.BesideRun(None, TrialSpec.of({}), point, 0.0))
+    rows = loss_check.run(ctx, screen, TaskRun(None, TrialSpec.of({}), point, 0.0))
     assert (
         trained == [["screen-1"]]
         and rows[0].id == "baseline"

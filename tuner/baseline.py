@@ -35,10 +35,7 @@ BESIDE_WHO = "baseline-loss"  # its name at its GPU's timing gate
 WAIT_LINE_S = 30.0  # the longest the search is silent while it waits for the beside run
 
 
-BesideRun = TaskRun  # a loss run trained beside the screen
-
-
-def start_beside(ctx: SearchContext, space: dict[str, Knob]) -> BesideRun | None:
+def start_beside(ctx: SearchContext, space: dict[str, Knob]) -> TaskRun | None:
     """Starts the baseline's loss run beside the screen, on one speed-run place of a GPU (None: on CPUs,
     where a run takes every core; with one place in all, which it would take from the screen; when no start
     point shares the baseline's loss knobs; or when the loss check is done already)."""
@@ -51,7 +48,7 @@ def start_beside(ctx: SearchContext, space: dict[str, Knob]) -> BesideRun | None
     share = ctx.placement.beside_share(case)
     spec = TrialSpec.of({**case, "gpu_memory_fraction": share})
     if Ledger(ctx.out, BESIDE_PHASE).rows():
-        return BesideRun(None, spec, point, time.time())
+        return TaskRun(None, spec, point, time.time())
     run = start_run_beside(ctx, spec, BESIDE_WHO, point)
     how = ", ".join(f"{k}={v}" for k, v in execution(case).items() if ctx.base.get(k) != v)
     log(f"[baseline] its loss run trains beside the screen ({how}), in its GPU's idle time")
@@ -86,7 +83,7 @@ def _twin_point(ctx: SearchContext, space: dict[str, Knob]) -> dict[str, Any] | 
     return None
 
 
-def beside_row(ctx: SearchContext, run: BesideRun) -> TrialRow | None:
+def beside_row(ctx: SearchContext, run: TaskRun) -> TrialRow | None:
     """The beside run's row, once it has finished (a line every WAIT_LINE_S while it trains on); None when it
     failed, and the loss check trains the baseline itself."""
     ledger = Ledger(ctx.out, BESIDE_PHASE)

@@ -23,6 +23,7 @@ from tuner.context import SearchContext, log
 from tuner.costs import cached_warmup
 from tuner.phases.loss_check import LossAhead
 from tuner.records import TrialRow
+from tuner.runs.tasks import TaskRun
 from tuner.select import loss_check_candidates
 
 
@@ -94,7 +95,7 @@ def _run_overhead_s(screen: list[TrialRow]) -> float:
 def after_screen(
     ctx: SearchContext,
     screen: list[TrialRow],
-    beside: baseline.BesideRun | None,
+    beside: TaskRun | None,
     ahead: LossAhead | None = None,
 ) -> float | None:
     """Says what the loss check and the re-measure will take; returns the re-measure's estimate, which

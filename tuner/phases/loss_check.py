@@ -24,6 +24,7 @@ from tuner.knobs import execution, loss_key
 from tuner.observe import annotate
 from tuner.records import AHEAD_PHASE, TrialRow
 from tuner.runs.ledger import Ledger
+from tuner.runs.tasks import TaskRun
 from tuner.runs.tune import run_cases
 from tuner.select import Candidate, could_be_remeasured, loss_check_candidates
 from tuner.trial_rows import trial_row
@@ -32,7 +33,7 @@ from tuner.trial_rows import trial_row
 def run(
     ctx: SearchContext,
     screen: list[TrialRow],
-    beside: baseline.BesideRun | None = None,
+    beside: TaskRun | None = None,
     ahead: LossAhead | None = None,
 ) -> list[TrialRow]:
     """The baseline's loss row first, then every candidate's. With `beside` (the baseline's loss run, started
@@ -115,7 +116,7 @@ class LossAhead:
     ctx: SearchContext
     limit: int
     at_once: int
-    runs: dict[tuple, baseline.BesideRun | None] = field(default_factory=dict)  # by loss key; None: in ledger
+    runs: dict[tuple, TaskRun | None] = field(default_factory=dict)  # by loss key; None: in ledger
 
     def __post_init__(self) -> None:
         self.ledger = Ledger(self.ctx.out, AHEAD_PHASE)
@@ -200,7 +201,7 @@ def _baseline_spec(ctx: SearchContext, screen: list[TrialRow]) -> tuple[TrialSpe
 
 
 def _beside_or_own(
-    ctx: SearchContext, screen: list[TrialRow], beside: baseline.BesideRun
+    ctx: SearchContext, screen: list[TrialRow], beside: TaskRun
 ) -> tuple[TrialRow, TrialRow | None]:
     """The baseline's loss row and the twin whose execution it took: from its run beside the screen (the
     twin: that start point's screen run), or, where that failed, from a round of its own."""
