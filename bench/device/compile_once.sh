@@ -36,9 +36,18 @@ if [ "${GPU_TESTS:-1}" = 1 ]; then
   echo "GPUTESTS exit $? $(date -u +%FT%TZ)" >> $R/search.log
 fi
 # Where a trial process's start goes (issue 34 item 5): the imports, warm from the page cache by now.
-for m in torch ray.tune trainables.trainable model.ops.rwkv6_fused model.ops.ssd_fused model.ops.conv_fused; do
+for m in torch ray.tune trainables.trainable; do
   python3 -X importtime -c "import $m" 2> $R/importtime_${m//./_}.txt
   echo "IMPORT $m $(tail -1 $R/importtime_${m//./_}.txt)" >> $R/search.log
+done
+# the fused kernels as a trial loads them (load_fused: fla's and mamba_ssm's package __init__ skipped),
+# then as a plain import would (every fla model and op, transformers with mamba_ssm's models)
+for op in rwkv6 ssd causal_conv1d; do
+  python3 -c "import time, torch; t=time.time(); from model.ops._backend import load_fused; k, why = load_fused('$op'); print(f'LOADFUSED $op {time.time()-t:.1f} s {why or \"ok\"}')" >> $R/search.log 2>&1
+done
+python3 -c "import time, torch; t=time.time(); from model.ops import available_backends; b = available_backends(); print(f'BACKENDS {time.time()-t:.1f} s {b}')" >> $R/search.log 2>&1
+for m in model.ops.rwkv6_fused model.ops.ssd_fused; do
+  python3 -c "import time, torch; t=time.time(); import $m; print(f'PLAINIMPORT $m {time.time()-t:.1f} s')" >> $R/search.log 2>&1
 done
 python3 -c "import time; t=time.time(); import torch; torch.zeros(1, device='cuda'); print(f'CUDAINIT {time.time()-t:.1f} s')" >> $R/search.log 2>&1
 echo "ALLDONE $(date -u +%FT%TZ)" >> $R/search.log

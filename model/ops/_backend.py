@@ -7,7 +7,12 @@ imported only when first asked for; a machine without them still runs "naive" an
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+import importlib.metadata
+import importlib.util
+import sys
+import types
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import torch
 
@@ -24,6 +29,13 @@ FUSED = {
 }
 FUSED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
+# Packages whose __init__ our fused wrappers skip: they import what we never call. fla's imports its layers
+# and models (transformers with them) and fla.ops every op it has; mamba_ssm's its modules and models
+# (transformers, the selective-scan CUDA extension). Importing both whole cost ~16 s and ~14 s in every
+# process that trains with the fused kernels, and in the hardware check (one H200, run V); the kernels we
+# call need only their own submodules.
+SKIPPED_INITS = {"fla": ("fla", "fla.ops"), "mamba_ssm": ("mamba_ssm",)}
+
 # op -> (kernel or None, why not). A plain dict rather than functools.cache so torch.compile traces
 # the lookup without tracing into importlib once it is filled.
 _loaded: dict[str, tuple[Callable | None, str]] = {}
@@ -35,11 +47,47 @@ def load_fused(op: str) -> tuple[Callable | None, str]:
         _, module, name = FUSED[op]
         library_env.keep_autotune_results()
         try:
-            _loaded[op] = getattr(importlib.import_module(module), name), ""
+            with packages_without_init(SKIPPED_INITS.get(FUSED[op][0], ())):
+                _loaded[op] = getattr(importlib.import_module(module), name), ""
         except Exception as e:  # ImportError, or a CUDA extension that fails while loading
             reason = (str(e).splitlines() or [""])[0]
             _loaded[op] = None, f"{module}.{name} is not importable ({type(e).__name__}: {reason})"
     return _loaded[op]
+
+
+@contextmanager
+def packages_without_init(names: tuple[str, ...]) -> Iterator[None]:
+    """Within it, importing a submodule of a package in `names` (parents first) does not run that package's
+    __init__: it stands as a bare package of its own directory. After it, the bare packages and everything
+    imported under them leave `sys.modules` (the functions taken from them keep working), so a later plain
+    `import fla` (a user's workload) gets the whole real package, as if we had never imported it. A package
+    already imported is left as it is."""
+    bare = []
+    for name in names:
+        if name in sys.modules:
+            continue
+        spec = importlib.util.find_spec(name)  # a dotted name's parent: the bare one made before it
+        if spec is None or spec.submodule_search_locations is None:
+            continue  # not installed: the import below says so
+        package = types.ModuleType(name)
+        package.__path__ = list(spec.submodule_search_locations)
+        package.__spec__ = spec
+        package.__version__ = _version_of(name)  # fla.utils reads `from fla import __version__`
+        sys.modules[name] = package
+        bare.append(name)
+    try:
+        yield
+    finally:
+        prefixes = tuple(f"{name}." for name in bare)
+        for name in [m for m in sys.modules if m in bare or m.startswith(prefixes)]:
+            del sys.modules[name]
+
+
+def _version_of(package: str) -> str:
+    """The version of the distribution that installs `package` (its top-level name), "" if none says."""
+    for dist in importlib.metadata.packages_distributions().get(package.partition(".")[0], []):
+        return importlib.metadata.version(dist)
+    return ""
 
 
 def preload(backends: dict[str, str]) -> None:
