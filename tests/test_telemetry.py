@@ -23,6 +23,7 @@ from trainables.spec import TrialSpec
 from tuner import observe
 from tuner.context import Telemetry
 from tuner.gpus import gpu_usage
+from tuner.runs.request import Role
 from tuner.telemetry import (
     HW_POWER_BRAKE_SLOWDOWN,
     HW_THERMAL_SLOWDOWN,
@@ -489,7 +490,7 @@ def test_each_trial_joins_its_own_gpu_and_usage_answers_for_every_gpu(local_ray)
     window = {"window_t0": t0, "window_t1": t1, "window_tokens": 1000, "pid": os.getpid()}
     rows = [make_row(f"remeasure-{g}", "remeasure", gpu=g, node_id=node_id, **window) for g in (1, 0)]
     ctx = SimpleNamespace(telemetry=Telemetry(actors=actors), notice=lambda msg: None)
-    joined = {row.gpu: row for row in observe.annotate(ctx, rows)}
+    joined = {row.gpu: row for row in observe.annotate(ctx, rows, Role.REMEASURE)}
     assert joined[1].gpu_util_mean == FakeNvml.util(1) and joined[0].gpu_util_mean == FakeNvml.util(0)
     assert joined[1].gpu_power_mean_w == FakeNvml.power_w(1) and joined[1].telemetry_samples >= 12
     usage = gpu_usage(fetch_usage(actors, {"remeasure": (t0, t1)}))
@@ -570,11 +571,25 @@ def test_a_later_phase_whose_runs_compiled_from_scratch_gets_a_notice():
         make_row(f"loss_check_0-{i}", "loss_check_0", compile_cache_use=use, warmup_s=warmup)
         for i, (use, warmup) in enumerate([("miss", 110.7), ("miss", 115.3), ("hit", 8.0), (None, 2.0)])
     ]
-    observe.annotate(ctx, rows)
+    observe.annotate(ctx, rows, Role.LOSS)
     assert notices == [
         "loss_check_0: 2 of 4 runs compiled from scratch (Inductor's cache answered none of their graphs), "
         "111-115 s of warm-up each"
     ]
     screen = [make_row("screen-0", "screen", compile_cache_use="miss", warmup_s=120.0)]
-    observe.annotate(ctx, screen)  # the screen compiles first: its misses are expected
+    observe.annotate(ctx, screen, Role.SPEED)  # the screen compiles first: its misses are expected
+    ahead = [make_row("loss_check_ahead-0", "loss_check_ahead", compile_cache_use="miss", warmup_s=90.0)]
+    observe.annotate(ctx, ahead, Role.AHEAD)  # so do the loss runs trained beside it
     assert len(notices) == 1
+
+
+def test_only_timed_runs_that_shared_the_cpus_get_a_notice():
+    # Loss runs share the machine by design and their speed is never used; a timed run's is the answer's.
+    notices: list[str] = []
+    ctx = SimpleNamespace(telemetry=Telemetry(actors=[]), notice=notices.append)
+    busy = {"cpu_own_cores": 1.0, "cpu_others_cores": 3.0, "cpu_count": 4, "window_t0": 1.0, "window_t1": 9.0}
+    rows = [make_row(f"p-{i}", "p", **busy) for i in range(2)]
+    for role in (Role.LOSS, Role.BESIDE, Role.AHEAD):
+        assert all(r.cpu_shared for r in observe.annotate(ctx, rows, role)) and not notices
+    assert all(r.cpu_shared for r in observe.annotate(ctx, rows, Role.REMEASURE))
+    assert len(notices) == 1 and notices[0].startswith("p: 2 of 2 timed runs shared the CPU"), notices

@@ -18,12 +18,12 @@ from trainables.spec import TrialSpec
 from tuner.config import Knob
 from tuner.context import SearchContext, SearchFailed, log
 from tuner.knobs import execution, loss_key
-from tuner.observe import annotate
 from tuner.records import BASELINE_ID, BESIDE_PHASE, LossGate, TrialRow
 from tuner.runs.ledger import Ledger
-from tuner.runs.tasks import TaskRun, start_loss_run
+from tuner.runs.pool import RunPool
+from tuner.runs.request import Role, RunRequest
+from tuner.runs.tasks import TaskRun
 from tuner.space import start_point
-from tuner.trial_rows import trial_row
 
 # A run the early stopper or the time budget stopped after steady steps has proven its execution works and
 # how fast: the baseline under CUDA graphs is slow next to large batches and is often stopped early, and
@@ -32,7 +32,6 @@ PROVEN = ("ok", "stopped")
 
 
 BESIDE_WHO = "baseline-loss"  # its name at its GPU's timing gate
-WAIT_LINE_S = 30.0  # the longest the search is silent while it waits for the beside run
 
 
 def start_beside(ctx: SearchContext, space: dict[str, Knob]) -> TaskRun | None:
@@ -63,15 +62,7 @@ def room_beside(ctx: SearchContext) -> bool:
 
 def start_run_beside(ctx: SearchContext, spec: TrialSpec, who: str, point: dict[str, Any]) -> TaskRun:
     """`spec` as a Ray task on its GPU share (its `gpu_memory_fraction`), `who` at its GPU's gate."""
-    return start_loss_run(spec, who, point, ctx.cfg.resources.cpus_per_trial, ctx.inputs)
-
-
-def wait_for(run: TaskRun, what: str) -> tuple[dict[str, Any] | None, BaseException | None]:
-    """The run's metrics, or its error (a line every WAIT_LINE_S while it trains on)."""
-    while not run.done():
-        log(f"[loss_check] {what} is still training ({time.time() - run.started:.0f} s so far)")
-        run.wait(WAIT_LINE_S)
-    return run.result()
+    return RunPool(ctx).start(RunRequest(spec, Role.BESIDE), who, point)
 
 
 def _twin_point(ctx: SearchContext, space: dict[str, Knob]) -> dict[str, Any] | None:
@@ -84,13 +75,11 @@ def _twin_point(ctx: SearchContext, space: dict[str, Knob]) -> dict[str, Any] | 
 
 
 def beside_row(ctx: SearchContext, run: TaskRun) -> TrialRow | None:
-    """The beside run's row, once it has finished (a line every WAIT_LINE_S while it trains on); None when it
-    failed, and the loss check trains the baseline itself."""
-    ledger = Ledger(ctx.out, BESIDE_PHASE)
-    if not ledger.rows():
-        metrics, error = wait_for(run, "the baseline's loss run")
-        ledger.append(trial_row(metrics, run.spec, error, None))
-    row = annotate(ctx, ledger.rows()[:1])[0]
+    """The beside run's row, once it has finished (a line every WAIT_LINE_S while it trains on), recorded by
+    the pool; None when it failed, and the loss check trains the baseline itself."""
+    pool = RunPool(ctx)
+    kept = pool.rows(Role.BESIDE)[:1]  # recorded before a resume
+    row = pool.record(Role.BESIDE, kept)[0] if kept else pool.task_row(run, "the baseline's loss run")
     if row.status != "ok":
         ctx.notice(f"the baseline's loss run beside the screen failed ({row.error}): it trains again now")
         return None

@@ -7,7 +7,8 @@ import ray
 from tensorboardX import SummaryWriter
 
 from tuner.context import SearchContext, Telemetry
-from tuner.records import AHEAD_PHASE, BESIDE_PHASE, TrialRow
+from tuner.records import TrialRow
+from tuner.runs.request import Role
 from tuner.telemetry import (
     annotate_trial,
     describe_unavailable,
@@ -32,29 +33,28 @@ def start(ctx: SearchContext) -> Telemetry:
     return telemetry
 
 
-def annotate(ctx: SearchContext, rows: list[TrialRow]) -> list[TrialRow]:
-    """Each row joined to its GPU window (util, power, J/token, throttling) and its CPU contention flag."""
+def annotate(ctx: SearchContext, rows: list[TrialRow], role: Role) -> list[TrialRow]:
+    """Each row (of runs of one `role`) joined to its GPU window (util, power, J/token, throttling) and its
+    CPU contention flag; the notices say what the search should hear of them."""
     siblings = sorted({r.pid for r in rows if r.pid is not None and r.gate_wait_s is not None})
     out = [_flag_cpu(_join_gpu(ctx, row, siblings)) for row in rows]
     # loss runs share the machine by design and their speed is never used
-    flagged = [r for r in out if r.cpu_shared and not r.phase_name.startswith("loss_check")]
+    flagged = [r for r in out if r.cpu_shared] if role.timed else []
     if flagged:
         worst = max(r.cpu_others_cores for r in flagged)
         ctx.notice(
             f"{flagged[0].phase}: {len(flagged)} of {len(out)} timed runs shared the CPU with other "
             f"processes (up to {worst:.1f} cores busy elsewhere); their speed figures are not trusted"
         )
-    _say_cache_misses(ctx, out)
+    if not role.during_screen:
+        _say_cache_misses(ctx, out)
     return out
-
-
-DURING_SCREEN = ("screen", BESIDE_PHASE, AHEAD_PHASE)  # runs that compiled while the screen filled the cache
 
 
 def _say_cache_misses(ctx: SearchContext, rows: list[TrialRow]) -> None:
     """After the screen the search's cache holds what it compiled: a run that still compiles from scratch
     pays minutes of warm-up the cache was there to save, and the user should hear of it."""
-    missed = [r for r in rows if r.compile_cache_use == "miss" and r.phase not in DURING_SCREEN]
+    missed = [r for r in rows if r.compile_cache_use == "miss"]
     if missed:
         warmups = [r.warmup_s for r in missed if r.warmup_s is not None]
         paid = f", {min(warmups):.0f}-{max(warmups):.0f} s of warm-up each" if warmups else ""

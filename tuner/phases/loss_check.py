@@ -21,13 +21,11 @@ from trainables.spec import TrialSpec
 from tuner import baseline
 from tuner.context import SearchContext, log
 from tuner.knobs import execution, loss_key
-from tuner.observe import annotate
-from tuner.records import AHEAD_PHASE, TrialRow
-from tuner.runs.ledger import Ledger
+from tuner.records import TrialRow
+from tuner.runs.pool import RunPool
+from tuner.runs.request import Role, RunRequest
 from tuner.runs.tasks import TaskRun
-from tuner.runs.tune import run_cases
 from tuner.select import Candidate, could_be_remeasured, loss_check_candidates
-from tuner.trial_rows import trial_row
 
 
 def run(
@@ -119,8 +117,8 @@ class LossAhead:
     runs: dict[tuple, TaskRun | None] = field(default_factory=dict)  # by loss key; None: in ledger
 
     def __post_init__(self) -> None:
-        self.ledger = Ledger(self.ctx.out, AHEAD_PHASE)
-        for row in self.ledger.rows():  # from before a resume
+        self.pool = RunPool(self.ctx)
+        for row in self.pool.rows(Role.AHEAD):  # from before a resume
             self.runs[self._key(row.config)] = None
 
     def _key(self, config: dict[str, Any]) -> tuple:
@@ -156,7 +154,7 @@ class LossAhead:
         spec = _spec(self.ctx, pick)
         spec = spec.with_train(gpu_memory_fraction=self.ctx.placement.beside_share(spec.train.model_dump()))
         who = f"loss-ahead-{len(self.runs)}"
-        self.runs[self._key(pick.config)] = baseline.start_run_beside(self.ctx, spec, who, pick.config)
+        self.runs[self._key(pick.config)] = self.pool.start(RunRequest(spec, Role.AHEAD), who, pick.config)
         log(f"[loss_check] {pick.id}'s loss run trains ahead, beside the screen, in its GPU's idle time")
 
     def row(self, pick: Candidate) -> TrialRow | None:
@@ -166,10 +164,11 @@ class LossAhead:
         run = self.runs[key]
         if run is not None:
             self.runs[key] = None
-            metrics, error = baseline.wait_for(run, f"{pick.id}'s loss run ahead")
-            self.ledger.append(trial_row(metrics, run.spec, error, None))
-        row = [r for r in self.ledger.rows() if self._key(r.config) == key][-1]
-        return annotate(self.ctx, [row])[0] if row.status == "ok" else None
+            row = self.pool.task_row(run, f"{pick.id}'s loss run ahead")
+        else:  # recorded before a resume, or asked for again
+            kept = [r for r in self.pool.rows(Role.AHEAD) if self._key(r.config) == key][-1]
+            row = self.pool.record(Role.AHEAD, [kept])[0]
+        return row if row.status == "ok" else None
 
     def cancel_rest(self) -> None:
         """Ends the runs no round asked for (their configs were outrun later): the re-measure needs quiet
@@ -251,11 +250,8 @@ def _round(
     ctx: SearchContext, round_no: int | str, cases: list[TrialSpec], beside: int = 0
 ) -> list[TrialRow]:
     # Full token budget, the baseline's seed and data order; GPU fractions with a memory cap each.
-    name = f"loss_check_{round_no}"
-    placement = ctx.placement.loss_round()
-    return annotate(
-        ctx, run_cases(name, ctx.out, spread_over_gpus(ctx, cases, beside), placement, inputs=ctx.inputs)
-    )
+    requests = [RunRequest(case, Role.LOSS) for case in spread_over_gpus(ctx, cases, beside)]
+    return RunPool(ctx).cases(f"loss_check_{round_no}", requests, ctx.placement.loss_round())
 
 
 def spread_over_gpus(ctx: SearchContext, cases: list[TrialSpec], beside: int = 0) -> list[TrialSpec]:

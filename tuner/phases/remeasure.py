@@ -14,10 +14,9 @@ from collections.abc import Sequence
 
 from trainables.spec import TrialSpec
 from tuner.context import SearchContext
-from tuner.observe import annotate
 from tuner.records import BASELINE_ID, TrialRow
-from tuner.runs.request import Placement
-from tuner.runs.tune import run_cases
+from tuner.runs.pool import RunPool
+from tuner.runs.request import Placement, Role, RunRequest
 
 
 def run(ctx: SearchContext, screen: list[TrialRow], planned_s: float | None = None) -> list[TrialRow]:
@@ -52,15 +51,12 @@ def measure(
     """Every case timed `asked[i]` times in uncontended windows where that can be had: contended windows
     are timed again (bounded by `more_runs`); the counts follow from the ledger, so --resume goes on.
     `planned_s` is the estimate of the first pass (the windows timed again are not in it)."""
-    counts, seen = list(asked), {}
+    counts, pool = list(asked), RunPool(ctx)  # one pool: a row joined once keeps its join
+    requests = [RunRequest(case, Role.REMEASURE) for case in cases]
     while True:
-        rows = run_cases(
-            "remeasure", ctx.out, cases, placement, repeats=counts, inputs=ctx.inputs, planned_s=planned_s
-        )
+        # contention is known once joined: the pool's rows come back joined
+        rows = pool.cases("remeasure", requests, placement, repeats=counts, planned_s=planned_s)
         planned_s = None
-        new = [r for r in rows if r.id not in seen]
-        seen.update((r.id, r) for r in annotate(ctx, new))  # contention is known once joined
-        rows = [seen[r.id] for r in rows]
         wanted = more_runs(rows, asked)
         if all(w <= c for w, c in zip(wanted, counts, strict=True)):
             return rows

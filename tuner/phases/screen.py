@@ -16,9 +16,9 @@ from ray.tune.search.optuna import OptunaSearch
 from trainables.spec import TrialSpec
 from tuner.config import Knob
 from tuner.context import SearchContext, log
-from tuner.observe import annotate
 from tuner.records import TrialRow
-from tuner.runs.tune import run_proposals
+from tuner.runs.pool import RunPool
+from tuner.runs.request import Role, RunRequest
 from tuner.screen_clock import screen_clock, wall_budget_s
 from tuner.select import ScreenOutcome
 from tuner.space import start_point, to_tune
@@ -49,20 +49,17 @@ def run(
             storage=storage,
         )
 
-    rows = run_proposals(
+    short_run = TrialSpec.of({**ctx.short_run({}), "compile_deadline_s": s.compile_deadline_s})
+    pool = RunPool(ctx, listeners=[on_row] if on_row is not None else [])
+    rows = pool.proposals(
         "screen",
-        ctx.out,
-        {
-            **TrialSpec.of({**ctx.short_run({}), "compile_deadline_s": s.compile_deadline_s}).as_tune(),
-            **to_tune(space),
-        },
+        RunRequest(short_run, Role.SPEED),  # the searcher's knobs go over it
+        to_tune(space),
         ctx.placement.speed(),
         trials=s.trials,
         make_searcher=make_searcher,
         stopper_ratio=s.early_stop_ratio,
         clock=clock,
-        inputs=ctx.inputs,
-        on_row=on_row,
     )
     log(f"[screen] {ScreenOutcome.of(rows).line(budget_s)}")  # "finished 0 of 8" names its cause
     if clock is not None and len(rows) < s.trials and clock.elapsed() >= clock.budget_s:
@@ -70,7 +67,7 @@ def run(
             f"the screen's time budget ended it after {len(rows)} of {s.trials} trials ({s.time_budget} of GPU "
             f"time, {budget_s:.0f} s of wall time here); --time-budget gives it more"
         )
-    return annotate(ctx, [row.speed_only() for row in rows])  # the loss check measures their losses
+    return [row.speed_only() for row in rows]  # the loss check measures their losses
 
 
 def _storage(ctx: SearchContext):

@@ -49,7 +49,6 @@ class PlacementPolicy:
             lambda config: {"cpu": cpus, "gpu": self._spec_share(TrialSpec.as_asked(config), per_gpu)},
             per_gpu * self.hw.gpus,
             self.reuse_actors(),
-            gate="turns",
         )
 
     def remeasure(self, asked: Sequence[int], peaks_mb: Sequence[float | None]) -> Placement:
@@ -82,7 +81,7 @@ class PlacementPolicy:
                 share = self._spec_share(spec, per_gpu)
             return {"cpu": cpus, "gpu": share}
 
-        return Placement(resources, per_gpu * gpus, self.reuse_actors(), gate="quiet")
+        return Placement(resources, per_gpu * gpus, self.reuse_actors())
 
     def beside_share(self, case: dict[str, Any]) -> float:
         """A run trained beside the screen takes one screen run's place on its GPU (or more, as a screen run

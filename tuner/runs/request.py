@@ -1,24 +1,71 @@
-"""What a run asks of the cluster and takes along: its placement (resources, concurrency, worker reuse,
-its GPU's timing-gate policy) and the inputs every trial gets through Ray's object store."""
+"""What a run asks of the cluster and takes along: the typed request a phase hands the pool (its spec, its
+role and the timing-gate policy the role implies), its placement (resources, concurrency, worker reuse) and
+the inputs every trial gets through Ray's object store."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from enum import Enum
 
 from trainables.data import Corpus
+from trainables.spec import TrialSpec
+
+
+class Role(str, Enum):
+    """What a run is for, which says how its row is read: whether its speed is a figure the search uses, and
+    whether it compiled while the screen was still filling the compile cache."""
+
+    PROBE = "probe"  # the batch probe's two steps per candidate batch
+    SPEED = "speed"  # a screen run: short, timed alone on its GPU
+    BESIDE = "beside"  # the baseline's loss run, trained beside the screen in its GPU's idle time
+    AHEAD = "ahead"  # a candidate's loss run, trained beside the screen ahead of the loss check
+    LOSS = "loss"  # a loss-check round's run: full budget, on a GPU fraction
+    REMEASURE = "remeasure"  # a finalist's or the baseline's repeat, timed alone, nothing compiling beside
+
+    @property
+    def timed(self) -> bool:
+        """Whether its speed is a figure the search uses (loss runs share the machine by design)."""
+        return self in (Role.SPEED, Role.REMEASURE)
+
+    @property
+    def during_screen(self) -> bool:
+        """Whether it compiles while the screen fills the cache (its cache misses are expected)."""
+        return self in (Role.SPEED, Role.BESIDE, Role.AHEAD)
+
+    @property
+    def timing_gate(self) -> str | None:
+        """Its policy at its GPU's timing gate (trainables/gate.py): "turns" (its timed steps take the GPU
+        in turns), "quiet" (and wait until nothing on the GPU compiles), "beside" (it yields the GPU to every
+        timed window between its steps), or None (never at the gate)."""
+        return _GATES.get(self)
+
+
+_GATES = {Role.SPEED: "turns", Role.REMEASURE: "quiet", Role.BESIDE: "beside", Role.AHEAD: "beside"}
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """One run a phase asks the pool for: the trial it runs and its role (whose timing-gate policy it
+    takes). A searcher's proposals share one request: the spec its knobs are laid over."""
+
+    spec: TrialSpec
+    role: Role
+
+    @property
+    def timing_gate(self) -> str | None:
+        return self.role.timing_gate
 
 
 @dataclass(frozen=True)
 class Placement:
     """How a phase's trials take the cluster: resources per trial (a dict, or a function of the trial's
-    config), at most `concurrent` at once (0: as many as fit), warm workers reused or not, and whether their
-    timed windows queue at their GPU's gate (speed runs that share a GPU): None, "turns" or "quiet"."""
+    config), at most `concurrent` at once (0: as many as fit), and warm workers reused or not. Where their
+    timed windows queue is the request's (`Role.timing_gate`), not the placement's."""
 
     resources: dict[str, float] | Callable[[dict], dict[str, float]]
     concurrent: int = 0
     reuse_actors: bool = True
-    gate: str | None = None
 
 
 @dataclass(frozen=True)

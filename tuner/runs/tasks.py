@@ -16,18 +16,20 @@ from trainables.spec import TrialSpec
 from trainables.trainable import run_beside
 from tuner.batch_finder import max_batch
 from tuner.records import ProbedBatch
-from tuner.runs.request import TrialInputs
+from tuner.runs.request import Role, RunRequest, TrialInputs
 
 
 @dataclass
 class TaskRun:
     """A loss run trained as a Ray task: its task (None when its row is already in the ledger, from before
-    a resume), the trial it runs, and the config it took the execution of (the baseline's: a start point)."""
+    a resume), the trial it runs, the config it took the execution of (the baseline's: a start point), and
+    its role (Role.BESIDE or Role.AHEAD: which ledger its row goes to, tuner/runs/pool.py)."""
 
     ref: Any
     spec: TrialSpec
     point: dict[str, Any]
     started: float
+    role: Role = Role.BESIDE
 
     def done(self) -> bool:
         return self.ref is None or bool(ray.wait([self.ref], timeout=0)[0])
@@ -49,14 +51,18 @@ class TaskRun:
 
 
 def start_loss_run(
-    spec: TrialSpec, who: str, point: dict[str, Any], cpus: int, inputs: TrialInputs
+    request: RunRequest, who: str, point: dict[str, Any], cpus: int, inputs: TrialInputs
 ) -> TaskRun:
-    """`spec` as a Ray task on its GPU share (its `gpu_memory_fraction`), `who` at its GPU's gate."""
+    """The request's spec as a Ray task on its GPU share (its `gpu_memory_fraction`), `who` at its GPU's gate
+    (a run beside the screen yields the GPU to every timed window: the only gate policy a task knows)."""
+    if request.timing_gate != "beside":
+        raise ValueError(f"a {request.role.value} run is no Ray task: only runs beside the screen are")
+    spec = request.spec
     # max_calls=1: the worker exits with the run; kept idle, its CUDA context on the GPU made every later
     # window there "GPU shared" (2 H200s, run L: 13 re-measure windows timed again, 277 s instead of ~80)
     task = ray.remote(max_calls=1)(run_beside).options(num_cpus=cpus, num_gpus=spec.train.gpu_memory_fraction)
     ref = task.remote(spec, who, inputs.corpus, inputs.cache_server)
-    return TaskRun(ref, spec, point, time.time())
+    return TaskRun(ref, spec, point, time.time(), request.role)
 
 
 def probe_batches(

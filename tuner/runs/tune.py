@@ -83,10 +83,12 @@ def _fit(
     inputs: TrialInputs,
     on_row: Callable[[list[TrialRow]], None] | None = None,
     planned_s: float | None = None,
+    gate: str | None = None,
     **tune_kwargs,
 ) -> LedgerCallback:
     """One Tune experiment; tune_kwargs go to TuneConfig except `stopper` (to RunConfig) and `budget_s` (the
-    wall time the progress lines count down; the stopper ends the phase). Returns
+    wall time the progress lines count down; the stopper ends the phase); `gate`, the trials' timing-gate
+    policy (request.Role.timing_gate). Returns
     its record: the trials lost with their nodes and left unrecorded (`lost`, with `rerun_lost`) for the
     caller to rerun, and those Tune ended without a row (`untold`). A Ctrl-C that Tune caught (it returns
     from fit() early) is Interrupted."""
@@ -99,7 +101,7 @@ def _fit(
     stoppers = [s for s in (tune_kwargs.pop("stopper", None), LedgerFailed(record)) if s is not None]
     sigint = TuneSigint()  # made now: the SIGINT handler Tune will replace is the one in place
     trainable = tune.with_parameters(
-        train_trial, timing_gate=placement.gate, corpus=inputs.corpus, cache_server=inputs.cache_server
+        train_trial, timing_gate=gate, corpus=inputs.corpus, cache_server=inputs.cache_server
     )
     # Tune names each trial actor (its repr in the dashboard) and trial after the function: say the phase.
     trainable.__name__ = f"{ledger.phase}_trial"
@@ -141,6 +143,7 @@ def run_cases(
     repeats: int | Sequence[int] = 1,
     inputs: TrialInputs = TrialInputs(),
     planned_s: float | None = None,
+    gate: str | None = None,
 ) -> list[TrialRow]:
     """Each trial in `cases`, `repeats` times (or repeats[i] times for case i); rows in case order, one per
     (case, repeat), labelled as their specs are (the runner adds case and repeat). The runs go round robin (every case's first repeat, then every case's
@@ -170,6 +173,7 @@ def run_cases(
             rerun_lost=attempt < NODE_LOSS_RERUNS,
             inputs=inputs,
             planned_s=planned_s,
+            gate=gate,
         )
         untold = list(record.untold.values())
         if not record.lost:
@@ -204,6 +208,7 @@ def run_proposals(
     clock: ScreenClock | None,
     inputs: TrialInputs = TrialInputs(),
     on_row: Callable[[list[TrialRow]], None] | None = None,
+    gate: str | None = None,
 ) -> list[TrialRow]:
     """Up to `trials` searcher-proposed trials in total, across resumes, never one config twice (fewer
     when the searcher keeps repeating measured configs: the space is exhausted); rows in completion order;
@@ -235,6 +240,7 @@ def run_proposals(
             rerun_lost=attempt < NODE_LOSS_RERUNS,
             inputs=inputs,
             on_row=on_row,
+            gate=gate,
             search_alg=searcher,
             num_samples=remaining,
             budget_s=budget,

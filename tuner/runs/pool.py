@@ -1,0 +1,143 @@
+"""The run pool: where a phase hands its `RunRequest`s and gets their rows back, recorded. Two backends run
+them: a Tune experiment for a fixed list or a searcher's proposals (tuner/runs/tune.py), and a Ray task for
+a loss run beside the screen (tuner/runs/tasks.py). Every finished run, from either, is recorded the same way:
+
+    its row -> its phase's ledger (OUT/trials/<phase>.jsonl, the moment it ends: a crashed driver's --resume
+               reads it) -> the listeners (told the phase's rows so far, as each is added)
+            -> `RunPool.record` (once the rows are in): the telemetry join (tuner/observe.py), read by role
+
+The join waits for the phase's rows because it needs them together: the processes of the runs that took
+turns at a GPU's timing gate are no contention of each other's window, and a notice counts a phase's
+contended or cold-compiled runs once. A pool joins each row once (a phase that asks again, as the
+re-measure does for its contended windows, gets the rows it has already joined as they were).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from trainables.progress import log
+from tuner.context import SearchContext
+from tuner.observe import annotate
+from tuner.records import AHEAD_PHASE, BESIDE_PHASE, TrialRow
+from tuner.runs.ledger import Ledger
+from tuner.runs.request import Placement, Role, RunRequest
+from tuner.runs.tasks import TaskRun, start_loss_run
+from tuner.runs.tune import run_cases, run_proposals
+from tuner.screen_clock import ScreenClock
+from tuner.trial_rows import trial_row
+
+TASK_LEDGERS = {Role.BESIDE: BESIDE_PHASE, Role.AHEAD: AHEAD_PHASE}  # the ledgers of runs trained as tasks
+WAIT_LINE_S = 30.0  # the longest the search is silent while it waits for a run beside the screen
+
+Listener = Callable[[list[TrialRow]], None]
+
+
+@dataclass
+class RunPool:
+    """A phase's way to run training runs: `cases` (a fixed list), `proposals` (a searcher's), `start` and
+    `task_row` (a loss run beside the screen); each gives rows recorded in the ledger and joined to the
+    telemetry. `listeners` are told the phase's rows so far as each finished run is added to its ledger."""
+
+    ctx: SearchContext
+    listeners: list[Listener] = field(default_factory=list)
+    joined: dict[tuple[str, str], TrialRow] = field(default_factory=dict)  # (phase, id) -> its joined row
+
+    def cases(
+        self,
+        phase: str,
+        requests: Sequence[RunRequest],
+        placement: Placement,
+        *,
+        repeats: int | Sequence[int] = 1,
+        planned_s: float | None = None,
+    ) -> list[TrialRow]:
+        """Each request's run `repeats` times (tune.run_cases: round robin, resumed from the ledger)."""
+        role = _one_role(requests)
+        rows = run_cases(
+            phase,
+            self.ctx.out,
+            [r.spec for r in requests],
+            placement,
+            repeats=repeats,
+            inputs=self.ctx.inputs,
+            planned_s=planned_s,
+            gate=role.timing_gate,
+        )
+        return self.record(role, rows)
+
+    def proposals(
+        self,
+        phase: str,
+        request: RunRequest,
+        space: dict[str, Any],
+        placement: Placement,
+        *,
+        trials: int,
+        make_searcher: Callable[[], Any],
+        stopper_ratio: float,
+        clock: ScreenClock | None,
+    ) -> list[TrialRow]:
+        """Up to `trials` runs of the request's spec with a searcher's knobs from `space` over it
+        (tune.run_proposals); the listeners hear of each as it finishes."""
+        _one_role([request])
+        rows = run_proposals(
+            phase,
+            self.ctx.out,
+            {**request.spec.as_tune(), **space},
+            placement,
+            trials=trials,
+            make_searcher=make_searcher,
+            stopper_ratio=stopper_ratio,
+            clock=clock,
+            inputs=self.ctx.inputs,
+            on_row=self._tell if self.listeners else None,
+            gate=request.timing_gate,
+        )
+        return self.record(request.role, rows)
+
+    def start(self, request: RunRequest, who: str, point: dict[str, Any]) -> TaskRun:
+        """A loss run beside the screen, as a Ray task on its GPU share, `who` at its GPU's gate; `point`: the
+        config whose execution it took."""
+        return start_loss_run(request, who, point, self.ctx.cfg.resources.cpus_per_trial, self.ctx.inputs)
+
+    def rows(self, role: Role) -> list[TrialRow]:
+        """The ledgered rows of the runs of `role` trained as tasks (from before a resume, too), not joined."""
+        return Ledger(self.ctx.out, TASK_LEDGERS[role]).rows()
+
+    def task_row(self, run: TaskRun, what: str) -> TrialRow:
+        """The task run's row, once it has finished (a line every WAIT_LINE_S while it trains on), recorded:
+        its role's ledger, the listeners, the telemetry join. A failed run is a row with its error."""
+        while not run.done():
+            log(f"[loss_check] {what} is still training ({time.time() - run.started:.0f} s so far)")
+            run.wait(WAIT_LINE_S)
+        metrics, error = run.result()
+        ledger = Ledger(self.ctx.out, TASK_LEDGERS[run.role])
+        row = ledger.append(trial_row(metrics, run.spec, error, None))
+        self._tell(ledger.rows())
+        return self.record(run.role, [row])[0]
+
+    def record(self, role: Role, rows: list[TrialRow]) -> list[TrialRow]:
+        """Rows already in their ledger, joined to the telemetry (each row once per pool), read as `role`."""
+        new = [r for r in rows if (r.phase, r.id) not in self.joined]
+        self.joined.update(((r.phase, r.id), r) for r in annotate(self.ctx, new, role))
+        return [self.joined[(r.phase, r.id)] for r in rows]
+
+    def _tell(self, rows: list[TrialRow]) -> None:
+        for listener in self.listeners:
+            listener(rows)
+
+
+def _one_role(requests: Sequence[RunRequest]) -> Role:
+    """The role the requests of one experiment share (one gate policy per experiment); a task's role is
+    refused: those runs are `start`ed."""
+    roles = {r.role for r in requests}
+    if len(roles) != 1:
+        raise ValueError(f"one experiment runs one role, not {sorted(r.value for r in roles) or 'none'}")
+    (role,) = roles
+    if role in TASK_LEDGERS:
+        raise ValueError(f"a {role.value} run trains as a Ray task: RunPool.start, not a Tune experiment")
+    return role
