@@ -14,6 +14,11 @@ import pytest
 from tests.test_probe import ROOT, SHAKESPEARE
 from trainables.config import read_yaml, training_section
 from tuner.batch_finder import max_batch
+from tuner.batch_fit import BatchFit
+from tuner.config import load_search_config
+from tuner.context import SearchContext, State
+from tuner.phases import probe as probe_phase
+from tuner.records import Hardware
 
 # The smoke model with 4 blocks: their activations are most of a step's memory, so checkpointing them shows.
 CAP_MB, LIMIT = 100, 32  # ~7 s a probe here
@@ -50,3 +55,27 @@ def test_checkpointing_every_block_raises_the_largest_micro_batch():
 def test_a_setting_cannot_name_what_the_probe_sets_itself():
     with pytest.raises(ValueError, match=r"cannot name \['batch_size', 'precision'\]"):
         max_batch({}, "fp32", limit=8, settings={"precision": "bf16", "batch_size": 4})
+
+
+def test_the_probe_phase_finds_the_largest_micro_batch_per_checkpointing_setting(tmp_path, one_cpu_ray):
+    """The search's probe phase, through Ray (a fresh worker per probe): with activation_checkpointing in the
+    space it probes the setting that keeps the most (0) and the one that keeps the least (1, every block),
+    and no setting between; the space and the screen's proposals are bounded by what it found."""
+    space = "{batch_size: [8, 16, 32], micro_batch: [null, 8, 16, 32], activation_checkpointing: [0, 1, 2]}"
+    sets = [f"train.memory_cap_mb={CAP_MB}", "train.model.n_layers=4", f"search.max_batch={LIMIT}"]
+    sets += [f"search.space={space}", *([f"train.data={SHAKESPEARE}"] if SHAKESPEARE.exists() else [])]
+    cfg = load_search_config(str(ROOT / "configs" / "smoke.yaml"), sets)
+    ctx = SearchContext(cfg, tmp_path, cfg.baseline().model_dump(), Hardware(), 1, State(tmp_path), "")
+    found = probe_phase.run(ctx, cfg.search.space)
+    assert set(found) == {"fp32"}  # precision not searched: the baseline's
+    plain, every_block = found["fp32"], found["fp32"].checkpointed[1]
+    assert plain.checkpointing == 0 and 1 <= plain.batch < LIMIT, plain  # the cap binds without
+    assert every_block.checkpointing == 1 and set(found["fp32"].checkpointed) == {1}
+    assert every_block.batch >= plain.batch * 1.3 and every_block.peak_mb > 0, (plain, every_block)
+
+    bounded = probe_phase.bounded(ctx, cfg.search.space, found)
+    assert bounded["micro_batch"] == [None, *(m for m in (8, 16, 32) if m <= every_block.batch)]
+    fit = BatchFit(ctx.base, found)
+    too_big = plain.batch + 1
+    assert fit.refusal({"batch_size": too_big, "micro_batch": None, "activation_checkpointing": 0})
+    assert fit.refusal({"batch_size": too_big, "micro_batch": None, "activation_checkpointing": 1}) is None

@@ -58,8 +58,10 @@ def max_batch(
     clash = sorted(PROBE_KEYS & set(settings or {}))
     if clash:
         raise ValueError(f"batch probe settings cannot name {clash}: the probe sets them itself")
+    run = {**base, **(settings or {})}
     with shipped_corpus(corpus):
-        return _max_batch({**base, **(settings or {})}, precision, limit, margin, bisect_steps)
+        found = _max_batch(run, precision, limit, margin, bisect_steps)
+    return found.model_copy(update={"checkpointing": int(run.get("activation_checkpointing") or 0)})
 
 
 def _max_batch(

@@ -150,11 +150,16 @@ class TrialRow(Record):
 
 
 class ProbedBatch(Record):
-    """The batch probe's finding at one precision: the largest batch that trained a step, and that step's
-    peak memory (MB, scaled to the batch), from which a speed run's GPU share is sized."""
+    """The batch probe's finding at one precision: the largest forward batch (what one forward takes: the
+    micro-batch, or the whole batch) that trained a step, and that step's peak memory (MB, scaled to the
+    batch), from which a speed run's GPU share is sized. `checkpointing` is the activation_checkpointing it
+    ran with; where the space searches that knob, this is its setting that keeps the most (the largest
+    peak: no run's share is sized too small) and `checkpointed` the same finding per other setting probed."""
 
     batch: int
     peak_mb: float | None = None
+    checkpointing: int = 0
+    checkpointed: dict[int, ProbedBatch] = Field(default_factory=dict)
 
     @model_validator(mode="before")
     @classmethod

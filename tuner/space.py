@@ -13,6 +13,7 @@ from ray import tune
 from model.ops import available_backends, tuning
 from trainables.config import is_file_spec
 from trainables.workload import WorkloadInfo
+from tuner.batch_fit import normalized
 from tuner.config import Knob, Range, SearchConfig
 from tuner.knobs import HARDWARE_KNOBS
 
@@ -110,16 +111,34 @@ def _hardware_drops(hw: dict[str, Any]) -> dict[str, set[Any]]:
     return {name: {v for v, need in c.needs if not has[need]} for name, c in HARDWARE_KNOBS.items()}
 
 
-def bound_batch(space: dict[str, Knob], max_batch: int) -> tuple[dict[str, Knob], list[str]]:
-    """Keep batch sizes that fit (per the OOM probe); a space left without any keeps the smallest."""
-    knob = space.get("batch_size")
-    if not isinstance(knob, list):
-        return space, []
-    kept = [b for b in knob if b <= max_batch] or [min(knob)]
-    notices = (
-        [f"batch_size bounded to <= {max_batch} by the memory probe: {kept}"] if len(kept) < len(knob) else []
-    )
-    return {**space, "batch_size": kept}, notices
+def bound_batch(
+    space: dict[str, Knob], largest: int, base_micro: int | None = None
+) -> tuple[dict[str, Knob], list[str]]:
+    """Keep what can fit, `largest` being the largest forward batch the OOM probe fit at any precision and
+    setting (tuner/batch_fit.py): micro_batch choices up to it (None, the whole batch, stays), and batch
+    sizes up to it or above it where a micro_batch that fits divides it (`base_micro` where micro_batch is
+    not searched). A knob left without any keeps its smallest. Which configs fit is the screen's to refuse."""
+    micro = space.get("micro_batch")
+    if isinstance(micro, list):
+        space = {**space, "micro_batch": _kept(micro, lambda m: m is None or m <= largest)}
+        splitters = [m for m in space["micro_batch"] if m is not None and m <= largest]
+    else:
+        splitters = [base_micro] if base_micro and base_micro <= largest else []
+    batch = space.get("batch_size")
+    if isinstance(batch, list):
+        can_split = lambda b: any(m < b and b % m == 0 for m in splitters)
+        space = {**space, "batch_size": _kept(batch, lambda b: b <= largest or can_split(b))}
+    notices = [
+        f"{name} bounded by the memory probe (largest forward batch {largest}): {space[name]}"
+        for name, knob in (("micro_batch", micro), ("batch_size", batch))
+        if isinstance(knob, list) and len(space[name]) < len(knob)
+    ]
+    return space, notices
+
+
+def _kept(choices: list[Any], fits: Callable[[Any], bool]) -> list[Any]:
+    """The choices that fit, or the smallest one when none does."""
+    return [c for c in choices if fits(c)] or [min(c for c in choices if c is not None)]
 
 
 def to_tune(space: dict[str, Knob]) -> dict[str, Any]:
@@ -166,4 +185,6 @@ def start_point(
             notice(f"start point {point} skipped: {name}={value!r} does not apply here")
             return None
         full[name] = value if ok else (knob.low if isinstance(knob, Range) else knob[0])
-    return full
+    # one spelling of the whole batch in one pass, where the space offers it: the screen proposes that one
+    offered = space.get("micro_batch")
+    return normalized(full, base) if isinstance(offered, list) and None in offered else full

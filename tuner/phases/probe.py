@@ -1,9 +1,13 @@
-"""The batch probe: the largest batch that trains a step at each precision, so the screen wastes no trial on
-batches that cannot fit. One fresh worker per precision: an OOM must not leave state behind for the next."""
+"""The batch probe: the largest forward batch (the micro-batch, or the whole batch) that trains a step at each
+precision and, where the space searches activation checkpointing, at its setting that keeps the most
+activations and the one that keeps the least, so the screen wastes no trial on configs that cannot fit
+(tuner/batch_fit.py reads a setting between them). One fresh worker per probe: an OOM must not leave
+state behind for the next."""
 
 from __future__ import annotations
 
-from tuner.config import Knob
+from tuner.batch_fit import largest_anywhere
+from tuner.config import Knob, Range
 from tuner.context import SearchContext, log
 from tuner.records import ProbedBatch
 from tuner.runs.tasks import probe_batches
@@ -11,28 +15,71 @@ from tuner.space import bound_batch
 
 # Precisions whose runs hold the same tensors: tf32 is fp32 storage, fp16 is bf16's size; one probe each.
 SAME_MEMORY = {"tf32": "fp32", "fp16": "bf16"}
+SIZES = ("batch_size", "micro_batch")  # the knobs that size a forward: the probe bounds them
 
 
 def run(ctx: SearchContext, space: dict[str, Knob]) -> dict[str, ProbedBatch]:
-    """{precision: largest batch and its peak memory}; empty when the probe does not apply."""
-    if not ctx.cfg.search.probe_batch or not isinstance(space.get("batch_size"), list):
+    """{precision: largest forward batch and its peak memory, per checkpointing setting probed}; empty when
+    the probe does not apply."""
+    if not ctx.cfg.search.probe_batch or not any(isinstance(space.get(k), list) for k in SIZES):
         return {}
     if not ctx.on_gpu and not ctx.base.get("memory_cap_mb"):
         ctx.notice("batch probe skipped on CPU without memory_cap_mb (the OS swaps rather than OOMs)")
         return {}
     precisions = space.get("precision", [ctx.base["precision"]])
-    probed = sorted({SAME_MEMORY.get(p, p) for p in precisions})
-    limit = min(ctx.cfg.search.max_batch, max(space["batch_size"]))
-    found = probe_batches(ctx.base, probed, limit, ctx.inputs.corpus, ctx.on_gpu)
+    classes = sorted({SAME_MEMORY.get(p, p) for p in precisions})
+    batches = space.get("batch_size")
+    largest = max(batches) if isinstance(batches, list) else ctx.base["batch_size"]  # no forward is larger
+    limit = min(ctx.cfg.search.max_batch, largest)
+    found = _probe(ctx, classes, limit, checkpointing_settings(space.get("activation_checkpointing")))
     bounds = {p: found[SAME_MEMORY.get(p, p)] for p in precisions}
-    log(f"[probe] largest batch per precision: { {p: b.batch for p, b in bounds.items()} }")
+    log(f"[probe] largest batch per precision: {_said(bounds)}")
     return bounds
+
+
+def checkpointing_settings(knob: Knob | None) -> tuple[int, int] | None:
+    """(the setting that keeps the most activations, the one that keeps the least) of a searched
+    activation_checkpointing; None when it is not searched (the probe runs the baseline's)."""
+    values = {
+        int(v) for v in (range(int(knob.low), int(knob.high) + 1) if isinstance(knob, Range) else knob or [])
+    }
+    if len(values) < 2:
+        return None
+    return (0 if 0 in values else max(values)), min(v for v in values if v > 0)
+
+
+def _probe(
+    ctx: SearchContext, classes: list[str], limit: int, settings: tuple[int, int] | None
+) -> dict[str, ProbedBatch]:
+    """Per memory class, the setting that keeps the most first, then, where that fell short of the limit,
+    the one that keeps the least: two probes per class at most, whatever the settings between them."""
+    most = ctx.base if settings is None else {**ctx.base, "activation_checkpointing": settings[0]}
+    found = probe_batches(most, classes, limit, ctx.inputs.corpus, ctx.on_gpu)
+    short = [p for p in classes if found[p].batch < limit]
+    if settings is None or not short:
+        return found
+    least = {**ctx.base, "activation_checkpointing": settings[1]}
+    more = probe_batches(least, short, limit, ctx.inputs.corpus, ctx.on_gpu)
+    return {
+        p: b.model_copy(update={"checkpointed": {settings[1]: more[p]}}) if p in more else b
+        for p, b in found.items()
+    }
+
+
+def _said(bounds: dict[str, ProbedBatch]) -> str:
+    """{precision: batch}, then the same per other checkpointing setting probed."""
+    line = str({p: b.batch for p, b in bounds.items()})
+    settings = sorted({k for b in bounds.values() for k in b.checkpointed})
+    for k in settings:
+        found = {p: b.checkpointed[k].batch for p, b in bounds.items() if k in b.checkpointed}
+        line += f"; with activation_checkpointing={k}: {found}"
+    return line
 
 
 def bounded(ctx: SearchContext, space: dict[str, Knob], bounds: dict[str, ProbedBatch]) -> dict[str, Knob]:
     if not bounds:
         return space
-    space, notices = bound_batch(space, max(b.batch for b in bounds.values()))
+    space, notices = bound_batch(space, largest_anywhere(bounds), ctx.base.get("micro_batch"))
     for n in notices:
         ctx.notice(n)
     return space
