@@ -5,6 +5,11 @@ been seen), and on a GPU each such trial costs a compile. Here a repeat of a mea
 to the searcher with the measured value at no cost, a repeat of one still running is told to the searcher
 as failed (TPE ignores failed trials), and the searcher is asked again; when it keeps repeating itself the
 space is exhausted and the screen ends early (`exhausted`).
+
+With a `BatchFit` (tuner/batch_fit.py) a proposal is first put in its one spelling (a micro_batch of at least
+the batch is None), so two spellings of one config are one, and a config whose forward batch the batch probe
+found cannot fit is refused before it runs, with its reason in one line: answered to the searcher as a
+config that measured nothing (as a failed run is kept), at no cost.
 """
 
 from __future__ import annotations
@@ -14,18 +19,27 @@ from typing import Any
 
 from ray.tune.search import Searcher
 
+from trainables.progress import log
+from tuner.batch_fit import BatchFit
 from tuner.knobs import freeze
 
 MAX_REPEATS = 50  # proposals in a row that repeat known configs before the space counts as exhausted
 
 
 class DistinctConfigs(Searcher):
-    def __init__(self, searcher: Searcher, measured: dict[Any, float] | None = None):
+    def __init__(
+        self, searcher: Searcher, measured: dict[Any, float] | None = None, fit: BatchFit | None = None
+    ):
         super().__init__(metric=searcher.metric, mode=searcher.mode)
         self.searcher = searcher
+        self.fit = fit
         # Asked before each proposal; False: nothing new now (Tune asks again), e.g. too late to finish one.
         self.may_propose: Callable[[], bool] | None = None
-        self.measured: dict[Any, float] = dict(measured or {})  # frozen config -> metric
+        self.measured: dict[Any, float] = {}  # frozen config -> metric
+        for key, value in (measured or {}).items():  # a ledger from before one spelling keeps the best
+            key = self._key(dict(key))
+            self.measured[key] = max(value, self.measured.get(key, value))
+        self.refused: dict[Any, str] = {}  # frozen config -> why it cannot fit
         self.running: dict[str, Any] = {}  # Tune trial id -> frozen config
         self.alias: dict[str, str] = {}  # Tune trial id -> the searcher's id for it
         self.answered = 0  # repeats answered without a run
@@ -47,10 +61,13 @@ class DistinctConfigs(Searcher):
             config = self.searcher.suggest(inner)
             if config is None or config == Searcher.FINISHED:
                 return config
+            config = self.fit.normalized(config) if self.fit else config
             key = freeze(config)
             if key in self.measured:
                 self.searcher.on_trial_complete(inner, result={self.metric: self.measured[key]})
                 self.answered += 1
+            elif self._refuses(key, config):
+                self.searcher.on_trial_complete(inner, result={self.metric: 0.0})
             elif key in self.running.values():
                 self.searcher.on_trial_complete(inner, error=True)
             else:
@@ -58,6 +75,18 @@ class DistinctConfigs(Searcher):
                 return config
         self.exhausted = True
         return Searcher.FINISHED
+
+    def _key(self, config: dict[str, Any]) -> Any:
+        return freeze(self.fit.normalized(config) if self.fit else config)
+
+    def _refuses(self, key: Any, config: dict[str, Any]) -> bool:
+        """Whether `config` cannot fit; the first time, says why and keeps it as measuring nothing."""
+        why = self.fit.refusal(config) if self.fit else None
+        if why is None:
+            return False
+        self.refused[key], self.measured[key] = why, 0.0
+        log(f"[screen] {why}")
+        return True
 
     def on_trial_result(self, trial_id: str, result: dict) -> None:
         self.searcher.on_trial_result(self.alias.get(trial_id, trial_id), result)
