@@ -7,11 +7,18 @@ from __future__ import annotations
 import optuna
 from ray import tune
 from ray.tune.search.optuna import OptunaSearch
+from toy_workload import TOY
 
 from tests.test_batch_fit import BASE, PROBED
+from trainables.config import make_config
+from trainables.spec import TrialSpec
 from tuner.batch_fit import BatchFit
 from tuner.distinct import DistinctConfigs
 from tuner.knobs import freeze
+from tuner.records import ProbedBatch
+from tuner.runs.ledger import Ledger
+from tuner.runs.request import Placement
+from tuner.runs.tune import run_proposals
 
 
 def optuna_searcher(points: list[dict]) -> OptunaSearch:
@@ -69,3 +76,39 @@ def test_a_ledger_written_in_both_spellings_counts_as_one_config():
     }
     searcher = DistinctConfigs(optuna_searcher([]), measured, fit=BatchFit(BASE, PROBED))
     assert searcher.measured == {freeze({"batch_size": 16, "micro_batch": None}): 110.0}
+
+
+def test_a_screen_through_tune_runs_each_config_once_and_none_that_cannot_fit(tmp_path, one_cpu_ray):
+    """run_proposals with real Tune on the toy workload: the probe found a forward of 4 fits, so batch 8 runs
+    only in micro-batches of 4; batch 4 with micro_batch 8 is batch 4 in one pass, run once."""
+    base = make_config(TOY).model_dump()
+    points = [
+        {"batch_size": 4, "micro_batch": 8},  # runs, as micro_batch None
+        {"batch_size": 4, "micro_batch": None},  # the same config
+        {"batch_size": 8, "micro_batch": None},  # a forward of 8: refused
+        {"batch_size": 8, "micro_batch": 4},  # runs
+    ]
+    rows = run_proposals(
+        "screen",
+        tmp_path,
+        {
+            **TrialSpec.of(TOY).as_tune(),
+            "batch_size": tune.choice([4, 8]),
+            "micro_batch": tune.choice([None, 4, 8]),
+        },
+        Placement({"cpu": 1}, 1, reuse_actors=True),
+        trials=4,
+        make_searcher=lambda: OptunaSearch(
+            points_to_evaluate=points,
+            metric="tokens_per_s",
+            mode="max",
+            sampler=optuna.samplers.RandomSampler(seed=0),
+        ),
+        stopper_ratio=0.0,
+        clock=None,
+        fit=BatchFit(base, {"fp32": ProbedBatch(batch=4)}),
+    )
+    ran = sorted((r.config["batch_size"], r.config["micro_batch"]) for r in Ledger(tmp_path, "screen").rows())
+    assert ran == [(4, None), (8, 4)]  # the space holds no third config that fits: it ended exhausted
+    assert all(r.status == "ok" for r in rows) and len(rows) == 2
+    assert [r.train["micro_batch"] for r in rows if r.config["batch_size"] == 4] == [None]

@@ -14,6 +14,7 @@ from optuna.trial import TrialState
 from ray.tune.search.optuna import OptunaSearch
 
 from trainables.spec import TrialSpec
+from tuner.batch_fit import BatchFit
 from tuner.config import Knob
 from tuner.context import SearchContext, log
 from tuner.records import TrialRow
@@ -60,6 +61,7 @@ def run(
         make_searcher=make_searcher,
         stopper_ratio=s.early_stop_ratio,
         clock=clock,
+        fit=BatchFit(ctx.base, ctx.probed),  # none run that the probe found cannot fit
     )
     log(f"[screen] {ScreenOutcome.of(rows).line(budget_s)}")  # "finished 0 of 8" names its cause
     if clock is not None and len(rows) < s.trials and clock.elapsed() >= clock.budget_s:

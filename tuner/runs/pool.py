@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trainables.progress import log
+from tuner.batch_fit import BatchFit
 from tuner.context import SearchContext
 from tuner.observe import annotate
 from tuner.records import AHEAD_PHASE, BESIDE_PHASE, TrialRow
@@ -80,9 +81,11 @@ class RunPool:
         make_searcher: Callable[[], Any],
         stopper_ratio: float,
         clock: ScreenClock | None,
+        fit: BatchFit | None = None,
     ) -> list[TrialRow]:
         """Up to `trials` runs of the request's spec with a searcher's knobs from `space` over it
-        (tune.run_proposals); the listeners hear of each as it finishes."""
+        (tune.run_proposals; `fit`: the batch rules its proposals obey); the listeners hear of each as it
+        finishes."""
         _one_role([request])
         rows = run_proposals(
             phase,
@@ -96,6 +99,7 @@ class RunPool:
             inputs=self.ctx.inputs,
             on_row=self._tell if self.listeners else None,
             gate=request.timing_gate,
+            fit=fit,
         )
         return self.record(request.role, rows)
 

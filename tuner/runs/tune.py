@@ -19,6 +19,7 @@ from ray.tune.stopper import CombinedStopper
 from trainables.progress import log
 from trainables.spec import TRAIN, TrialSpec
 from trainables.trainable import train_trial
+from tuner.batch_fit import BatchFit
 from tuner.distinct import DistinctConfigs
 from tuner.knobs import freeze
 from tuner.node_loss import NODE_LOSS_RERUNS
@@ -209,6 +210,7 @@ def run_proposals(
     inputs: TrialInputs = TrialInputs(),
     on_row: Callable[[list[TrialRow]], None] | None = None,
     gate: str | None = None,
+    fit: BatchFit | None = None,
 ) -> list[TrialRow]:
     """Up to `trials` searcher-proposed trials in total, across resumes, never one config twice (fewer
     when the searcher keeps repeating measured configs: the space is exhausted); rows in completion order;
@@ -224,7 +226,8 @@ def run_proposals(
         budget = None if clock is None else clock.budget_s - clock.elapsed()
         if remaining <= 0 or (budget is not None and budget <= 0):
             break
-        searcher = DistinctConfigs(make_searcher(), {freeze(r.config): r.tokens_per_s or 0.0 for r in done})
+        measured = {freeze(r.config): r.tokens_per_s or 0.0 for r in done}
+        searcher = DistinctConfigs(make_searcher(), measured, fit)  # fit: tuner/batch_fit.py's rules
         if clock is not None:
             searcher.may_propose = lambda s=searcher: clock.proposing(seen_by(s)[1])
         _say_going_on(phase, attempt, len(done), trials)
