@@ -5,7 +5,17 @@ from __future__ import annotations
 
 import pytest
 
-from trainables.profile import OpTime, TopOp, classify, op_kind, short_name, summarize, top_ops, union_us
+from trainables.profile import (
+    OpTime,
+    TopOp,
+    classify,
+    kernels_hidden,
+    op_kind,
+    short_name,
+    summarize,
+    top_ops,
+    union_us,
+)
 
 GEMM = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off"
 ELEMENTWISE = "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, at::detail::Array<char*, 1> >(int, at::native::FillFunctor<float>, at::detail::Array<char*, 1>)"  # noqa: E501
@@ -84,3 +94,10 @@ def test_the_summary_measures_busy_against_the_step_and_keeps_the_fields():
     assert found.line().startswith("launch-bound (device busy 31% of a step); top ops: sm90_xmma_gemm")
     hidden = summarize([OpTime("cudaGraphLaunch", 100.0)], steps=10, step_ms=2.0, busy_us=None, host_us=400.0)
     assert hidden.busy is None and hidden.bound == "device" and "CUDA graphs" in hidden.line()
+
+
+def test_cuda_graphs_hid_their_kernels_when_fewer_kernels_than_replays_were_seen():
+    replays = ["cudaGraphLaunch"] * 10
+    assert kernels_hidden(replays, ["Memcpy HtoD (Pinned -> Device)"] * 10)  # the batches' copies only
+    assert not kernels_hidden(replays, [GEMM, ELEMENTWISE] * 40)  # the graphs' kernels are shown
+    assert not kernels_hidden(["cudaLaunchKernel"] * 10, [])  # no graphs: an idle device is just idle

@@ -17,7 +17,8 @@ The rules (`classify`), first match wins:
      COMPUTE_SHARE_AT_LEAST of the device's time.
   3. memory: the rest (elementwise, copies, norms, reductions, scans) dominate: bandwidth limits them.
 Where the device's time cannot be seen, the host's decides: kernels replayed from CUDA graphs are, in some
-torch versions, not shown by the profiler (each replay is one cudaGraphLaunch on the host). Then the host
+torch versions, not shown by the profiler (each replay is one cudaGraphLaunch on the host, and fewer kernels
+are seen than graphs launched: `kernels_hidden`); the top ops are then the host's. Then the host
 busy under LAUNCH_BUSY_BELOW of a step (CUDA runtime calls left out: a launch blocks while the device's
 queue is full) means the device is the limit, `device`-bound with its kernel mix unknown; else launch.
 """
@@ -181,18 +182,28 @@ def _is_host_op(event: Any) -> bool:
     return not event.is_async and not event.name.startswith(HOST_WRAPPERS)
 
 
+def kernels_hidden(host_names: Sequence[str], device_names: Sequence[str]) -> bool:
+    """Whether CUDA graph replays hid their kernels: fewer kernels seen than graphs launched (each replay
+    runs many), copies and memsets (a batch's, outside the graph) not counted as kernels."""
+    launches = sum(1 for name in host_names if name.startswith("cudaGraphLaunch"))
+    kernels = sum(1 for name in device_names if not name.startswith(("Memcpy", "Memset")))
+    return launches > 0 and kernels < launches
+
+
 def read_events(events: Sequence[Any], on_cuda: bool) -> tuple[list[OpTime], float | None, float]:
-    """(the device's ops, its busy time or None where none of its events were seen, the host's op time
-    without CUDA runtime calls) from torch.profiler's FunctionEvents."""
+    """(the device's ops, its busy time, the host's op time without CUDA runtime calls) from torch.profiler's
+    FunctionEvents; where CUDA graphs hid the kernels, the host's ops (a replay is one cudaGraphLaunch; waits
+    in a synchronize left out) and None for the busy time."""
     from torch.autograd import DeviceType
 
     host = [e for e in events if e.device_type == DeviceType.CPU and _is_host_op(e)]
     host_us = sum(e.self_cpu_time_total for e in host if not CUDA_RUNTIME.match(e.name))
+    host_ops = [OpTime(e.name, e.self_cpu_time_total) for e in host if "Synchronize" not in e.name]
     if not on_cuda:
-        return [OpTime(e.name, e.self_cpu_time_total) for e in host], host_us, host_us
+        return host_ops, host_us, host_us
     device = [e for e in events if e.device_type == DeviceType.CUDA]
-    if not device:  # kernels replayed from CUDA graphs, where the profiler does not show them: the host's
-        return [OpTime(e.name, e.self_cpu_time_total) for e in host], None, host_us
+    if kernels_hidden([e.name for e in host], [e.name for e in device]):
+        return host_ops, None, host_us
     ops = [OpTime(e.name, e.time_range.elapsed_us()) for e in device]
     return ops, union_us((e.time_range.start, e.time_range.end) for e in device), host_us
 
