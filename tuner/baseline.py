@@ -17,6 +17,7 @@ from typing import Any
 from trainables.spec import TrialSpec
 from tuner.config import Knob
 from tuner.context import SearchContext, SearchFailed, log
+from tuner.horizon import LossHorizon, at_horizon, horizon_for
 from tuner.knobs import execution, loss_key
 from tuner.records import BASELINE_ID, BESIDE_PHASE, LossGate, TrialRow
 from tuner.runs.ledger import Ledger
@@ -45,7 +46,7 @@ def start_beside(ctx: SearchContext, space: dict[str, Knob]) -> TaskRun | None:
         return None
     case = {**ctx.base, **execution({**ctx.base, **point}), "out_dir": None}
     share = ctx.placement.beside_share(case)
-    spec = TrialSpec.of({**case, "gpu_memory_fraction": share})
+    spec = TrialSpec.of(at_horizon({**case, "gpu_memory_fraction": share}, loss_horizon(ctx)))
     if Ledger(ctx.out, BESIDE_PHASE).rows():
         return TaskRun(None, spec, point, time.time())
     run = start_run_beside(ctx, spec, BESIDE_WHO, point)
@@ -103,6 +104,11 @@ def twin(ctx: SearchContext, screen: list[TrialRow]) -> TrialRow | None:
     return twins(ctx, screen).get(loss_key({}, ctx.base))
 
 
+def loss_horizon(ctx: SearchContext) -> LossHorizon:
+    """Where the loss runs are compared: the planned run, or the prefix `quality.loss_horizon` sets."""
+    return horizon_for(ctx.base, ctx.cfg.search.space, ctx.cfg.quality.loss_horizon)
+
+
 def loss_case(ctx: SearchContext, screen: list[TrialRow]) -> tuple[dict[str, Any], TrialRow | None]:
     """The baseline's loss run (its config with its twin's execution) and the twin (None: none screened)."""
     twin_row = twin(ctx, screen)
@@ -112,11 +118,18 @@ def loss_case(ctx: SearchContext, screen: list[TrialRow]) -> tuple[dict[str, Any
     return {**ctx.base, **execution({**ctx.base, **twin_row.config}), "out_dir": None}, twin_row
 
 
-def as_baseline(row: TrialRow, twin: TrialRow | None) -> TrialRow:
-    """The loss run's row, labelled as the baseline's, with the execution it borrowed."""
+def noise_cases(ctx: SearchContext, case: dict[str, Any]) -> list[dict[str, Any]]:
+    """At a prefix of the planned run, the baseline's loss run at a second seed (seed + 1), whose difference
+    from the first is the seed-to-seed noise the gate allows for; at the full run, none."""
+    return [{**case, "seed": case["seed"] + 1}] if loss_horizon(ctx).is_prefix else []
+
+
+def as_baseline(row: TrialRow, twin: TrialRow | None, nth_seed: int = 0) -> TrialRow:
+    """The loss run's row, labelled as the baseline's, with the execution it borrowed (`nth_seed` > 0: one
+    of its runs at another seed, for the seed noise, labelled baseline-seed<seed>)."""
     return row.model_copy(
         update={
-            "id": BASELINE_ID,
+            "id": f"{BASELINE_ID}-seed{row.train.get('seed')}" if nth_seed else BASELINE_ID,
             "phase": BASELINE_ID,
             "config": {},
             "execution": execution(row.train),
@@ -125,15 +138,48 @@ def as_baseline(row: TrialRow, twin: TrialRow | None) -> TrialRow:
     )
 
 
-def checked(ctx: SearchContext, baseline: TrialRow) -> tuple[TrialRow, LossGate]:
-    """The baseline row, with its verdict, and the loss gate it sets; SearchFailed if it did not train."""
+def gate_of(ctx: SearchContext, baseline: TrialRow, seeds: list[TrialRow]) -> LossGate:
+    """The gate the baseline's loss run and its other seeds' runs set at the loss horizon (a failed seed run
+    leaves the noise unmeasured)."""
+    more = [s.val_loss for s in seeds if s.status == "ok" and s.val_loss is not None]
+    return ctx.cfg.quality.gate(baseline.val_loss, loss_horizon(ctx), more)
+
+
+def split_checked(ctx: SearchContext, rows: list[TrialRow]) -> tuple[TrialRow, LossGate, list[TrialRow]]:
+    """The loss check's rows (loss_check.run: the baseline's, its other seeds', the candidates') as the
+    baseline's row, the gate and the candidates' rows: how the pipeline reads a finished or resumed phase."""
+    seeds = [r for r in rows[1:] if r.phase == BASELINE_ID]
+    return rows[0], gate_of(ctx, rows[0], seeds), [r for r in rows[1:] if r.phase != BASELINE_ID]
+
+
+def checked(
+    ctx: SearchContext, baseline: TrialRow, seeds: list[TrialRow] | None = None
+) -> tuple[TrialRow, LossGate]:
+    """The baseline row, with its verdict, and the loss gate it sets (with `seeds`, its runs at other seeds);
+    SearchFailed if it did not train."""
     if baseline.status != "ok" or baseline.val_loss is None:
         raise SearchFailed(f"the baseline run failed ({baseline.status}: {baseline.error})")
-    gate = ctx.cfg.quality.gate(baseline.val_loss)
+    for seed in seeds or []:
+        if seed.status != "ok" or seed.val_loss is None:
+            ctx.notice(
+                f"the baseline's run at seed {seed.train.get('seed')} failed ({seed.error}): seed noise unmeasured"
+            )
+    gate = gate_of(ctx, baseline, seeds or [])
     baseline = baseline.with_verdict(gate)
     changed = {k: v for k, v in (baseline.execution or {}).items() if ctx.base.get(k) != v}
     how = ", ".join(f"{k}={v}" for k, v in changed.items())
     how = f"as its twin {baseline.twin_of} runs ({how})" if baseline.twin_of else f"with {how}"
     how = how if changed else "as configured"
-    log(f"baseline: val loss {baseline.val_loss:.4f} (limit {gate.limit:.4f}), trained {how}")
+    log(f"baseline: val loss {baseline.val_loss:.4f} (limit {gate.limit:.4f}), trained {how}{_at(gate)}")
     return baseline, gate
+
+
+def _at(gate: LossGate) -> str:
+    """Where the gate judged, for the log: nothing at the full planned run."""
+    if gate.horizon is None or not gate.horizon.is_prefix:
+        return ""
+    seeds = ", ".join(f"{loss:.4f}" for loss in gate.seed_losses)
+    noise = f"seeds {seeds}, noise {gate.noise:.4f}" if gate.noise is not None else "seed noise unmeasured"
+    return (
+        f", at a prefix of {gate.horizon.tokens:,} tokens ({gate.horizon.fraction:.1%} of the run; {noise})"
+    )

@@ -20,6 +20,7 @@ from trainables.config import (
     unknown_key,
     with_workload_paths,
 )
+from tuner.horizon import LossHorizon, parse_tokens
 from tuner.records import LossGate
 
 
@@ -150,10 +151,24 @@ class QualitySection(BaseModel):
     model_config = ConfigDict(extra="forbid")
     tolerance: float = Field(0.05, ge=0, description="allowed val-loss increase over the baseline")
     mode: Literal["absolute", "relative"] = "absolute"
+    loss_horizon: int | None = Field(
+        None,
+        description="the loss budget, in tokens (20000000, '20M'): when train.tokens is longer, the baseline "
+        "(two seeds) and every contender train this prefix of the planned run and are compared there "
+        "(tuner/horizon.py); None = the whole planned run",
+    )
 
-    def gate(self, baseline_loss: float) -> LossGate:
-        """The loss gate the baseline's val loss sets: every loss verdict of the search is its verdict."""
-        return LossGate.of(baseline_loss, self.tolerance, self.mode)
+    @field_validator("loss_horizon", mode="before")
+    @classmethod
+    def _tokens(cls, value: Any) -> int | None:
+        return None if value is None else parse_tokens(value)
+
+    def gate(
+        self, baseline_loss: float, horizon: LossHorizon | None = None, more_seeds: list[float] | None = None
+    ) -> LossGate:
+        """The loss gate the baseline's val loss sets (at `horizon`, with its other seeds' losses there): every
+        loss verdict of the search is its verdict."""
+        return LossGate.of(baseline_loss, self.tolerance, self.mode, horizon, more_seeds)
 
 
 class ResourcesSection(BaseModel):

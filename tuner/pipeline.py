@@ -44,8 +44,7 @@ def run_search(ctx: SearchContext, fresh: bool = False, kept: Path | None = None
     checked = ctx.phase("loss_check", lambda: loss_check.run(ctx, screened, beside, ahead), list[TrialRow])
     if ahead is not None:
         ahead.cancel_rest()
-    base_row, checked = checked[0], checked[1:]
-    gate = ctx.cfg.quality.gate(base_row.val_loss)  # the loss check's gate (the phase may be resumed)
+    base_row, gate, checked = baseline.split_checked(ctx, checked)  # the phase may be resumed
     screened = with_feasibility(screened, checked, gate, baseline=ctx.base)
     measured = ctx.phase(
         "remeasure", lambda: remeasure.run(ctx, screened, planned_remeasure_s), list[TrialRow]

@@ -20,6 +20,7 @@ from typing import Any
 from trainables.spec import TrialSpec
 from tuner import baseline
 from tuner.context import SearchContext, log
+from tuner.horizon import at_horizon
 from tuner.knobs import execution, loss_key
 from tuner.records import TrialRow
 from tuner.runs.pool import RunPool
@@ -46,13 +47,14 @@ def run(
     # Hugging Face example on an H200: batch 32 screened 1.86x the baseline, its loss never checked)
     feasible = 0
     budget = run_budget(ctx)
-    # the baseline's own loss run, unless it trained beside the screen (then asked for only if that failed)
-    base_spec, twin = _baseline_spec(ctx, screen) if beside is None else (None, None)
-    base_row, gate, rows, round_no = None, None, [], 0
+    # the baseline's own loss run, unless it trained beside the screen (then asked for only if that failed),
+    # and at a prefix of the planned run its run at a second seed, for the seed noise
+    base_specs, twin = _baseline_specs(ctx, screen, beside is None)
+    base_row, gate, rows, seed_rows, round_no = None, None, [], [], 0
     while base_row is None or (
         queue and feasible < s.loss_check_top and len(rows) < budget and _in_reach(ctx, queue[0], passed)
     ):
-        extra = 1 if base_row is None and beside is None else 0  # round 0 also trains the baseline
+        extra = len(base_specs) if base_row is None else 0  # round 0 also trains the baseline
         take = max(
             0,
             min(
@@ -63,7 +65,7 @@ def run(
         queue = queue[len(batch) :]
         done_ahead = _rows_ahead(ctx, batch, ahead)  # first: a resumed round then sees the same cases
         own = [p for p in batch if p.id not in done_ahead]
-        cases = ([base_spec] if extra else []) + [_spec(ctx, p) for p in own]
+        cases = (base_specs if extra else []) + [_spec(ctx, p) for p in own]
         training = int(base_row is None and beside is not None and not beside.done())
         training += ahead.training() if ahead is not None else 0
         new = (
@@ -77,15 +79,17 @@ def run(
         )
         round_no += 1
         if base_row is None:
-            row, twin = (new.pop(0), twin) if extra else _beside_or_own(ctx, screen, beside)
-            base_row, gate = baseline.checked(ctx, baseline.as_baseline(row, twin))
+            own_base, new = new[: len(base_specs)], new[len(base_specs) :]
+            row, twin = (own_base.pop(0), twin) if beside is None else _beside_or_own(ctx, screen, beside)
+            seed_rows = [baseline.as_baseline(r, twin, nth_seed=1) for r in own_base]
+            base_row, gate = baseline.checked(ctx, baseline.as_baseline(row, twin), seed_rows)
         trained = iter(new)
         new = [done_ahead[p.id] if p.id in done_ahead else next(trained) for p in batch]
         new = [row.with_verdict(gate) for row in new]  # in case order: the batch's order
         passed += [pick for pick, row in zip(batch, new, strict=True) if row.feasible]
         feasible += sum(bool(row.feasible) for row in new)
         rows += new
-    return [base_row, *rows]
+    return [base_row, *seed_rows, *rows]
 
 
 def _rows_ahead(ctx: SearchContext, batch: list[Candidate], ahead: LossAhead | None) -> dict[str, TrialRow]:
@@ -195,8 +199,21 @@ def run_budget(ctx: SearchContext) -> int:
 
 def _baseline_spec(ctx: SearchContext, screen: list[TrialRow]) -> tuple[TrialSpec, TrialRow | None]:
     """The baseline's loss run (with its twin's execution, and the twin's GPU share) and the twin."""
+    specs, twin = _baseline_specs(ctx, screen, own=True)
+    return specs[0], twin
+
+
+def _baseline_specs(
+    ctx: SearchContext, screen: list[TrialRow], own: bool
+) -> tuple[list[TrialSpec], TrialRow | None]:
+    """The baseline's loss runs a round trains (its own, unless `own` is False: it trains beside the screen;
+    then its other seeds', at a prefix of the planned run) and the twin whose execution they take."""
+    if not own and not baseline.loss_horizon(ctx).is_prefix:
+        return [], None
     base_case, twin = baseline.loss_case(ctx, screen)
-    return TrialSpec.of({**base_case, "gpu_memory_fraction": _gpu_share(ctx, twin)}), twin
+    base_case = at_horizon(base_case, baseline.loss_horizon(ctx))
+    cases = ([base_case] if own else []) + baseline.noise_cases(ctx, base_case)
+    return [TrialSpec.of({**case, "gpu_memory_fraction": _gpu_share(ctx, twin)}) for case in cases], twin
 
 
 def _beside_or_own(
@@ -241,6 +258,7 @@ def _in_reach(ctx: SearchContext, pick: Candidate, passed: list[Candidate]) -> b
 def _spec(ctx: SearchContext, pick: Candidate) -> TrialSpec:
     """A candidate's loss run, labelled with the screen trial it checks, whose execution it trains with."""
     case = {**ctx.base, **pick.config, "gpu_memory_fraction": _gpu_share(ctx, pick.row), "out_dir": None}
+    case = at_horizon(case, baseline.loss_horizon(ctx))  # the same prefix as the baseline's, at a prefix
     return TrialSpec.of(
         case, knobs=pick.config, screen_id=pick.id, twin_of=pick.id, execution=execution(case)
     )

@@ -11,6 +11,8 @@ from tuner.records import Summary
 from tuner.report.cost_section import BREAK_EVEN_HEAD, costs
 from tuner.report.fmt import DASH, fmt_mem, fmt_seconds, fmt_warmup
 from tuner.report.gpu_section import USAGE_HEAD
+from tuner.report.horizon_section import HEAD as HORIZON_HEAD
+from tuner.report.horizon_section import horizon_lines
 from tuner.report.measured import measurement_notes
 from tuner.report.mfu import fmt_mfu
 
@@ -113,6 +115,7 @@ def render_markdown(summary: Summary | Mapping[str, Any]) -> str:
     summary = report.summary
     out = ["# Tuning report", "", report.answer, ""]
     out += _section("Configs compared", _table(report) + _changes(report))
+    out += _bullets(HORIZON_HEAD, horizon_lines(summary))
     changes = [f"{k}: {old} -> {new}" for k, (old, new) in report.changes.items()]
     out += _bullets("What the winner changes", changes) + _chosen(summary) + _costs(summary)
     out += _bullets("Why others were rejected", [f"{e.label}: {e.reason}" for e in report.losers])
