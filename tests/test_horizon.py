@@ -16,9 +16,10 @@ from tuner.config import load_search_config
 from tuner.context import SearchContext, State
 from tuner.horizon import LossHorizon, at_horizon, horizon_for, parse_tokens, step_tokens, validation_note
 from tuner.phases import loss_check
-from tuner.records import BASELINE_ID, Hardware, LossGate
+from tuner.records import BASELINE_ID, BESIDE_PHASE, Hardware, LossGate
 from tuner.report.horizon_section import HEAD
 from tuner.report.markdown import render_markdown
+from tuner.runs.ledger import Ledger
 
 SMOKE = str(
     Path(__file__).resolve().parents[1] / "configs" / "smoke.yaml"
@@ -131,3 +132,35 @@ def test_the_report_says_which_horizon_judged_the_noise_and_how_far_to_trust_it(
     assert "checked against full runs on configs/default.yaml: 11/12 agreed" in text
     full = render_markdown({**summary, "loss_gate": LossGate.of(1.5, 0.05, "absolute").model_dump()})
     assert "At the full planned run: every loss run trained it" in full
+
+
+def test_beside_the_screen_the_baseline_trains_the_prefix_and_round_0_its_second_seed(tmp_path):
+    """A local Ray that advertises two GPUs it does not have (as tests/test_loss_ahead.py): the baseline's
+    loss run trains beside the screen as a Ray task, cut to the prefix; round 0 trains its second seed."""
+    import ray
+
+    from trainables.gate import open_gates
+
+    overrides = ["train.tokens=65536", "train.eval_tokens=2048", "search.loss_check_top=1",
+                 "quality.loss_horizon=16K", "resources.speed_runs_per_gpu=2"]  # fmt: skip
+    cfg = load_search_config(SMOKE, overrides)
+    cfg.search.start_points = [{"loader": "device"}]  # shares the baseline's loss knobs: its twin
+    ctx = SearchContext(cfg, tmp_path, cfg.baseline().model_dump(), Hardware(gpus=2, gpu_mem_mb=81_559), 4,
+                        State(tmp_path), "")  # fmt: skip
+    ray.init(address="local", num_cpus=4, num_gpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        gates = open_gates()
+        beside = baseline.start_beside(ctx, {"loader": ["dataloader", "device"]})
+        assert beside is not None and beside.spec.train.max_steps == 16, "16 steps of 16 x 64 tokens"
+        screen = [make_row("screen-0", config={"loader": "device"}, tokens_per_s=2_000.0)]
+        rows = loss_check.run(ctx, screen, beside)
+        del gates
+    finally:
+        ray.shutdown()
+    assert [r.id for r in rows] == [BASELINE_ID, f"{BASELINE_ID}-seed1338"]
+    beside_rows = Ledger(tmp_path, BESIDE_PHASE).rows()  # the first seed trained beside, not in a round
+    assert len(beside_rows) == 1 and beside_rows[0].val_loss == rows[0].val_loss
+    assert [r.train["seed"] for r in rows] == [1337, 1338]
+    assert all(r.tokens == 16_384 and r.train["tokens"] == 65_536 for r in rows)
+    _, gate, candidates = baseline.split_checked(ctx, rows)
+    assert candidates == [] and gate.seed_losses == [rows[0].val_loss, rows[1].val_loss]
