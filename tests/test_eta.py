@@ -13,6 +13,7 @@ from tests.test_failures import FakeTrial
 from tuner.config import SearchSection
 from tuner.costs import CACHED_SHARE, cached_warmup
 from tuner.eta import loss_check_s, remeasure_s
+from tuner.knobs import loss_key
 from tuner.runs.ledger import Ledger, LedgerCallback
 
 BASE = {"batch_size": 8, "precision": "fp32", "compile": "none", "lr": 3e-4, "tokens": 10_240_000}
@@ -45,6 +46,11 @@ def test_loss_check_estimate_counts_cached_compiles_the_twin_and_the_shared_gpu(
     assert loss_check_s(ctx, screen) == pytest.approx(slowest_warmup + work)
     ctx.hw.gpus = 4  # the runs spread over four GPUs: the twin's run is the longest
     assert loss_check_s(ctx, screen) == pytest.approx(slowest_warmup + tokens / 113_000)
+    # the two fastest trained their loss runs ahead, beside the screen: b64 and the twin are left
+    ctx.hw.gpus = 1
+    ahead = {loss_key(r.config, BASE) for r in screen[:2]}
+    left = tokens * (1 / 447_000 + 1 / 113_000)
+    assert loss_check_s(ctx, screen, ahead=ahead) == pytest.approx(slowest_warmup + left)
 
 
 def test_a_cached_warmup_is_a_timed_hit_of_the_graph_or_a_tenth_of_its_cold_compile():

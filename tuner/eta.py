@@ -15,29 +15,30 @@ cached one (`costs.cached_warmup`).
 from __future__ import annotations
 
 import statistics
+from collections.abc import Collection
 
 from trainables.config import TrainConfig, make_config
 from trainables.progress import fmt_seconds
 from tuner import baseline
 from tuner.context import SearchContext, log
 from tuner.costs import cached_warmup
-from tuner.phases.loss_check import LossAhead
+from tuner.knobs import loss_key
 from tuner.records import TrialRow
 from tuner.runs.tasks import TaskRun
 from tuner.select import loss_check_candidates
 
 
 def loss_check_s(
-    ctx: SearchContext, screen: list[TrialRow], beside_done: bool = False, ahead: LossAhead | None = None
+    ctx: SearchContext, screen: list[TrialRow], beside_done: bool = False, ahead: Collection[tuple] = ()
 ) -> float:
     """With the baseline's loss run trained beside the screen and done, only the candidates' runs count, and
-    of those only the ones with no loss run ahead (`ahead`, loss_check.LossAhead), which beside the screen
-    have mostly trained by its end."""
+    of those only the ones with no loss run ahead (`ahead`: the loss keys of the runs started beside the
+    screen, loss_check.LossAhead.keys), which beside the screen have mostly trained by its end."""
     tokens, top = ctx.base["tokens"], ctx.cfg.search.remeasure_top
     picks = [
         c.row
         for c in loss_check_candidates(screen, ctx.base, top)
-        if not c.inherits and not (ahead is not None and ahead.started(c))
+        if not c.inherits and loss_key(c.config, ctx.base) not in ahead
     ]
     twin = None if beside_done else baseline.twin(ctx, screen)
     runs = [r for r in [*picks, twin] if r is not None and r.tokens_per_s]
@@ -96,10 +97,11 @@ def after_screen(
     ctx: SearchContext,
     screen: list[TrialRow],
     beside: TaskRun | None,
-    ahead: LossAhead | None = None,
+    ahead: Collection[tuple] = (),
 ) -> float | None:
     """Says what the loss check and the re-measure will take; returns the re-measure's estimate, which
-    bounds its progress lines' ETA (runner.LedgerCallback). None when the screen has no config to time."""
+    bounds its progress lines' ETA (tuner/runs/ledger.py:LedgerCallback). None when the screen has no
+    config to time. `ahead`: the loss keys of the candidates' runs trained beside the screen."""
     if not _fastest(screen):
         return None
     done = beside is not None and beside.done()

@@ -131,6 +131,10 @@ class LossAhead:
     def started(self, pick: Candidate) -> bool:
         return self._key(pick.config) in self.runs
 
+    def keys(self) -> frozenset[tuple]:
+        """The loss keys of the runs it started (or found in its ledger): what the ETA need not count."""
+        return frozenset(self.runs)
+
     def forget(self, pick: Candidate) -> None:
         self.runs.pop(self._key(pick.config), None)
 
