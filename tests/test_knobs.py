@@ -21,7 +21,7 @@ def test_the_derived_lists_are_the_ones_the_search_needs():
     assert {
         "device", "out_dir", "save_model", "log_interval", "progress_s", "timing_warmup_steps",
         "gpu_memory_fraction", "memory_cap_mb", "max_steps", "compile_cache", "compile_deadline_s",
-        "workload_path", "cpu_threads", "compile_threads",
+        "workload_path", "cpu_threads", "compile_threads", "profile_steps",
     } == RUN_ONLY_FIELDS  # fmt: skip
     assert GRAPH_FIELDS == (
         "workload", "model", "seq_len", "batch_size", "micro_batch", "precision", "compile", "compile_scope",

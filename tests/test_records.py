@@ -10,6 +10,7 @@ import pytest
 from pydantic import ValidationError
 
 from tests.factories import make_row, make_summary, on_two_gpus, synthetic_summary
+from trainables.profile import Profile, TopOp
 from trainables.result import RunResult, TrialResult
 from trainables.spec import TrialSpec
 from tuner.records import Summary, TrialRow, summary_schema
@@ -91,6 +92,8 @@ def _distinct(name: str, kind: str, n: int):
         return "partial"
     if kind.startswith("tuple"):
         return ({"step": n},)
+    if kind.startswith("Profile"):
+        return Profile("memory", f"{name}-value", n, 1.5, 0.5, 0.25, (TopOp("aten::mul", 0.5, "memory"),))
     if kind.startswith("int"):
         return 1000 + n
     if kind.startswith("float"):

@@ -27,6 +27,7 @@ CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")  # the compile modes that
 Kernels = Literal["torch", "fused", "auto"]
 Loader = Literal["dataloader", "device"]
 LrScaling = Literal["none", "sqrt", "linear"]
+MAX_PROFILE_STEPS = 200  # the profiler keeps every event in memory: a summary needs a few steps, not a run
 
 # Sections of a search config (tuner YAML) that the training CLI leaves to the tuner.
 TUNER_SECTIONS = ("search", "quality", "resources", "budget")
@@ -238,6 +239,15 @@ class TrainConfig(BaseModel):
         ge=1,
         description="Inductor's compile workers; None = Inductor's default (or TORCHINDUCTOR_COMPILE_THREADS, "
         "which wins); a search's best.yaml gives its trials' count",
+    )
+    profile_steps: Annotated[int, RUN] = Field(
+        0,
+        ge=0,
+        le=MAX_PROFILE_STEPS,
+        description="after the timed window, train this many more steps under torch.profiler and sum up "
+        "where a step's time goes (the result's profile: compute, memory or launch bound, the device's busy "
+        "share of a step, the top ops; trainables/profile.py); they are neither timed nor counted, and a "
+        "saved model is saved before them; 0 = off",
     )
     out_dir: Annotated[str | None, RUN] = Field(None, description="write tokenizer, config and metrics here")
     save_model: Annotated[bool, RUN] = False

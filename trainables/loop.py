@@ -27,7 +27,7 @@ import torch.utils.checkpoint
 
 from model import library_env
 from model.ops import available_backends, tuning
-from trainables import compile_cache, flops, memory, progress
+from trainables import compile_cache, flops, memory, profile, progress
 from trainables.cache_use import CacheCount, stable_cache_keys
 from trainables.config import CUDA_GRAPH_MODES, ConfigError, TrainConfig, dump_config
 from trainables.errors import find_cause, first_line
@@ -412,9 +412,15 @@ class _Training:
                 overdue = time.monotonic() - self.last_log >= cfg.progress_s  # a line every progress_s
                 if done % cfg.log_interval == 0 or is_eval or overdue:
                     self._log_point(done, lr, bool(is_eval), report)
-        self.timing = self.timer.summary()
-        if cfg.out_dir and cfg.save_model:
-            torch.save(self.model.state_dict(), Path(cfg.out_dir) / "model.pt")
+            self.timing = self.timer.summary()
+            if cfg.out_dir and cfg.save_model:
+                torch.save(self.model.state_dict(), Path(cfg.out_dir) / "model.pt")
+            if cfg.profile_steps:  # after the window's figures and the saved weights; the gate still held
+                timed_ms = self.timing.get("step_ms_median")
+                found = profile.after_window(
+                    self._optimizer_step, cfg.profile_steps, self.device, timed_ms, self.log
+                )
+                self.result = replace(self.result, profile=found)
 
     def _take_gate(self, gate: AbstractContextManager) -> None:
         """Waits while another run on this GPU holds it; the wait counts neither as warm-up nor as steady."""
@@ -456,7 +462,7 @@ class _Training:
         """The loss and speed so far, an eval when due, a progress line and an interim report."""
         now = self.timer.close_segment()
         self.last_log = time.monotonic()
-        if done == self.cfg.total_steps:
+        if done == self.cfg.total_steps and not self.cfg.profile_steps:
             self.window.close()  # the GPU's queue is drained (close_segment syncs): the next run may time
         train_loss = self._train_loss(done, lr)
         self.result = replace(self.result, train_loss=round(train_loss, 5))

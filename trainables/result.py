@@ -10,10 +10,11 @@ plus the code that measures it: a figure the loop sets without a field here is a
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from typing import Any, Literal
 
 from trainables.cache_use import CacheUse
+from trainables.profile import Profile
 
 RunStatus = Literal["ok", "oom", "nan", "error", "timeout"]
 
@@ -73,6 +74,9 @@ class RunResult:
         "the device's dense peak FLOP/s at the run's precision (None: a CPU, or a GPU not in the table)"
     )
     mfu: float | None = figure("model FLOPs utilisation: tokens_per_s x flops_per_token / peak_flops (0..1)")
+    profile: Profile | None = figure(
+        "where a step's time goes, from profile_steps steps after the timed window (trainables/profile.py)"
+    )
     history: tuple[dict[str, Any], ...] = figure("each eval point: step, tokens, train_loss, val_loss", ())
     wall_s: float | None = figure("seconds from the call of train() to its return")
 
@@ -81,12 +85,17 @@ class RunResult:
         return {**asdict(self), "history": [dict(point) for point in self.history]}
 
     def metrics(self) -> dict[str, Any]:
-        """The flat figures, all but the eval history: what `--json` prints and a trial reports to Ray."""
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "history"}
+        """The figures, all but the eval history: what `--json` prints and a trial reports to Ray (a record
+        among them, the profile, as plain values)."""
+        return {f.name: _plain(getattr(self, f.name)) for f in fields(self) if f.name != "history"}
 
     def interim(self) -> dict[str, Any]:
         """The figures that travel with every interim report (`figure(..., interim=True)`)."""
         return {name: getattr(self, name) for name in INTERIM_FIELDS}
+
+
+def _plain(value: Any) -> Any:
+    return asdict(value) if is_dataclass(value) else value
 
 
 INTERIM_FIELDS = tuple(f.name for f in fields(RunResult) if f.metadata["interim"])

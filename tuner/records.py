@@ -15,6 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from trainables.cache_use import CacheUse
+from trainables.profile import Profile
 from tuner.horizon import LossHorizon, seed_noise, validation_note
 
 Status = Literal["ok", "oom", "nan", "error", "timeout", "stopped"]
@@ -76,6 +77,11 @@ class TrialRow(Record):
     )
     mfu: float | None = Field(
         None, description="model FLOPs utilisation, 0..1: tokens_per_s x flops_per_token / peak_flops"
+    )
+    profile: Profile | None = Field(
+        None,
+        description="where a step's time goes: compute / memory / launch bound, the device's busy share, the "
+        "top ops (re-measure runs of the finalists; trainables/profile.py)",
     )
 
     # where and when it was timed
