@@ -127,6 +127,8 @@ def test_the_report_says_which_horizon_judged_the_noise_and_how_far_to_trust_it(
     assert "prefix of 20,004,864 tokens, 2.0% of the planned run's 1,000,000,000" in section
     assert "1.5000 and 1.5200 (difference 0.0200)" in section and "= 1.5800" in section
     assert "no validation of short-horizon verdicts is recorded" in section
+    measured = text.split("## How each number was measured\n", 1)[1].split("\n## ", 1)[0]
+    assert "loss horizon, a 20,004,864-token prefix of the planned run (2.0%)" in measured
     validated = gate.model_copy(update={"validation": "on configs/default.yaml: 11/12 agreed"})
     text = render_markdown({**summary, "loss_gate": validated.model_dump()})
     assert "checked against full runs on configs/default.yaml: 11/12 agreed" in text

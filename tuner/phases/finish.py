@@ -10,7 +10,7 @@ from pathlib import Path
 
 from trainables.config import dump_config, make_config
 from trainables.exit_codes import Exit
-from tuner import costs
+from tuner import baseline, costs
 from tuner.context import SearchContext, log
 from tuner.gpus import gpu_population, gpu_usage, phase_spans
 from tuner.ratio import one_run_ratio_range, too_few_runs
@@ -27,6 +27,7 @@ from tuner.records import (
 )
 from tuner.report import write_reports
 from tuner.report.fmt import one_run_text
+from tuner.report.horizon_section import budget_text
 from tuner.screen_clock import wall_budget_s
 from tuner.select import ScreenOutcome, finish_first, nothing_screened, pick_winner, refuse_untrusted, spread
 from tuner.telemetry import fetch_usage
@@ -281,8 +282,8 @@ def _measurement(ctx: SearchContext) -> dict:
         "baseline_repeats": ctx.cfg.search.baseline_runs,
         "screen": timed,
         "loss_check": ("shared GPU (fractions)" if ctx.on_gpu else "CPU runs side by side")
-        + ", full token budget, val loss only; each trained with the fastest execution screened for its "
-        "loss knobs (the baseline too)",
+        + f", {budget_text(baseline.loss_horizon(ctx))}, val loss only; each trained with the fastest "
+        "execution screened for its loss knobs (the baseline too)",
         "remeasure": "all its runs at once where the CPUs and memory allow, spread evenly over the GPUs "
         "(their cached warm-ups overlap); timed windows take turns, one per GPU at a time, each also waiting "
         "until no run on its GPU is compiling; repeated; medians"

@@ -3,6 +3,7 @@ measured on the baseline there and how far short-horizon verdicts are known to a
 
 from __future__ import annotations
 
+from tuner.horizon import LossHorizon
 from tuner.records import LossGate, Summary
 from tuner.report.fmt import fmt_loss
 
@@ -26,6 +27,13 @@ def horizon_lines(summary: Summary) -> list[str]:
         _noise(gate),
         _trust(gate),
     ]
+
+
+def budget_text(horizon: LossHorizon | None) -> str:
+    """How far every loss run trained, for the notes on how each number was measured."""
+    if horizon is None or not horizon.is_prefix:
+        return "full token budget"
+    return f"loss horizon, a {horizon.tokens:,}-token prefix of the planned run ({horizon.fraction:.1%})"
 
 
 def _noise(gate: LossGate) -> str:

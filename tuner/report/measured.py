@@ -27,6 +27,7 @@ from tuner.report.fmt import (
     over_limit,
     tolerance_text,
 )
+from tuner.report.horizon_section import budget_text
 from tuner.report.rows import ConfigRow
 
 SPEED_KNOBS = ", ".join(sorted(SPEED_ONLY_KNOBS))
@@ -95,6 +96,11 @@ class Facts:
     @property
     def limit(self) -> float | None:
         return self.gate.limit if self.gate else None
+
+    @property
+    def budget(self) -> str:
+        """How far the loss runs trained: the full token budget, or the loss horizon's prefix."""
+        return budget_text(self.gate.horizon if self.gate else None)
 
     def over_limit(self, loss: float | None) -> bool:
         return over_limit(loss, self.gate)
@@ -235,10 +241,10 @@ def _loss_how(row: ConfigRow, role: str, facts: Facts, trained: Trained | None) 
     if role == "baseline":
         if trained is None:
             return "the baseline's own full run at the token budget"
-        return f"the baseline's loss run: full token budget, {facts.shared_loss_runs}{how}"
+        return f"the baseline's loss run: {facts.budget}, {facts.shared_loss_runs}{how}"
     own = row.own_loss_run
     if own:
-        return f"loss-check run {own.id}: full token budget, {facts.shared_loss_runs}{how}"
+        return f"loss-check run {own.id}: {facts.budget}, {facts.shared_loss_runs}{how}"
     if row.checked_by:
         whose = (
             "the baseline's loss"
@@ -291,7 +297,7 @@ def _baseline_note(summary: Summary, facts: Facts) -> str:
     full = f" at {fmt_tps(base.tokens_per_s_full_run)} tok/s" if is_num(base.tokens_per_s_full_run) else ""
     return (
         "Baseline: the configured run. Its Tok/s is the median of its re-measure runs (as configured); "
-        f"its val loss {fmt_loss(base.val_loss)} comes from its loss run at the full token budget, "
+        f"its val loss {fmt_loss(base.val_loss)} comes from its loss run at the {facts.budget}, "
         f"{trained.sentence}{full} on a shared {'GPU' if facts.on_gpu else 'CPU'} (that speed is not used)."
     )
 
@@ -311,12 +317,12 @@ def _loss_note(facts: Facts, how: str | None) -> str:
     stands = f"stands for every config that differs from it only in speed knobs ({SPEED_KNOBS})"
     if not facts.twins:
         return (
-            "Loss check: the fastest config per set of loss-relevant knobs trained to the full token budget "
+            f"Loss check: the fastest config per set of loss-relevant knobs trained to the {facts.budget} "
             f"{'on a shared GPU' if facts.gpu_columns else 'on the CPUs'} (its speed is not used). Its val loss "
             f"{stands}."
         )
     how = how or (
-        "the baseline and the fastest config of each set of loss-relevant knobs, full token budget, each "
+        f"the baseline and the fastest config of each set of loss-relevant knobs, {facts.budget}, each "
         "trained with the fastest execution screened for its loss knobs"
     )
     return (
