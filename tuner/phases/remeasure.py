@@ -18,6 +18,10 @@ from tuner.records import BASELINE_ID, TrialRow
 from tuner.runs.pool import RunPool
 from tuner.runs.request import Placement, Role, RunRequest
 
+# steps each re-measure run trains under torch.profiler after its timed window (trainables/profile.py): a
+# fraction of its timed steps, enough for each op's share; every repeat, as a phase's repeats share one spec
+PROFILE_STEPS = 10
+
 
 def run(ctx: SearchContext, screen: list[TrialRow], planned_s: float | None = None) -> list[TrialRow]:
     """`planned_s`: the search's estimate of this phase (eta.py), for its progress lines."""
@@ -33,8 +37,8 @@ def run(ctx: SearchContext, screen: list[TrialRow], planned_s: float | None = No
             peaks.append(t.peak_mem_mb)
     s = ctx.cfg.search
     asked = [s.baseline_runs] + [s.repeats] * (len(cases) - 1)
-    specs = [
-        TrialSpec.of(case, finalist=finalist, knobs=knobs)
+    specs = [  # each run profiles its steps after its timed window: the answer's profile line in the report
+        TrialSpec.of({**case, "profile_steps": PROFILE_STEPS}, finalist=finalist, knobs=knobs)
         for (finalist, knobs), case in zip(finalists, cases, strict=True)
     ]
     rows = measure(ctx, specs, asked, ctx.placement.remeasure(asked, peaks), planned_s)

@@ -36,6 +36,7 @@ from tuner.report.fmt import (
 from tuner.report.gpu_section import USAGE_HEAD
 from tuner.report.measured import Facts, measurement_notes
 from tuner.report.mfu import fmt_mfu
+from tuner.report.profile import answer_line
 from tuner.report.view import (
     COLUMN_KNOBS,
     TABLE_COLUMNS,
@@ -321,6 +322,7 @@ def _answer(view: View) -> dict[str, Any]:
         "runs": len(summary.trials),
         "winner": view.winner,
         "answer": view.answer,
+        "profile": answer_line(summary),
         "cards": _cards(view),
         "changes": view.changes,
         "reasons": summary.selection.reasons,

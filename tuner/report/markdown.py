@@ -15,6 +15,7 @@ from tuner.report.horizon_section import HEAD as HORIZON_HEAD
 from tuner.report.horizon_section import horizon_lines
 from tuner.report.measured import measurement_notes
 from tuner.report.mfu import fmt_mfu
+from tuner.report.profile import answer_lines
 
 
 def _cell(value: Any) -> str:
@@ -113,7 +114,7 @@ def _timings(summary: Summary) -> list[str]:
 def render_markdown(summary: Summary | Mapping[str, Any]) -> str:
     report = view.View.of(summary)
     summary = report.summary
-    out = ["# Tuning report", "", report.answer, ""]
+    out = ["# Tuning report", "", report.answer, "", *answer_lines(summary)]
     out += _section("Configs compared", _table(report) + _changes(report))
     out += _bullets(HORIZON_HEAD, horizon_lines(summary))
     changes = [f"{k}: {old} -> {new}" for k, (old, new) in report.changes.items()]
