@@ -8,18 +8,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from trainables.config import make_config
+from trainables.config import TrainConfig, make_config
 from trainables.data import Corpus, shipped_corpus
-from trainables.loop import train
+from trainables.loop import resolve_device, train
 from tuner.records import ProbedBatch
 
 # What the probe sets itself: a setting cannot name them.
 PROBE_KEYS = frozenset({"batch_size", "micro_batch", "precision", "max_steps", "out_dir"})
 
 
-def _fits(base: dict[str, Any], batch: int, precision: str) -> float | None:
-    """The step's peak memory (MB) when `batch` trains a step at `precision`, None when it runs out."""
-    cfg = make_config(
+def _config(base: dict[str, Any], batch: int, precision: str) -> TrainConfig:
+    return make_config(
         {
             **base,
             "batch_size": batch,
@@ -34,7 +33,11 @@ def _fits(base: dict[str, Any], batch: int, precision: str) -> float | None:
             "out_dir": None,
         }
     )
-    result = train(cfg, log=None)
+
+
+def _fits(base: dict[str, Any], batch: int, precision: str) -> float | None:
+    """The step's peak memory (MB) when `batch` trains a step at `precision`, None when it runs out."""
+    result = train(_config(base, batch, precision), log=None)
     if result.status not in ("ok", "oom"):
         raise RuntimeError(f"batch probe at {batch} ({precision}) failed: {result.error}")
     return (result.peak_mem_mb or 0.0) if result.status == "ok" else None
@@ -67,27 +70,35 @@ def max_batch(
 def _max_batch(
     base: dict[str, Any], precision: str, limit: int, margin: float, bisect_steps: int
 ) -> ProbedBatch:
-    # The limit first: on a large GPU it usually fits (batch 512 of the default model on an H200), and
-    # then one training step answers what doubling from 1 took ten to find.
-    if (top := _fits(base, limit, precision)) is not None:
+    # On a GPU the limit first: on a large GPU it usually fits (batch 512 of the default model on an H200),
+    # and then one training step answers what doubling from 1 took ten to find. On a CPU (under
+    # memory_cap_mb) an OOM can leave the process unable to train again (an allocation refused inside
+    # oneDNN: 1 of 4 probes here then failed even batch 1), so there the sizes go up from 1 and the first
+    # OOM is the last step: the answer is the largest size seen to fit, never 0 for a process spoiled.
+    on_gpu = resolve_device(_config(base, 1, precision)).type == "cuda"
+    if on_gpu and (top := _fits(base, limit, precision)) is not None:
         return ProbedBatch(batch=limit, peak_mb=top)  # everything up to the limit fits: no margin needed
     low, peak = 1, _fits(base, 1, precision)
     if peak is None:
         return ProbedBatch(batch=0)
-    high = limit  # smallest size seen to fail
+    high = limit if on_gpu else limit + 1  # the smallest size known not to fit (limit + 1: none known)
     while low * 2 < high:
-        if (found := _fits(base, low * 2, precision)) is not None:
-            low, peak = low * 2, found
-        else:
+        if (found := _fits(base, low * 2, precision)) is None:
             high = low * 2
             break
-    for _ in range(bisect_steps):
+        low, peak = low * 2, found
+    spoiled = not on_gpu and high <= limit  # a CPU OOM: nothing this process answers after it is trusted
+    for _ in range(0 if spoiled else bisect_steps):
         mid = (low + high) // 2
         if mid in (low, high):
             break
         if (found := _fits(base, mid, precision)) is not None:
             low, peak = mid, found
+        elif not on_gpu:
+            break
         else:
             high = mid
+    if low == limit:
+        return ProbedBatch(batch=limit, peak_mb=peak)
     batch = max(1, int(low * margin))
     return ProbedBatch(batch=batch, peak_mb=round(peak * batch / low, 1))
