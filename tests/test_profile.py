@@ -89,3 +89,25 @@ def test_a_tune_trial_carries_its_profile_into_its_ledger_row(tmp_path, one_cpu_
 
 
 TOY_STEPS = make_config(TOY).total_steps
+
+
+class Gate:
+    """A timing gate as the loop holds it (any context manager): when it was taken and given back."""
+
+    def __enter__(self):
+        self.taken = time.time()
+
+    def __exit__(self, *exc):
+        self.freed = time.time()
+
+
+def test_the_timing_gate_is_held_through_the_profile_and_only_then():
+    for profile_steps in (0, 3):
+        cfg = toy_config(profile_steps=profile_steps)
+        clocked, gate = ClockedToy(cfg), Gate()
+        run = train(cfg, workload=clocked, log=None, timing_gate=gate)
+        assert gate.taken <= run.window_t0 and gate.freed >= run.window_t1
+        profiled = clocked.calls[cfg.total_steps :]
+        assert len(profiled) == profile_steps
+        if profiled:  # no other run on this GPU is timed while this one profiles
+            assert gate.freed >= profiled[-1]
