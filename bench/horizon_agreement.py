@@ -36,7 +36,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from anywhere
 
-from trainables.config import ConfigError, load_config  # noqa: E402 - after the path insert above
+from trainables.config import ConfigError, load_config, read_yaml  # noqa: E402 - after the path insert
 from tuner.horizon import LossHorizon, horizon_for  # noqa: E402
 from tuner.records import LossGate  # noqa: E402
 
@@ -164,9 +164,11 @@ def main(argv: list[str] | None = None) -> int:
 def _bench(args) -> int:
     import torch  # here: --help answers without it
 
-    from tuner.config import load_search_config
+    from tuner.config import QualitySection, load_search_config
 
-    search = load_search_config(args.config, [f"train.{kv}" for kv in args.set], data=args.data)
+    is_search = "train" in (read_yaml(args.config) or {})
+    sets = [f"train.{kv}" for kv in args.set]
+    quality = load_search_config(args.config, sets, data=args.data).quality if is_search else QualitySection()
     base_cfg = load_config(args.config, args.set, args.data)
     configs = yaml.safe_load(Path(args.configs).read_text()) if args.configs else CONFIGS
     if not isinstance(configs, list) or not all(isinstance(c, dict) for c in configs):
@@ -192,7 +194,7 @@ def _bench(args) -> int:
             file=sys.stderr,
         )
         return 1
-    q = search.quality
+    q = quality
     full_gate = LossGate.of(base[0]["val_loss"], q.tolerance, q.mode)
     reports = [horizon_report(h, base, runs, full_gate, q) for h in horizons]
     record = {"config": os.path.relpath(Path(args.config).resolve(), ROOT), "device": gpu,
