@@ -101,3 +101,12 @@ def test_cuda_graphs_hid_their_kernels_when_fewer_kernels_than_replays_were_seen
     assert kernels_hidden(replays, ["Memcpy HtoD (Pinned -> Device)"] * 10)  # the batches' copies only
     assert not kernels_hidden(replays, [GEMM, ELEMENTWISE] * 40)  # the graphs' kernels are shown
     assert not kernels_hidden(["cudaLaunchKernel"] * 10, [])  # no graphs: an idle device is just idle
+
+
+def test_an_inductor_graph_on_a_cpu_is_op_work_under_one_name():
+    graph = "## Call CompiledFxGraph fibxymzkl7pftiycukoetzp4ez3qldc6uy4bezjv4xezoljdkjwz ##"
+    assert short_name(graph) == "CompiledFxGraph (Inductor's kernels)"
+    ranked = top_ops(
+        [OpTime(graph, 300.0), OpTime(graph.replace("fib", "fj7"), 300.0), OpTime("aten::mm", 400.0)]
+    )
+    assert ranked[0] == TopOp("CompiledFxGraph (Inductor's kernels)", 0.6, "memory")

@@ -44,8 +44,10 @@ COMPUTE_OPS = re.compile(
     r"|xmma|triton_tem|chunk",
     re.IGNORECASE,
 )
-# host events that wrap ops rather than run them (their self time is overhead, not op work)
-HOST_WRAPPERS = ("ProfilerStep", "Optimizer.", "autograd::engine", "## ")
+# host events that wrap ops rather than run them (their self time is overhead, not op work); not Inductor's
+# "## Call CompiledFxGraph <hash> ##", whose self time on a CPU is its compiled kernels' (they record none)
+HOST_WRAPPERS = ("ProfilerStep", "Optimizer.", "autograd::engine")
+COMPILED_GRAPH = "## Call CompiledFxGraph"
 CUDA_RUNTIME = re.compile(r"^cu[a-zA-Z]+")  # cudaLaunchKernel, cudaGraphLaunch, cuLaunchKernel, ...
 
 
@@ -94,6 +96,8 @@ def op_kind(name: str) -> OpKind:
 
 def short_name(name: str) -> str:
     """A kernel's name without its C++ clothes: 'void at::native::foo_kernel<4, ...>(int, ...)' -> 'foo_kernel'."""
+    if name.startswith(COMPILED_GRAPH):
+        return "CompiledFxGraph (Inductor's kernels)"
     name = name.removeprefix("void ")
     bare = re.split(r"[<(]", name, maxsplit=1)[0].strip() or name
     return bare.rsplit("::", 1)[-1] if not bare.startswith("aten::") else bare
