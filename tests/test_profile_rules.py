@@ -57,6 +57,9 @@ def test_elementwise_and_reductions_dominating_a_busy_device_is_memory_bound():
         ("aten::_log_softmax", "memory"),
         ("triton_poi_fused_add_0", "memory"),
         ("Memset (Device)", "memory"),
+        ("causal_conv1d_fwd_kernel", "memory"),
+        ("_chunk_cumsum_fwd_kernel", "memory"),
+        ("_chunk_scan_fwd_kernel", "compute"),
     ],
 )
 def test_an_op_is_classed_by_its_name(name, kind):

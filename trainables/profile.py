@@ -13,7 +13,8 @@ The rules (`classify`), first match wins:
   1. launch: the device was busy under LAUNCH_BUSY_BELOW of a step: it waited for the host (Python, kernel
      launches, data). More work per launch (compile, CUDA graphs, a larger batch) is the remedy.
   2. compute: matmul/attention-like ops (`COMPUTE_OPS`: GEMMs, convolutions, attention, Inductor's matmul
-     templates, the chunked RWKV6/SSD kernels, whose work is blocked dots) take at least
+     templates, the chunked RWKV6/SSD kernels, whose work is blocked dots; not `MEMORY_OPS`, the depthwise
+     causal conv1d and cumulative sums, which read as much as they compute) take at least
      COMPUTE_SHARE_AT_LEAST of the device's time.
   3. memory: the rest (elementwise, copies, norms, reductions, scans) dominate: bandwidth limits them.
 Where the device's time cannot be seen, the host's decides: kernels replayed from CUDA graphs are, in some
@@ -44,6 +45,9 @@ COMPUTE_OPS = re.compile(
     r"|xmma|triton_tem|chunk",
     re.IGNORECASE,
 )
+MEMORY_OPS = re.compile(
+    r"causal_conv1d|depthwise|cumsum", re.IGNORECASE
+)  # named like compute, bound by bytes
 # host events that wrap ops rather than run them (their self time is overhead, not op work); not Inductor's
 # "## Call CompiledFxGraph <hash> ##", whose self time on a CPU is its compiled kernels' (they record none)
 HOST_WRAPPERS = ("ProfilerStep", "Optimizer.", "autograd::engine")
@@ -91,7 +95,7 @@ class Profile:
 
 
 def op_kind(name: str) -> OpKind:
-    return "compute" if COMPUTE_OPS.search(name) else "memory"
+    return "compute" if COMPUTE_OPS.search(name) and not MEMORY_OPS.search(name) else "memory"
 
 
 def short_name(name: str) -> str:
