@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from trainables.profile import (
+    HOST_WRAPPERS,
     OpTime,
     TopOp,
     classify,
@@ -113,3 +114,15 @@ def test_an_inductor_graph_on_a_cpu_is_op_work_under_one_name():
         [OpTime(graph, 300.0), OpTime(graph.replace("fib", "fj7"), 300.0), OpTime("aten::mm", 400.0)]
     )
     assert ranked[0] == TopOp("CompiledFxGraph (Inductor's kernels)", 0.6, "memory")
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["AddmmBackward0", "torch::autograd::AccumulateGrad", "autograd::engine::evaluate_function: MmBackward0",
+     "Optimizer.step#AdamW.step", "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", "ProfilerStep#3"],
+)  # fmt: skip
+def test_wrappers_around_ops_are_no_ops(name):
+    assert HOST_WRAPPERS.search(name)
+    assert not HOST_WRAPPERS.search("aten::mm") and not HOST_WRAPPERS.search(
+        "aten::_log_softmax_backward_data"
+    )

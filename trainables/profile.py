@@ -50,7 +50,9 @@ MEMORY_OPS = re.compile(
 )  # named like compute, bound by bytes
 # host events that wrap ops rather than run them (their self time is overhead, not op work); not Inductor's
 # "## Call CompiledFxGraph <hash> ##", whose self time on a CPU is its compiled kernels' (they record none)
-HOST_WRAPPERS = ("ProfilerStep", "Optimizer.", "autograd::engine")
+HOST_WRAPPERS = re.compile(
+    r"^(ProfilerStep|Optimizer\.|autograd::|torch::autograd::|enumerate\(DataLoader\))|Backward\d*$"
+)  # the profiler's steps, the optimizer's and DataLoader's Python, autograd's nodes around their aten ops
 COMPILED_GRAPH = "## Call CompiledFxGraph"
 CUDA_RUNTIME = re.compile(r"^cu[a-zA-Z]+")  # cudaLaunchKernel, cudaGraphLaunch, cuLaunchKernel, ...
 
@@ -187,7 +189,7 @@ def union_us(intervals: Iterable[tuple[float, float]]) -> float:
 
 
 def _is_host_op(event: Any) -> bool:
-    return not event.is_async and not event.name.startswith(HOST_WRAPPERS)
+    return not event.is_async and not HOST_WRAPPERS.search(event.name)
 
 
 def kernels_hidden(host_names: Sequence[str], device_names: Sequence[str]) -> bool:
