@@ -3,11 +3,7 @@
 # then the README's command again with a new --out (caches warm: a remembered answer, confirmed); then the
 # regional-compilation GPU tests (GPU_TESTS=0 skips them), and where a process's imports go. Output in /tmp/final; `bash bench/device/poll.sh 540 ALLDONE` waits.
 set -u
-R=/tmp/final; mkdir -p $R
-# .gpu/src, where present, is `git archive` of the commit to measure (uncommitted edits stay behind)
-SRC=.; [ -d .gpu/src ] && SRC=.gpu/src
-rm -rf /tmp/p && mkdir /tmp/p && tar cf - -C $SRC --exclude=./docs --exclude=./.gpu . | tar xf - -C /tmp/p
-cp .gpu/tinyshakespeare.txt .gpu/gitrev /tmp/p/
+source bench/device/stage.sh
 cat > /tmp/once_inner.sh <<'INNER'
 cd /tmp/p
 export PYTHONPATH=/tmp/site:/tmp/p PYTHONUNBUFFERED=1 CUDA_VISIBLE_DEVICES=0

@@ -3,11 +3,7 @@
 # of its own (XDG_CACHE_HOME: no compile cache, no remembered answer), so both compile everything.
 # Output in /tmp/final; `bash bench/device/poll.sh 540 ALLDONE` waits.
 set -u
-R=/tmp/final; mkdir -p $R
-# .gpu/src, where present, is `git archive` of the commit to measure (uncommitted edits stay behind)
-SRC=.; [ -d .gpu/src ] && SRC=.gpu/src
-rm -rf /tmp/p && mkdir /tmp/p && tar cf - -C $SRC --exclude=./docs --exclude=./.gpu . | tar xf - -C /tmp/p
-cp .gpu/tinyshakespeare.txt .gpu/gitrev /tmp/p/
+source bench/device/stage.sh
 cat > /tmp/ratio_inner.sh <<'INNER'
 cd /tmp/p
 export PYTHONPATH=/tmp/site:/tmp/p PYTHONUNBUFFERED=1

@@ -2,9 +2,7 @@
 # the device got (a clean checkout of the commit in .gpu/gitrev), then the seed baseline and best.yaml alone,
 # one after the other, then the GPU tests (at most TESTS_S seconds).
 set -u
-R=/tmp/final; mkdir -p $R
-rm -rf /tmp/p && mkdir /tmp/p && tar cf - --exclude=./docs --exclude=./.gpu . | tar xf - -C /tmp/p
-cp .gpu/tinyshakespeare.txt .gpu/gitrev /tmp/p/
+source bench/device/stage.sh
 cat > /tmp/final_inner.sh <<'INNER'
 cd /tmp/p
 export PYTHONPATH=/tmp/site:/tmp/p PYTHONUNBUFFERED=1

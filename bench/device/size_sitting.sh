@@ -4,10 +4,7 @@
 # then bf16 blocks compiled at batch 16/32 with and without checkpointing, one at a time, the fastest
 # profiled. Output in /tmp/final; `bash bench/device/poll.sh 540 ALLDONE` waits.
 set -u
-R=/tmp/final; mkdir -p $R
-SRC=.; [ -d .gpu/src ] && SRC=.gpu/src
-rm -rf /tmp/p && mkdir /tmp/p && tar cf - -C $SRC --exclude=./docs --exclude=./.gpu . | tar xf - -C /tmp/p
-cp .gpu/tinyshakespeare.txt .gpu/gitrev /tmp/p/
+source bench/device/stage.sh
 cat > /tmp/size_inner.sh <<'INNER'
 cd /tmp/p
 export PYTHONPATH=/tmp/site:/tmp/p PYTHONUNBUFFERED=1 CUDA_VISIBLE_DEVICES=0
