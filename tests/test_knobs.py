@@ -3,7 +3,11 @@ derived from them (the sets here are the ones the search was built on; a new fie
 
 from __future__ import annotations
 
-from trainables.config import TrainConfig
+import pytest
+from pydantic import ValidationError
+
+from trainables.config import ConfigError, TrainConfig, make_config
+from trainables.config_fields import ExecutionKnobs, LossKnobs, RunSettings
 from tuner.knobs import CLASSES, GRAPH_FIELDS, HARDWARE_KNOBS, RUN_ONLY_FIELDS, SPEED_ONLY_KNOBS, is_loss_knob
 from tuner.space import applicable, capabilities
 
@@ -11,6 +15,27 @@ from tuner.space import applicable, capabilities
 def test_every_train_config_field_declares_its_class():
     assert set(CLASSES) == set(TrainConfig.model_fields)
     assert [name for name, c in CLASSES.items() if c is None] == []
+
+
+def test_each_group_of_fields_holds_the_knobs_of_its_class_and_train_config_reads_them_in_that_order():
+    groups = {"loss": LossKnobs, "execution": ExecutionKnobs, "run": RunSettings}
+    for kind, group in groups.items():
+        strays = {name: CLASSES[name].kind for name in group.model_fields if CLASSES[name].kind != kind}
+        assert strays == {}, f"{group.__name__} holds fields of another class"
+    in_order = [name for group in groups.values() for name in group.model_fields]
+    assert list(TrainConfig.model_fields) == in_order
+    assert list(make_config({"batch_size": 16}).model_dump())[:3] == ["workload", "model", "data"]
+
+
+def test_a_check_across_groups_still_sees_the_other_groups_field():
+    """micro_batch (an execution knob) must divide batch_size (a loss knob), on load and on assignment."""
+    assert make_config({"batch_size": 8, "micro_batch": 4}).forward_batch == 4
+    for values in ({"batch_size": 8, "micro_batch": 3}, {"micro_batch": 3}):  # 8 is the default batch
+        with pytest.raises(ConfigError, match=r"config key 'micro_batch': must divide batch_size 8"):
+            make_config(values)
+    cfg = make_config({})
+    with pytest.raises(ValidationError, match="must divide batch_size 8"):
+        cfg.micro_batch = 5
 
 
 def test_the_derived_lists_are_the_ones_the_search_needs():
@@ -24,7 +49,7 @@ def test_the_derived_lists_are_the_ones_the_search_needs():
         "workload_path", "cpu_threads", "compile_threads", "profile_steps",
     } == RUN_ONLY_FIELDS  # fmt: skip
     assert GRAPH_FIELDS == (
-        "workload", "model", "seq_len", "batch_size", "micro_batch", "precision", "compile", "compile_scope",
+        "workload", "model", "seq_len", "batch_size", "precision", "micro_batch", "compile", "compile_scope",
         "kernels", "activation_checkpointing",
     )  # fmt: skip
     assert {name for name in CLASSES if is_loss_knob(name)} == {

@@ -29,7 +29,8 @@ from model import library_env
 from model.ops import available_backends, tuning
 from trainables import compile_cache, flops, memory, profile, progress
 from trainables.cache_use import CacheCount, stable_cache_keys
-from trainables.config import CUDA_GRAPH_MODES, ConfigError, TrainConfig, dump_config
+from trainables.config import ConfigError, TrainConfig, dump_config
+from trainables.config_fields import CUDA_GRAPH_MODES
 from trainables.errors import find_cause, first_line
 from trainables.micro_batches import examples_in, micro_batches
 from trainables.result import RunResult

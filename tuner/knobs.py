@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainables.config import KnobClass, TrainConfig
+from trainables.config import TrainConfig
+from trainables.config_fields import KnobClass
 
 # Every list below is derived from the class each TrainConfig field declares (trainables/config.py).
 CLASSES: dict[str, KnobClass | None] = TrainConfig.knob_classes()
