@@ -10,16 +10,8 @@ import statistics
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from tuner.records import (
-    AHEAD_PHASE,
-    GpuComparison,
-    GpuPopulation,
-    GpuSpeed,
-    GpuUsage,
-    GpuVerdict,
-    TrialRow,
-    UsageStats,
-)
+from tuner.gpu_records import GpuComparison, GpuPopulation, GpuSpeed, GpuUsage, GpuVerdict, UsageStats
+from tuner.records import AHEAD_PHASE, TrialRow
 from tuner.select import spread
 
 SEARCH = "search"  # the span of every phase together

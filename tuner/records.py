@@ -12,11 +12,13 @@ import math
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from trainables.cache_use import CacheUse
 from trainables.profile import Profile
+from tuner.gpu_records import GpuPopulation, GpuUsage, TelemetrySummary
 from tuner.horizon import LossHorizon, seed_noise, validation_note
+from tuner.record_base import Record
 
 Status = Literal["ok", "oom", "nan", "error", "timeout", "stopped"]
 FAILED_STATUSES = frozenset({"oom", "nan", "error", "timeout"})
@@ -29,12 +31,6 @@ NODE_ID_SHOWN = 8  # a Ray node id is 56 hex digits; its first 8 tell a cluster'
 def short_node_id(node_id: str | None) -> str | None:
     """How logs and reports name a node: the first NODE_ID_SHOWN characters of its Ray node id."""
     return node_id[:NODE_ID_SHOWN] if node_id else node_id
-
-
-class Record(BaseModel):
-    """Strict about names (a typo is an error), lenient about absent values (None = not measured)."""
-
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
 class TrialRow(Record):
@@ -353,76 +349,6 @@ class SelectionResult(Record):
         rejected = data.get("rejected") or {}
         later = next((i for i, why in rejected.items() if why.startswith(_OLDER_FINISH_FIRST)), None)
         return {**data, "finishes_later": later}
-
-
-class TelemetrySummary(Record):
-    available: bool = False
-    notice: str | None = None
-    timelines: dict[str, list[dict[str, Any]]] = Field(default_factory=dict)
-
-
-class UsageStats(Record):
-    """One GPU over one span of the search (a phase, or all of it), from the telemetry sampler's readings."""
-
-    span_s: float = Field(description="the span's length, seconds")
-    samples: int = Field(0, description="readings in the span")
-    covered_s: float | None = Field(None, description="seconds from the span's first reading to its last")
-    util_mean: float | None = Field(None, description="NVML GPU utilisation (share of time a kernel ran), %")
-    util_median: float | None = None
-    mem_util_mean: float | None = Field(None, description="memory-controller utilisation, %")
-    mem_used_mean_mb: float | None = None
-    mem_used_median_mb: float | None = None
-    mem_used_peak_mb: float | None = None
-
-
-class GpuUsage(Record):
-    """One GPU of a node, over the search and over each phase."""
-
-    node_id: str | None = None
-    gpu: int = Field(description="NVML index (the trials' `gpu`)")
-    name: str | None = None
-    spans: dict[str, UsageStats] = Field(
-        default_factory=dict, description='"search" (every phase) and each phase, in the order they ran'
-    )
-
-
-GpuVerdict = Literal["one population", "differ", "too few runs"]
-
-
-class GpuSpeed(Record):
-    """One config's re-measure runs on one GPU."""
-
-    gpu: int
-    runs: list[float] = Field(default_factory=list, description="tok/s of each run (pooled: relative)")
-    median: float
-
-
-class GpuComparison(Record):
-    """A config's speed on each GPU of a host, its fastest GPU's against its slowest's, in the selection's
-    noise band: select.pick_winner ties two configs whose re-measure ranges [min, max] overlap."""
-
-    config_id: str = Field(
-        description="a finalist, or 'all finalists': each one's runs / the mean of its GPUs' medians"
-    )
-    gpus: list[GpuSpeed] = Field(default_factory=list)
-    gap: float = Field(description="(fastest GPU's median - slowest GPU's) / slowest GPU's")
-    noise: float | None = Field(
-        None,
-        description="how far those two GPUs' run ranges reach toward each other, / the slowest's median: "
-        "the ranges overlap (tied, as the selection ties configs) while gap <= noise; None: too few runs",
-    )
-    verdict: GpuVerdict
-
-
-class GpuPopulation(Record):
-    """Whether the GPUs of one host time a config alike, as the search assumes (it pools a finalist's runs
-    from every GPU into one median): each finalist compared across GPUs, and all of them pooled."""
-
-    node_id: str | None = None
-    gpus: list[int] = Field(default_factory=list)
-    verdict: GpuVerdict = Field(description="the pooled comparison's")
-    pooled: GpuComparison
-    configs: list[GpuComparison] = Field(default_factory=list)
 
 
 class Summary(Record):

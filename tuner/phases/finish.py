@@ -12,6 +12,7 @@ from trainables.config import dump_config, make_config
 from trainables.exit_codes import Exit
 from tuner import baseline, costs
 from tuner.context import SearchContext, log
+from tuner.gpu_records import GpuUsage, TelemetrySummary
 from tuner.gpus import gpu_population, gpu_usage, phase_spans
 from tuner.ratio import one_run_ratio_range, too_few_runs
 from tuner.records import (
@@ -19,10 +20,8 @@ from tuner.records import (
     BaselineResult,
     Best,
     Finalist,
-    GpuUsage,
     LossGate,
     Summary,
-    TelemetrySummary,
     TrialRow,
 )
 from tuner.report import write_reports

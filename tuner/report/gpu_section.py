@@ -5,16 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tuner.gpu_records import GpuComparison, GpuPopulation, GpuUsage, UsageStats
 from tuner.gpus import POOLED, RAN_IN, SEARCH
-from tuner.records import (
-    GpuComparison,
-    GpuPopulation,
-    GpuUsage,
-    Summary,
-    TrialRow,
-    UsageStats,
-    short_node_id,
-)
+from tuner.records import Summary, TrialRow, short_node_id
 from tuner.report.fmt import DASH, fmt_mem, fmt_tps, is_num
 
 USAGE_HEAD = (

@@ -1,0 +1,12 @@
+"""The base of the search's typed records (tuner/records.py, tuner/gpu_records.py), its own module so
+that each module of records can derive from it without importing the other."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+
+class Record(BaseModel):
+    """Strict about names (a typo is an error), lenient about absent values (None = not measured)."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
