@@ -38,6 +38,27 @@ def test_the_remeasure_profiles_its_runs_after_their_windows(tmp_path, one_cpu_r
         assert row.profile.steps == remeasure.PROFILE_STEPS and row.profile.top_ops
 
 
+def test_one_run_of_each_finalist_profiles_and_the_rest_only_time():
+    """A profile holds its GPU's gate: profiling all 15 re-measure runs would queue every window behind 15
+    profiles. One run per finalist profiles; the rest are plain repeats with the same finalist label."""
+    finalists = [(BASELINE_ID, {}), ("screen-0", {"batch_size": 64}), ("screen-3", {"batch_size": 8})]
+    cases = [{"batch_size": 8}, {"batch_size": 64}, {"batch_size": 8, "precision": "bf16"}]
+    specs, asked, peaks = remeasure.profiled_once(finalists, cases, [6, 3, 1], [None, 3_839.0, 900.0])
+    assert asked == [1, 5, 1, 2, 1] and sum(asked) == 6 + 3 + 1
+    assert [s.labels.finalist for s in specs] == [
+        BASELINE_ID,
+        BASELINE_ID,
+        "screen-0",
+        "screen-0",
+        "screen-3",
+    ]
+    assert [s.train.profile_steps for s in specs] == [remeasure.PROFILE_STEPS, 0] * 2 + [
+        remeasure.PROFILE_STEPS
+    ]
+    assert peaks == [None, None, 3_839.0, 3_839.0, 900.0]  # each case sized by its finalist's screen peak
+    assert specs[3].train.batch_size == 64 and specs[3].labels.knobs == {"batch_size": 64}
+
+
 # --- the answer's line ----------------------------------------------------------------------------------
 
 LAUNCH = {

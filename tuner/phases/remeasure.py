@@ -18,8 +18,8 @@ from tuner.records import BASELINE_ID, TrialRow
 from tuner.runs.pool import RunPool
 from tuner.runs.request import Placement, Role, RunRequest
 
-# steps each re-measure run trains under torch.profiler after its timed window (trainables/profile.py): a
-# fraction of its timed steps, enough for each op's share; every repeat, as a phase's repeats share one spec
+# steps one re-measure run of each finalist trains under torch.profiler after its timed window
+# (trainables/profile.py): a fraction of its timed steps, enough for each op's share
 PROFILE_STEPS = 10
 
 
@@ -36,13 +36,29 @@ def run(ctx: SearchContext, screen: list[TrialRow], planned_s: float | None = No
             cases.append(case)
             peaks.append(t.peak_mem_mb)
     s = ctx.cfg.search
-    asked = [s.baseline_runs] + [s.repeats] * (len(cases) - 1)
-    specs = [  # each run profiles its steps after its timed window: the answer's profile line in the report
-        TrialSpec.of({**case, "profile_steps": PROFILE_STEPS}, finalist=finalist, knobs=knobs)
-        for (finalist, knobs), case in zip(finalists, cases, strict=True)
-    ]
+    wanted = [s.baseline_runs] + [s.repeats] * (len(cases) - 1)
+    specs, asked, peaks = profiled_once(finalists, cases, wanted, peaks)
     rows = measure(ctx, specs, asked, ctx.placement.remeasure(asked, peaks), planned_s)
     return [row.speed_only() for row in rows]
+
+
+def profiled_once(
+    finalists: list[tuple[str, dict]], cases: list[dict], wanted: list[int], peaks: list[float | None]
+) -> tuple[list[TrialSpec], list[int], list[float | None]]:
+    """Each finalist's runs as two cases: one run that profiles its steps after its timed window (the
+    report's profile line) and the rest that do not. A profile holds its GPU's gate while it runs, so
+    profiling every repeat would queue every other window behind it (15 profiles in the default search's
+    re-measure). Both cases carry the finalist's label, so its figures are still all its runs'."""
+    specs, asked, sized = [], [], []
+    for (finalist, knobs), case, runs, peak in zip(finalists, cases, wanted, peaks, strict=True):
+        specs.append(TrialSpec.of({**case, "profile_steps": PROFILE_STEPS}, finalist=finalist, knobs=knobs))
+        asked.append(1)
+        sized.append(peak)
+        if runs > 1:
+            specs.append(TrialSpec.of(case, finalist=finalist, knobs=knobs))
+            asked.append(runs - 1)
+            sized.append(peak)
+    return specs, asked, sized
 
 
 def measure(
