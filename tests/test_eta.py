@@ -4,19 +4,34 @@ from __future__ import annotations
 
 import re
 import time
-from types import SimpleNamespace
+from pathlib import Path
 
 import pytest
 
 from tests.factories import make_row
 from tests.test_failures import FakeTrial
-from tuner.config import SearchSection
+from tuner import baseline
+from tuner.config import load_search_config
+from tuner.context import SearchContext, State
 from tuner.costs import CACHED_SHARE, cached_warmup
 from tuner.eta import loss_check_s, remeasure_s
 from tuner.knobs import loss_key
+from tuner.records import Hardware
 from tuner.runs.ledger import Ledger, LedgerCallback
 
-BASE = {"batch_size": 8, "precision": "fp32", "compile": "none", "lr": 3e-4, "tokens": 10_240_000}
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+
+
+def eta_context(out: Path, *overrides: str, config: str = "default.yaml", gpus: int = 1) -> SearchContext:
+    """A search's context as the pipeline builds it, on `gpus` H200s: the ETA reads the config's baseline,
+    its space and its loss horizon from it."""
+    cfg = load_search_config(str(CONFIGS / config), list(overrides))
+    hw = Hardware(gpus=gpus, gpu_mem_mb=143_771)
+    return SearchContext(cfg, out, cfg.baseline().model_dump(), hw, 16 * gpus, State(out), "")
+
+
+# configs/default.yaml's baseline: batch 8 of 256 tokens, fp32, eager, lr 3e-4, 10,240,000 tokens
+BASE = load_search_config(str(CONFIGS / "default.yaml")).baseline().model_dump()
 
 
 def screened(tid: str, tps: float, warmup: float, status: str = "ok", cache: str | None = None, **config):
@@ -25,7 +40,7 @@ def screened(tid: str, tps: float, warmup: float, status: str = "ok", cache: str
     )
 
 
-def test_loss_check_estimate_counts_cached_compiles_the_twin_and_the_shared_gpu():
+def test_loss_check_estimate_counts_cached_compiles_the_twin_and_the_shared_gpu(tmp_path):
     # Run G's screen in small. The loss check's runs find their graphs in the search's cache: a graph the
     # screen also timed from the cache costs that hit's warm-up, another a tenth of its cold compile.
     ro = {"batch_size": 32, "precision": "bf16", "compile": "reduce-overhead"}
@@ -36,8 +51,7 @@ def test_loss_check_estimate_counts_cached_compiles_the_twin_and_the_shared_gpu(
         screened("twin", 113_000.0, 96.0, status="stopped", compile="reduce-overhead"),
         screened("slow", 40_000.0, 2.0, status="stopped", batch_size=32),
     ]
-    ctx = SimpleNamespace(base=BASE, cfg=SimpleNamespace(search=SearchSection(remeasure_top=3)))
-    ctx.hw = SimpleNamespace(gpus=1)
+    ctx = eta_context(tmp_path, "search.remeasure_top=3")
     tokens = BASE["tokens"]
     work = tokens * (1 / 580_000 + 1 / 500_000 + 1 / 447_000 + 1 / 113_000)
     slowest_warmup = (
@@ -53,6 +67,41 @@ def test_loss_check_estimate_counts_cached_compiles_the_twin_and_the_shared_gpu(
     assert loss_check_s(ctx, screen, ahead=ahead) == pytest.approx(slowest_warmup + left)
 
 
+def test_at_a_loss_horizon_the_estimate_counts_the_prefix_and_the_baselines_two_seeds(tmp_path):
+    # quality.loss_horizon=1M on the default config: 8 steps of its largest batch (512 x 256 tokens)
+    ctx = eta_context(tmp_path, "search.remeasure_top=3", "quality.loss_horizon=1M")
+    prefix = baseline.loss_horizon(ctx).tokens
+    assert prefix == 1_048_576 < BASE["tokens"]
+    ro = {"batch_size": 32, "precision": "bf16", "compile": "reduce-overhead"}
+    screen = [
+        screened("first", 500_000.0, 120.0, **ro, cache="miss"),
+        screened("twin", 113_000.0, 96.0, status="stopped", compile="reduce-overhead"),
+    ]
+    warmup = 120.0 * CACHED_SHARE
+    # round 0 trains the baseline at two seeds (the seed noise), both at its twin's speed
+    assert loss_check_s(ctx, screen) == pytest.approx(warmup + prefix * (1 / 500_000 + 2 / 113_000))
+    # one of them done beside the screen; both
+    assert loss_check_s(ctx, screen, 1) == pytest.approx(warmup + prefix * (1 / 500_000 + 1 / 113_000))
+    assert loss_check_s(ctx, screen, 2) == pytest.approx(warmup + prefix / 500_000)
+
+
+def test_the_100m_configs_estimate_is_minutes_for_its_prefix_not_hours_for_its_planned_run(tmp_path):
+    # configs/hybrid-100m.yaml: a 16M-token prefix of a 1B-token planned run. The baseline's compiled twin
+    # at ~35K tok/s and a bf16 contender at ~120K (the issue's table), on one H200.
+    ctx = eta_context(tmp_path, config="hybrid-100m.yaml")
+    assert ctx.base["tokens"] == 1_000_000_000 and baseline.loss_horizon(ctx).tokens == 16_023_552
+    screen = [
+        screened("twin", 35_000.0, 40.0, compile="default", compile_scope="blocks"),
+        screened(
+            "bf16", 120_000.0, 40.0, batch_size=16, precision="bf16", compile="default", lr_scaling="sqrt"
+        ),
+    ]
+    estimate = loss_check_s(ctx, screen)
+    assert estimate == pytest.approx(40.0 * CACHED_SHARE + 16_023_552 * (2 / 35_000 + 1 / 120_000))
+    assert estimate < 20 * 60, "at the planned run's 1B tokens it would say ~16 hours"
+    assert loss_check_s(ctx, screen, 2) < 3 * 60, "both seeds trained beside the screen: the contender's run"
+
+
 def test_a_cached_warmup_is_a_timed_hit_of_the_graph_or_a_tenth_of_its_cold_compile():
     ro = {"batch_size": 32, "precision": "bf16", "compile": "reduce-overhead"}
     first = screened("first", 500_000.0, 120.0, **ro, cache="miss")
@@ -61,7 +110,7 @@ def test_a_cached_warmup_is_a_timed_hit_of_the_graph_or_a_tenth_of_its_cold_comp
     assert cached_warmup(first, [first, again], BASE) == 9.0
 
 
-def test_remeasure_estimate_counts_each_run_at_least_its_overhead_outside_the_window():
+def test_remeasure_estimate_counts_each_run_at_least_its_overhead_outside_the_window(tmp_path):
     # Launch-bound finalists' windows (30 steps of 10-20 ms) are shorter than what each run spends
     # outside them; the screen's median of that (5 s) stands for each of the re-measure's turns.
     ro = {"compile": "reduce-overhead", "precision": "bf16"}
@@ -79,19 +128,18 @@ def test_remeasure_estimate_counts_each_run_at_least_its_overhead_outside_the_wi
         )
         for b in (16, 32, 64)
     ]
-    ctx = SimpleNamespace(base=BASE, cfg=SimpleNamespace(search=SearchSection(remeasure_top=3)))
-    ctx.hw = SimpleNamespace(gpus=1)
+    ctx = eta_context(tmp_path, "search.remeasure_top=3")
     runs = 3 * ctx.cfg.search.repeats + ctx.cfg.search.baseline_runs
     assert remeasure_s(ctx, fastest) == pytest.approx(runs * 5.0 + 10.0 * CACHED_SHARE)
     ctx.hw.gpus = 2
     assert remeasure_s(ctx, fastest) == pytest.approx(runs * 5.0 / 2 + 10.0 * CACHED_SHARE)
 
 
-def test_remeasure_estimate_counts_the_baseline_windows_at_an_eager_screen_runs_step():
+def test_remeasure_estimate_counts_the_baseline_windows_at_an_eager_screen_runs_step(tmp_path):
     # Run P (one H100): the estimate said ~32 s for a 105 s re-measure; six of its 15 windows were the
     # eager baseline's, 96-142 ms steps, counted at the winner's 23.5 ms. A screen run at the baseline's
     # batch, precision and compile mode (fused kernels, stopped early at 16,386 tok/s) gives its step.
-    base = {**BASE, "seq_len": 256, "timing_warmup_steps": 10}
+    assert (BASE["seq_len"], BASE["timing_warmup_steps"]) == (256, 10)
     timed = {"wall_s": 14.0, "gate_wait_s": 0.0, "window_t0": 100.0, "window_t1": 101.0}  # 14-10-0-1 = 3 s
     ro = {"compile": "reduce-overhead", "precision": "bf16", "batch_size": 128}
     winner = make_row(
@@ -108,8 +156,7 @@ def test_remeasure_estimate_counts_the_baseline_windows_at_an_eager_screen_runs_
     other = make_row(
         "s5", "screen", {"precision": "bf16", "compile": "reduce-overhead"}, tokens_per_s=126_760.0
     )
-    ctx = SimpleNamespace(base=base, cfg=SimpleNamespace(search=SearchSection(remeasure_top=1)))
-    ctx.hw = SimpleNamespace(gpus=1)
+    ctx = eta_context(tmp_path, "search.remeasure_top=1")
     s = ctx.cfg.search
     warmup = 10.0 * CACHED_SHARE
     held = s.screen_steps + 9  # the gate is held from the second step

@@ -15,7 +15,7 @@ cached one (`costs.cached_warmup`).
 from __future__ import annotations
 
 import statistics
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 
 from trainables.config import TrainConfig, make_config
 from trainables.progress import fmt_seconds
@@ -29,19 +29,22 @@ from tuner.select import loss_check_candidates
 
 
 def loss_check_s(
-    ctx: SearchContext, screen: list[TrialRow], beside_done: bool = False, ahead: Collection[tuple] = ()
+    ctx: SearchContext, screen: list[TrialRow], beside_done: int = 0, ahead: Collection[tuple] = ()
 ) -> float:
-    """With the baseline's loss run trained beside the screen and done, only the candidates' runs count, and
-    of those only the ones with no loss run ahead (`ahead`: the loss keys of the runs started beside the
-    screen, loss_check.LossAhead.keys), which beside the screen have mostly trained by its end."""
-    tokens, top = ctx.base["tokens"], ctx.cfg.search.remeasure_top
+    """The baseline's loss runs (its seeds: one, or two at a prefix of the planned run) count at its twin's
+    speed, less `beside_done` of them that trained beside the screen and are done; of the candidates' runs
+    only the ones with no loss run ahead (`ahead`: the loss keys of the runs started beside the screen,
+    loss_check.LossAhead.keys), which beside the screen have mostly trained by its end. Each run trains the
+    loss horizon's tokens (tuner/horizon.py: the planned run, or its prefix)."""
+    tokens, top = baseline.loss_horizon(ctx).tokens, ctx.cfg.search.remeasure_top
     picks = [
         c.row
         for c in loss_check_candidates(screen, ctx.base, top)
         if not c.inherits and loss_key(c.config, ctx.base) not in ahead
     ]
-    twin = None if beside_done else baseline.twin(ctx, screen)
-    runs = [r for r in [*picks, twin] if r is not None and r.tokens_per_s]
+    twin = baseline.twin(ctx, screen)
+    left = max(0, len([ctx.base, *baseline.noise_cases(ctx, ctx.base)]) - beside_done)
+    runs = [r for r in [*picks, *[twin] * left] if r is not None and r.tokens_per_s]
     if not runs:
         return 0.0
     compile_s = max(cached_warmup(r, screen, ctx.base) or 0.0 for r in runs)
@@ -96,17 +99,19 @@ def _run_overhead_s(screen: list[TrialRow]) -> float:
 def after_screen(
     ctx: SearchContext,
     screen: list[TrialRow],
-    beside: TaskRun | None,
+    besides: Sequence[TaskRun] = (),
     ahead: Collection[tuple] = (),
 ) -> float | None:
     """Says what the loss check and the re-measure will take; returns the re-measure's estimate, which
     bounds its progress lines' ETA (tuner/runs/ledger.py:LedgerCallback). None when the screen has no
-    config to time. `ahead`: the loss keys of the candidates' runs trained beside the screen."""
+    config to time. `besides`: the baseline's loss runs beside the screen (baseline.start_beside, then
+    start_seeds_beside); `ahead`: the loss keys of the candidates' runs trained beside the screen."""
     if not _fastest(screen):
         return None
-    done = beside is not None and beside.done()
-    if beside is not None:
-        log(f"[baseline] its loss run beside the screen: {'done' if done else 'still training'}")
+    done = sum(run.done() for run in besides)
+    if besides:
+        what = "its loss run" if len(besides) == 1 else f"its {len(besides)} loss runs (seeds)"
+        log(f"[baseline] {what} beside the screen: {done} done, {len(besides) - done} still training")
     loss, again = loss_check_s(ctx, screen, done, ahead), remeasure_s(ctx, screen)
     log(
         f"[search] screen done; estimated: loss check ~{fmt_seconds(loss)}, re-measure ~{fmt_seconds(again)} "

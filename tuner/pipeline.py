@@ -39,7 +39,8 @@ def run_search(ctx: SearchContext, fresh: bool = False, kept: Path | None = None
     ahead = loss_check.start_ahead(ctx)  # the candidates' loss runs, as the screen finds them
     on_row = ahead.consider if ahead is not None else None
     screened = ctx.phase("screen", lambda: screen.run(ctx, space, on_row), list[TrialRow])
-    planned_remeasure_s = eta.after_screen(ctx, screened, beside, ahead.keys() if ahead is not None else ())
+    besides = [beside] if beside is not None else []
+    planned_remeasure_s = eta.after_screen(ctx, screened, besides, ahead.keys() if ahead is not None else ())
 
     checked = ctx.phase("loss_check", lambda: loss_check.run(ctx, screened, beside, ahead), list[TrialRow])
     if ahead is not None:
