@@ -9,8 +9,9 @@ each marked `same`, `DIFF` or `speed`:
   a proposal is speed-independent when both searches had seen the same trials finished, with the same
   configs and the same order of their tok/s; then a different config is a DIFF. Where the orders differed
   (a busy machine times the same config differently), what follows is marked `speed`;
-- the loss runs (the baseline's and the contenders'): val loss and verdict per trained config. A config
-  trained by both must reach the same val loss (CPU training on a fixed seed is bit for bit) and verdict;
+- the loss runs (the baseline's and the contenders'): val loss, final train loss and verdict per trained
+  config. A config trained by both must reach the same losses (CPU training on a fixed seed and thread count
+  is bit for bit; the loop records them to 5 decimals) and verdict;
   which contenders were trained follows the screen's speeds (`speed`);
 - the loss gate (the baseline's loss, the tolerance, the limit);
 - the answer and the speeds, printed only: they depend on the measured speed.
@@ -65,11 +66,15 @@ class LossRun:
     phase: str
     status: str
     val_loss: float | None
+    train_loss: float | None
     feasible: bool | None
 
     def line(self) -> str:
         verdict = {True: "pass", False: "fail", None: "-"}[self.feasible]
-        return f"val {self.val_loss!r} {verdict} ({self.phase}, {self.status})"
+        return f"val {self.val_loss!r} {verdict}, train {self.train_loss!r} ({self.phase}, {self.status})"
+
+    def decided(self) -> tuple:
+        return self.status, self.val_loss, self.train_loss, self.feasible
 
 
 @dataclass(frozen=True)
@@ -131,7 +136,8 @@ def loss_runs(summary: dict[str, Any]) -> dict[str, LossRun]:
         phase = row.get("phase", "")
         if phase == "baseline" or phase.startswith("loss_check"):
             key = _loss_key(row)
-            runs[key] = LossRun(key, phase, row.get("status", "?"), row.get("val_loss"), row.get("feasible"))
+            losses = row.get("val_loss"), row.get("train_loss")
+            runs[key] = LossRun(key, phase, row.get("status", "?"), *losses, row.get("feasible"))
     return runs
 
 
@@ -172,8 +178,7 @@ def compare_loss_runs(a: Search, b: Search) -> list[tuple[str, str]]:
         if ra is None or rb is None:
             lines.append((SPEED, text))  # which contenders were trained follows the screen's speeds
         else:
-            same = (ra.status, ra.val_loss, ra.feasible) == (rb.status, rb.val_loss, rb.feasible)
-            lines.append((SAME if same else DIFF, text))
+            lines.append((SAME if ra.decided() == rb.decided() else DIFF, text))
     return lines
 
 
@@ -232,7 +237,7 @@ def main(argv: list[str]) -> int:
     judged = False
     for title, lines in (
         ("screen proposals (Optuna's order)", compare_proposals(a, b)),
-        ("loss runs (val loss, verdict)", compare_loss_runs(a, b)),
+        ("loss runs (val loss, verdict, train loss)", compare_loss_runs(a, b)),
         ("loss gate", compare_gate(a, b)),
         ("speed-dependent (not judged)", speed_dependent(a, b)),
     ):

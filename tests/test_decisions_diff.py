@@ -10,6 +10,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import optuna
+import pytest
 from optuna.distributions import CategoricalDistribution
 from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
@@ -28,10 +29,11 @@ SCREEN = [({"batch_size": 16, "precision": "bf16"}, 700.0), ({"batch_size": 32, 
 PROPOSED_THIRD = {"batch_size": 32, "precision": "bf16"}
 BASELINE = {
     "id": "baseline",
-    "phase": "loss_check_baseline",
+    "phase": "baseline",  # as summary.json lists the baseline's loss run
     "config": {},
     "status": "ok",
     "val_loss": 2.0123,
+    "train_loss": 1.9,
 }
 CONTENDER = {"id": "loss_check_0-0", "phase": "loss_check_0", "config": {"batch_size": 32}, "status": "ok"}
 
@@ -86,7 +88,7 @@ def marked(stdout: str, mark: str) -> list[str]:
 
 
 def contender(val_loss: float, feasible: bool) -> dict:
-    return {**CONTENDER, "val_loss": val_loss, "feasible": feasible}
+    return {**CONTENDER, "val_loss": val_loss, "train_loss": 2.01, "feasible": feasible}
 
 
 def test_the_same_decisions_exit_0_however_the_winner_was_timed(tmp_path):
@@ -102,13 +104,14 @@ def test_the_same_decisions_exit_0_however_the_winner_was_timed(tmp_path):
     assert "speed-independent decisions: the same" in proc.stdout
 
 
-def test_a_val_loss_that_moved_by_one_bit_is_a_difference(tmp_path):
+@pytest.mark.parametrize("moved", ["val_loss", "train_loss"])
+def test_a_loss_that_moved_in_its_last_decimal_is_a_difference(tmp_path, moved):
     a = make_out(tmp_path / "a", SCREEN, [BASELINE, contender(2.04, True)])
-    b = make_out(tmp_path / "b", SCREEN, [BASELINE, contender(2.0400000000000005, True)])
+    b = make_out(tmp_path / "b", SCREEN, [BASELINE, {**contender(2.04, True), moved: 2.04001}])
     proc = diff(a, b)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     (line,) = marked(proc.stdout, "DIFF")
-    assert line.startswith("DIFF  batch_size=32: val 2.04 pass") and "2.0400000000000005" in line
+    assert line.startswith("DIFF  batch_size=32: val 2.04 pass") and "2.04001" in line
 
 
 def test_another_proposal_after_the_same_results_is_a_difference(tmp_path):
