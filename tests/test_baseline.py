@@ -8,11 +8,14 @@ from types import SimpleNamespace
 import pytest
 from factories import make_row
 
-from tuner.baseline import _twin_point, loss_case, start_beside, twins
+from trainables.spec import TrialSpec
+from tuner.baseline import _twin_point, loss_case, room_beside, start_beside, start_seeds_beside, twins
 from tuner.config import load_search_config
 from tuner.context import SearchContext, State
 from tuner.knobs import execution
-from tuner.records import Hardware
+from tuner.records import BESIDE_PHASE, Hardware
+from tuner.runs.ledger import Ledger
+from tuner.runs.tasks import TaskRun
 
 BASE = {"batch_size": 8, "precision": "fp32", "compile": "none", "loader": "dataloader", "lr_scaling": "none"}
 
@@ -56,9 +59,9 @@ def test_without_a_twin_the_baseline_trains_as_configured():
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def search_context(tmp_path, gpus: int, **search) -> SearchContext:
+def search_context(tmp_path, gpus: int, *overrides: str, **search) -> SearchContext:
     cfg = load_search_config(
-        str(ROOT / "configs" / "default.yaml"), [f"search.{k}={v}" for k, v in search.items()]
+        str(ROOT / "configs" / "default.yaml"), [*overrides, *(f"search.{k}={v}" for k, v in search.items())]
     )
     hw = Hardware(gpus=gpus, gpu_mem_mb=81_559)
     tmp_path.mkdir(parents=True, exist_ok=True)
@@ -89,3 +92,37 @@ def test_no_loss_run_beside_the_screen_on_cpus_without_a_twin_start_point_or_aft
 
 def to_space(ctx: SearchContext) -> dict:
     return ctx.cfg.search.space
+
+
+HORIZON = "quality.loss_horizon=1M"  # a prefix of the default config's 10,240,000 tokens
+
+
+def first_beside(ctx: SearchContext) -> TaskRun:
+    """The first seed's run beside the screen as start_beside builds it (its task aside: none is started)."""
+    point = _twin_point(ctx, to_space(ctx))
+    case = {**ctx.base, **execution({**ctx.base, **point}), "out_dir": None, "max_steps": 40}
+    return TaskRun(None, TrialSpec.of({**case, "gpu_memory_fraction": 1 / 6}), point, 0.0)
+
+
+def test_the_second_seed_trains_beside_the_screen_only_at_a_prefix_and_where_the_screen_keeps_a_place(
+    tmp_path,
+):
+    ctx = search_context(tmp_path / "full", 1)  # the planned run: one seed, nothing more beside
+    assert start_seeds_beside(ctx, first_beside(ctx)) == []
+    ctx = search_context(tmp_path / "none", 1, HORIZON)
+    assert start_seeds_beside(ctx, None) == [], "no first seed's run beside the screen: round 0 trains both"
+    ctx = search_context(tmp_path / "two-places", 1, HORIZON)
+    ctx.cluster_cpus = 4  # two screen runs at a time: the first seed's run takes one, the screen keeps one
+    assert ctx.placement.speed().concurrent == 2 and room_beside(ctx) and not room_beside(ctx, runs=2)
+    assert start_seeds_beside(ctx, first_beside(ctx)) == []
+
+
+def test_a_resumed_search_takes_the_second_seeds_row_from_the_ledger_and_starts_no_run(tmp_path):
+    ctx = search_context(tmp_path, 1, HORIZON)
+    first = first_beside(ctx)
+    second = first.spec.with_train(seed=1338).train.model_dump()
+    row = make_row("x", BESIDE_PHASE, train=second, val_loss=2.5)
+    Ledger(tmp_path, BESIDE_PHASE).append(row.model_dump(exclude={"id", "phase"}))
+    (seed,) = start_seeds_beside(ctx, first)
+    assert seed.ref is None and seed.point == first.point, "its row is in the ledger: no run starts"
+    assert seed.spec.train == first.spec.train.model_copy(update={"seed": 1338})

@@ -138,33 +138,107 @@ def test_the_report_says_which_horizon_judged_the_noise_and_how_far_to_trust_it(
     assert "At the full planned run: every loss run trained it" in full
 
 
-def test_beside_the_screen_the_baseline_trains_the_prefix_and_round_0_its_second_seed(tmp_path):
-    """A local Ray that advertises two GPUs it does not have (as tests/test_loss_ahead.py): the baseline's
-    loss run trains beside the screen as a Ray task, cut to the prefix; round 0 trains its second seed."""
+BESIDE_OVERRIDES = ["train.tokens=65536", "train.eval_tokens=2048", "search.loss_check_top=1",
+                    "quality.loss_horizon=16K", "resources.speed_runs_per_gpu=2"]  # fmt: skip
+
+
+def beside_context(out: Path, *overrides: str) -> SearchContext:
+    """Two GPUs of two speed-run places each: room beside the screen for both of the baseline's seeds."""
+    cfg = load_search_config(SMOKE, [*BESIDE_OVERRIDES, *overrides])
+    cfg.search.start_points = [{"loader": "device"}]  # shares the baseline's loss knobs: its twin
+    return SearchContext(cfg, out, cfg.baseline().model_dump(), Hardware(gpus=2, gpu_mem_mb=81_559), 4,
+                         State(out), "")  # fmt: skip
+
+
+@pytest.fixture
+def two_fake_gpus():
+    """A local Ray that advertises two GPUs it does not have (as tests/test_loss_ahead.py); the runs train
+    the smoke model on the CPU through the search's own trainable, at the gates the driver owns."""
     import ray
 
     from trainables.gate import open_gates
 
-    overrides = ["train.tokens=65536", "train.eval_tokens=2048", "search.loss_check_top=1",
-                 "quality.loss_horizon=16K", "resources.speed_runs_per_gpu=2"]  # fmt: skip
-    cfg = load_search_config(SMOKE, overrides)
-    cfg.search.start_points = [{"loader": "device"}]  # shares the baseline's loss knobs: its twin
-    ctx = SearchContext(cfg, tmp_path, cfg.baseline().model_dump(), Hardware(gpus=2, gpu_mem_mb=81_559), 4,
-                        State(tmp_path), "")  # fmt: skip
     ray.init(address="local", num_cpus=4, num_gpus=2, include_dashboard=False, log_to_driver=False)
+    gates = open_gates()
     try:
-        gates = open_gates()
-        beside = baseline.start_beside(ctx, {"loader": ["dataloader", "device"]})
-        assert beside is not None and beside.spec.train.max_steps == 16, "16 steps of 16 x 64 tokens"
-        screen = [make_row("screen-0", config={"loader": "device"}, tokens_per_s=2_000.0)]
-        rows = loss_check.run(ctx, screen, beside)
-        del gates
+        yield gates
     finally:
         ray.shutdown()
-    assert [r.id for r in rows] == [BASELINE_ID, f"{BASELINE_ID}-seed1338"]
-    beside_rows = Ledger(tmp_path, BESIDE_PHASE).rows()  # the first seed trained beside, not in a round
-    assert len(beside_rows) == 1 and beside_rows[0].val_loss == rows[0].val_loss
-    assert [r.train["seed"] for r in rows] == [1337, 1338]
+
+
+def start_both(ctx: SearchContext):
+    beside = baseline.start_beside(ctx, {"loader": ["dataloader", "device"]})
+    return beside, baseline.start_seeds_beside(ctx, beside)
+
+
+def test_beside_the_screen_both_seeds_train_the_prefix_and_round_0_trains_no_baseline(
+    tmp_path, two_fake_gpus
+):
+    """The baseline's run at its second seed trains beside the screen as its first does (the fp32 16M-token
+    prefix of configs/hybrid-100m.yaml: 7-9 minutes the loss check no longer waits for); round 0 takes its
+    row and trains only the candidate; a resumed search rebuilds the same gate from the ledger."""
+    ctx = beside_context(tmp_path)
+    beside, seeds = start_both(ctx)
+    assert beside is not None and [run.spec.train.seed for run in seeds] == [1338]
+    for run in (beside, *seeds):
+        assert run.ref is not None and run.spec.train.max_steps == 16, "16 steps of 16 x 64 tokens"
+        assert run.spec.train.gpu_memory_fraction == beside.spec.train.gpu_memory_fraction
+    screen = [
+        make_row("screen-0", config={"loader": "device"}, tokens_per_s=2_000.0),  # the twin
+        make_row("screen-1", config={"lr": 1e-3}, tokens_per_s=1_500.0),  # a loss of its own
+    ]
+    rows = loss_check.run(ctx, screen, beside, None, seeds)
+    assert [r.id for r in rows[:2]] == [BASELINE_ID, f"{BASELINE_ID}-seed1338"]
+    kept = {r.train["seed"]: r for r in Ledger(tmp_path, BESIDE_PHASE).rows()}
+    assert sorted(kept) == [1337, 1338], "both seeds trained beside the screen"
+    assert rows[0].val_loss == kept[1337].val_loss and rows[1].val_loss == kept[1338].val_loss
+    assert rows[1].twin_of == "screen-0" and rows[1].execution["loader"] == "device"
+    round_0 = Ledger(tmp_path, "loss_check_0").rows()
+    assert [r.screen_id for r in round_0] == ["screen-1"], "round 0 trained the candidate, no baseline"
+    assert not Ledger(tmp_path, "loss_check_baseline").rows()
     assert all(r.tokens == 16_384 and r.train["tokens"] == 65_536 for r in rows)
     _, gate, candidates = baseline.split_checked(ctx, rows)
-    assert candidates == [] and gate.seed_losses == [rows[0].val_loss, rows[1].val_loss]
+    assert [c.screen_id for c in candidates] == ["screen-1"]
+    assert gate.seed_losses == [kept[1337].val_loss, kept[1338].val_loss] and gate.noise is not None
+
+    resumed = beside_context(tmp_path)  # the driver died after the screen: --resume reads the ledgers
+    beside, seeds = start_both(resumed)
+    assert beside.ref is None and [run.ref for run in seeds] == [None], "nothing trains again"
+    again = loss_check.run(resumed, screen, beside, None, seeds)
+    assert [(r.id, r.val_loss) for r in again] == [(r.id, r.val_loss) for r in rows]
+    assert baseline.split_checked(resumed, again)[1] == gate
+
+
+def test_a_seed_whose_run_beside_the_screen_failed_trains_in_a_round_of_its_own(tmp_path, two_fake_gpus):
+    """A resumed search whose ledger holds the first seed's run beside the screen and the second seed's
+    failed one: the second trains in the loss check (loss_check_baseline), the first is not trained again."""
+    ctx = beside_context(tmp_path)
+    ledger, base = Ledger(tmp_path, BESIDE_PHASE), {**ctx.base, "max_steps": 16}
+    ledger.append(make_row("x", train=base, val_loss=3.0, tokens=16_384).model_dump(exclude={"id", "phase"}))
+    failed = make_row("x", train={**base, "seed": 1338}, status="error", error="RuntimeError: CUDA error")
+    ledger.append(failed.model_dump(exclude={"id", "phase"}))
+    beside, seeds = start_both(ctx)
+    assert beside.ref is None and [run.ref for run in seeds] == [None]
+    screen = [make_row("screen-0", config={"loader": "device"}, tokens_per_s=2_000.0)]
+    rows = loss_check.run(ctx, screen, beside, None, seeds)
+    assert any("seed 1338 beside the screen failed (RuntimeError: CUDA error)" in n for n in ctx.notices)
+    again = Ledger(tmp_path, "loss_check_baseline").rows()
+    assert [r.train["seed"] for r in again] == [1338] and again[0].status == "ok"
+    assert [r.id for r in rows] == [BASELINE_ID, f"{BASELINE_ID}-seed1338"]
+    assert rows[0].val_loss == 3.0 and rows[1].val_loss == again[0].val_loss and rows[1].tokens == 16_384
+    assert baseline.split_checked(ctx, rows)[1].seed_losses == [3.0, again[0].val_loss]
+
+
+def test_without_room_for_both_beside_the_screen_round_0_trains_the_second_seed(tmp_path, two_fake_gpus):
+    """One speed-run place per GPU, two in all: the first seed's run takes one from the screen, and a second
+    would take its last, so round 0 trains the second seed's run as it did before runs beside."""
+    ctx = beside_context(tmp_path, "resources.speed_runs_per_gpu=1")
+    beside, seeds = start_both(ctx)
+    assert beside is not None and beside.ref is not None and seeds == []
+    screen = [make_row("screen-0", config={"loader": "device"}, tokens_per_s=2_000.0)]
+    rows = loss_check.run(ctx, screen, beside, None, seeds)
+    assert [r.id for r in rows] == [BASELINE_ID, f"{BASELINE_ID}-seed1338"]
+    assert [r.train["seed"] for r in Ledger(tmp_path, BESIDE_PHASE).rows()] == [1337]
+    assert [r.train["seed"] for r in Ledger(tmp_path, "loss_check_0").rows()] == [1338]
+    assert all(r.tokens == 16_384 and r.train["tokens"] == 65_536 for r in rows)
+    assert baseline.split_checked(ctx, rows)[1].seed_losses == [rows[0].val_loss, rows[1].val_loss]

@@ -7,7 +7,8 @@ On GPUs its loss run does not wait for the screen: when a start point shares the
 default config's first one, the baseline under CUDA graphs) it trains with that execution from the screen's
 start, beside it, in its GPU's idle time (`start_beside`; trainables/gate.py says how it yields to every
 timed window). It was the loss check's longest run, 102-122 s of its 113-131 s in run K, so the loss check
-no longer waits for it."""
+no longer waits for it. At a prefix of the planned run (tuner/horizon.py) its run at a second seed, for the
+seed noise, trains beside the screen with it (`start_seeds_beside`)."""
 
 from __future__ import annotations
 
@@ -19,8 +20,7 @@ from tuner.config import Knob
 from tuner.context import SearchContext, SearchFailed, log
 from tuner.horizon import LossHorizon, at_horizon, horizon_for
 from tuner.knobs import execution, loss_key
-from tuner.records import BASELINE_ID, BESIDE_PHASE, LossGate, TrialRow
-from tuner.runs.ledger import Ledger
+from tuner.records import BASELINE_ID, LossGate, TrialRow
 from tuner.runs.pool import RunPool
 from tuner.runs.request import Role, RunRequest
 from tuner.runs.tasks import TaskRun
@@ -47,23 +47,58 @@ def start_beside(ctx: SearchContext, space: dict[str, Knob]) -> TaskRun | None:
     case = {**ctx.base, **execution({**ctx.base, **point}), "out_dir": None}
     share = ctx.placement.beside_share(case)
     spec = TrialSpec.of(at_horizon({**case, "gpu_memory_fraction": share}, loss_horizon(ctx)))
-    if Ledger(ctx.out, BESIDE_PHASE).rows():
-        return TaskRun(None, spec, point, time.time())
-    run = start_run_beside(ctx, spec, BESIDE_WHO, point)
-    how = ", ".join(f"{k}={v}" for k, v in execution(case).items() if ctx.base.get(k) != v)
-    log(f"[baseline] its loss run trains beside the screen ({how}), in its GPU's idle time")
+    run = _start_or_kept(ctx, spec, BESIDE_WHO, point)
+    if run.ref is not None:
+        how = ", ".join(f"{k}={v}" for k, v in execution(case).items() if ctx.base.get(k) != v)
+        log(f"[baseline] its loss run trains beside the screen ({how}), in its GPU's idle time")
     return run
 
 
-def room_beside(ctx: SearchContext) -> bool:
-    """Whether loss runs may train beside the screen: on GPUs with more than one speed-run place (one of
-    them is taken from the screen), while the loss check is still to come."""
-    return ctx.on_gpu and ctx.placement.speed().concurrent >= 2 and ctx.state.phase("loss_check") is None
+def start_seeds_beside(ctx: SearchContext, first: TaskRun | None) -> list[TaskRun]:
+    """At a prefix of the planned run, the baseline's runs at its other seeds (`noise_cases`) beside the
+    screen as its first seed's is (`first`: same execution, same GPU share), where the screen keeps a place
+    with them all; else none, and round 0 of the loss check trains them. For configs/hybrid-100m.yaml a
+    seed's run is 16M tokens of fp32 at ~30-40K tok/s: 7-9 minutes the loss check no longer waits for."""
+    if first is None:
+        return []
+    seeds = noise_cases(ctx, first.spec.train.model_dump())
+    if not seeds or not room_beside(ctx, runs=1 + len(seeds)):
+        return []
+    runs = [
+        _start_or_kept(
+            ctx, first.spec.with_train(seed=case["seed"]), f"{BESIDE_WHO}-seed{case['seed']}", first.point
+        )
+        for case in seeds
+    ]
+    if any(run.ref is not None for run in runs):
+        log(f"[baseline] its runs at seeds {[c['seed'] for c in seeds]} train beside the screen too")
+    return runs
+
+
+def room_beside(ctx: SearchContext, runs: int = 1) -> bool:
+    """Whether `runs` loss runs may train beside the screen: on GPUs with more speed-run places than that
+    (each takes one from the screen, which keeps at least one), while the loss check is still to come."""
+    return (
+        ctx.on_gpu and ctx.placement.speed().concurrent >= runs + 1 and ctx.state.phase("loss_check") is None
+    )
 
 
 def start_run_beside(ctx: SearchContext, spec: TrialSpec, who: str, point: dict[str, Any]) -> TaskRun:
     """`spec` as a Ray task on its GPU share (its `gpu_memory_fraction`), `who` at its GPU's gate."""
     return RunPool(ctx).start(RunRequest(spec, Role.BESIDE), who, point)
+
+
+def _start_or_kept(ctx: SearchContext, spec: TrialSpec, who: str, point: dict[str, Any]) -> TaskRun:
+    """The run beside the screen at the spec's seed: started, or (its row in the ledger from before a
+    resume) a run with no task whose row `beside_row` reads back."""
+    if _kept(ctx, spec.train.seed):
+        return TaskRun(None, spec, point, time.time())
+    return start_run_beside(ctx, spec, who, point)
+
+
+def _kept(ctx: SearchContext, seed: int) -> list[TrialRow]:
+    """The rows the ledger of runs beside the screen holds for the baseline's run at `seed`."""
+    return [r for r in RunPool(ctx).rows(Role.BESIDE) if r.train.get("seed") == seed]
 
 
 def _twin_point(ctx: SearchContext, space: dict[str, Knob]) -> dict[str, Any] | None:
@@ -77,12 +112,13 @@ def _twin_point(ctx: SearchContext, space: dict[str, Knob]) -> dict[str, Any] | 
 
 def beside_row(ctx: SearchContext, run: TaskRun) -> TrialRow | None:
     """The beside run's row, once it has finished (a line every WAIT_LINE_S while it trains on), recorded by
-    the pool; None when it failed, and the loss check trains the baseline itself."""
-    pool = RunPool(ctx)
-    kept = pool.rows(Role.BESIDE)[:1]  # recorded before a resume
-    row = pool.record(Role.BESIDE, kept)[0] if kept else pool.task_row(run, "the baseline's loss run")
+    the pool; None when it failed, and the loss check trains it itself."""
+    pool, seed = RunPool(ctx), run.spec.train.seed
+    what = "the baseline's loss run" + ("" if seed == ctx.base["seed"] else f" at seed {seed}")
+    kept = _kept(ctx, seed)[:1]  # recorded before a resume
+    row = pool.record(Role.BESIDE, kept)[0] if kept else pool.task_row(run, what)
     if row.status != "ok":
-        ctx.notice(f"the baseline's loss run beside the screen failed ({row.error}): it trains again now")
+        ctx.notice(f"{what} beside the screen failed ({row.error}): it trains again now")
         return None
     return row
 
@@ -116,6 +152,11 @@ def loss_case(ctx: SearchContext, screen: list[TrialRow]) -> tuple[dict[str, Any
         ctx.notice("no screened config shares the baseline's loss knobs: its loss run trains as configured")
         return {**ctx.base, "out_dir": None}, None
     return {**ctx.base, **execution({**ctx.base, **twin_row.config}), "out_dir": None}, twin_row
+
+
+def loss_seeds(ctx: SearchContext) -> list[int]:
+    """The seeds the baseline's loss runs train: its own, and at a prefix of the planned run one more."""
+    return [c["seed"] for c in [ctx.base, *noise_cases(ctx, ctx.base)]]
 
 
 def noise_cases(ctx: SearchContext, case: dict[str, Any]) -> list[dict[str, Any]]:

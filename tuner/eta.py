@@ -43,7 +43,7 @@ def loss_check_s(
         if not c.inherits and loss_key(c.config, ctx.base) not in ahead
     ]
     twin = baseline.twin(ctx, screen)
-    left = max(0, len([ctx.base, *baseline.noise_cases(ctx, ctx.base)]) - beside_done)
+    left = max(0, len(baseline.loss_seeds(ctx)) - beside_done)
     runs = [r for r in [*picks, *[twin] * left] if r is not None and r.tokens_per_s]
     if not runs:
         return 0.0

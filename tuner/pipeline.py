@@ -36,13 +36,16 @@ def run_search(ctx: SearchContext, fresh: bool = False, kept: Path | None = None
     ctx.probed = ctx.phase("probe", lambda: probe.run(ctx, space), dict[str, ProbedBatch])
     space = probe.bounded(ctx, space, ctx.probed)
     beside = baseline.start_beside(ctx, space)  # the baseline's loss run, in the screen's idle GPU time
+    seeds_beside = baseline.start_seeds_beside(ctx, beside)  # at a loss horizon: its second seed's, too
     ahead = loss_check.start_ahead(ctx)  # the candidates' loss runs, as the screen finds them
     on_row = ahead.consider if ahead is not None else None
     screened = ctx.phase("screen", lambda: screen.run(ctx, space, on_row), list[TrialRow])
-    besides = [beside] if beside is not None else []
+    besides = [beside, *seeds_beside] if beside is not None else []
     planned_remeasure_s = eta.after_screen(ctx, screened, besides, ahead.keys() if ahead is not None else ())
 
-    checked = ctx.phase("loss_check", lambda: loss_check.run(ctx, screened, beside, ahead), list[TrialRow])
+    checked = ctx.phase(
+        "loss_check", lambda: loss_check.run(ctx, screened, beside, ahead, seeds_beside), list[TrialRow]
+    )
     if ahead is not None:
         ahead.cancel_rest()
     base_row, gate, checked = baseline.split_checked(ctx, checked)  # the phase may be resumed

@@ -14,6 +14,7 @@ that left its GPUs 75-91% idle (docs/benchmarks.md)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,7 +23,7 @@ from tuner import baseline
 from tuner.context import SearchContext, log
 from tuner.horizon import at_horizon
 from tuner.knobs import execution, loss_key
-from tuner.records import TrialRow
+from tuner.records import LossGate, TrialRow
 from tuner.runs.pool import RunPool
 from tuner.runs.request import Role, RunRequest
 from tuner.runs.tasks import TaskRun
@@ -34,10 +35,12 @@ def run(
     screen: list[TrialRow],
     beside: TaskRun | None = None,
     ahead: LossAhead | None = None,
+    seeds_beside: Sequence[TaskRun] = (),
 ) -> list[TrialRow]:
-    """The baseline's loss row first, then every candidate's. With `beside` (the baseline's loss run, started
-    with the screen), round 0 holds candidates only, and their verdicts wait for that run's row. With
-    `ahead`, a candidate whose loss run trained beside the screen takes that run's row."""
+    """The baseline's loss row first (then, at a prefix of the planned run, its other seeds'), then every
+    candidate's. With `beside` (the baseline's loss run, started with the screen) and `seeds_beside` (its
+    runs at other seeds, baseline.start_seeds_beside), round 0 trains none of those, and the verdicts wait
+    for their rows. With `ahead`, a candidate whose loss run trained beside the screen takes that run's row."""
     s = ctx.cfg.search
     picks = loss_check_candidates(screen, ctx.base, len(screen))
     queue = [p for p in picks if not p.inherits]  # the baseline's own loss stands for the rest
@@ -47,9 +50,10 @@ def run(
     # Hugging Face example on an H200: batch 32 screened 1.86x the baseline, its loss never checked)
     feasible = 0
     budget = run_budget(ctx)
-    # the baseline's own loss run, unless it trained beside the screen (then asked for only if that failed),
-    # and at a prefix of the planned run its run at a second seed, for the seed noise
-    base_specs, twin = _baseline_specs(ctx, screen, beside is None)
+    # the baseline's loss runs round 0 trains: its own and (at a prefix of the planned run) its other seeds',
+    # less those trained beside the screen (asked for again only if they failed there)
+    besides = [beside, *seeds_beside] if beside is not None else []
+    base_specs, twin = _baseline_specs(ctx, screen, _seeds_to_train(ctx, beside, seeds_beside))
     base_row, gate, rows, seed_rows, round_no = None, None, [], [], 0
     while base_row is None or (
         queue and feasible < s.loss_check_top and len(rows) < budget and _in_reach(ctx, queue[0], passed)
@@ -66,7 +70,7 @@ def run(
         done_ahead = _rows_ahead(ctx, batch, ahead)  # first: a resumed round then sees the same cases
         own = [p for p in batch if p.id not in done_ahead]
         cases = (base_specs if extra else []) + [_spec(ctx, p) for p in own]
-        training = int(base_row is None and beside is not None and not beside.done())
+        training = sum(not run.done() for run in besides) if base_row is None else 0
         training += ahead.training() if ahead is not None else 0
         new = (
             ctx.phase(
@@ -80,9 +84,7 @@ def run(
         round_no += 1
         if base_row is None:
             own_base, new = new[: len(base_specs)], new[len(base_specs) :]
-            row, twin = (own_base.pop(0), twin) if beside is None else _beside_or_own(ctx, screen, beside)
-            seed_rows = [baseline.as_baseline(r, twin, nth_seed=1) for r in own_base]
-            base_row, gate = baseline.checked(ctx, baseline.as_baseline(row, twin), seed_rows)
+            base_row, seed_rows, gate = _baseline_checked(ctx, screen, besides, own_base, twin)
         trained = iter(new)
         new = [done_ahead[p.id] if p.id in done_ahead else next(trained) for p in batch]
         new = [row.with_verdict(gate) for row in new]  # in case order: the batch's order
@@ -90,6 +92,31 @@ def run(
         feasible += sum(bool(row.feasible) for row in new)
         rows += new
     return [base_row, *seed_rows, *rows]
+
+
+def _seeds_to_train(ctx: SearchContext, beside: TaskRun | None, seeds_beside: Sequence[TaskRun]) -> list[int]:
+    """The seeds of the baseline's loss runs round 0 trains: its own seed's unless `beside` trains it, and
+    (at a prefix) each other seed's that no run of `seeds_beside` trains."""
+    first, *others = baseline.loss_seeds(ctx)
+    elsewhere = {run.spec.train.seed for run in seeds_beside}
+    return ([first] if beside is None else []) + [seed for seed in others if seed not in elsewhere]
+
+
+def _baseline_checked(
+    ctx: SearchContext,
+    screen: list[TrialRow],
+    besides: list[TaskRun],
+    own: list[TrialRow],
+    twin: TrialRow | None,
+) -> tuple[TrialRow, list[TrialRow], LossGate]:
+    """The baseline's row with its verdict, its other seeds' rows and the gate they set: from its runs
+    beside the screen (`besides`: its first seed's, then others') and those round 0 trained (`own`, in seed
+    order after them), each labelled with the twin whose execution it took."""
+    pairs = _beside_or_own(ctx, screen, besides) + [(row, twin) for row in own]
+    (row, row_twin), *others = pairs
+    seed_rows = [baseline.as_baseline(r, t, nth_seed=1) for r, t in others]
+    base_row, gate = baseline.checked(ctx, baseline.as_baseline(row, row_twin), seed_rows)
+    return base_row, seed_rows, gate
 
 
 def _rows_ahead(ctx: SearchContext, batch: list[Candidate], ahead: LossAhead | None) -> dict[str, TrialRow]:
@@ -201,36 +228,35 @@ def run_budget(ctx: SearchContext) -> int:
     return s.max_loss_checks if s.max_loss_checks is not None else 2 * s.loss_check_top
 
 
-def _baseline_spec(ctx: SearchContext, screen: list[TrialRow]) -> tuple[TrialSpec, TrialRow | None]:
-    """The baseline's loss run (with its twin's execution, and the twin's GPU share) and the twin."""
-    specs, twin = _baseline_specs(ctx, screen, own=True)
-    return specs[0], twin
-
-
 def _baseline_specs(
-    ctx: SearchContext, screen: list[TrialRow], own: bool
+    ctx: SearchContext, screen: list[TrialRow], seeds: list[int]
 ) -> tuple[list[TrialSpec], TrialRow | None]:
-    """The baseline's loss runs a round trains (its own, unless `own` is False: it trains beside the screen;
-    then its other seeds', at a prefix of the planned run) and the twin whose execution they take."""
-    if not own and not baseline.loss_horizon(ctx).is_prefix:
+    """The baseline's loss runs at `seeds` (with its twin's execution, and the twin's GPU share), cut to the
+    loss horizon, and the twin whose execution they take."""
+    if not seeds:
         return [], None
     base_case, twin = baseline.loss_case(ctx, screen)
     base_case = at_horizon(base_case, baseline.loss_horizon(ctx))
-    cases = ([base_case] if own else []) + baseline.noise_cases(ctx, base_case)
+    cases = [c for c in [base_case, *baseline.noise_cases(ctx, base_case)] if c["seed"] in seeds]
     return [TrialSpec.of({**case, "gpu_memory_fraction": _gpu_share(ctx, twin)}) for case in cases], twin
 
 
 def _beside_or_own(
-    ctx: SearchContext, screen: list[TrialRow], beside: TaskRun
-) -> tuple[TrialRow, TrialRow | None]:
-    """The baseline's loss row and the twin whose execution it took: from its run beside the screen (the
-    twin: that start point's screen run), or, where that failed, from a round of its own."""
-    row = baseline.beside_row(ctx, beside)
-    if row is not None:
-        return row, next((r for r in screen if r.config == beside.point), None)
-    base_spec, twin = _baseline_spec(ctx, screen)
-    own = ctx.phase("loss_check_baseline", lambda: _round(ctx, "baseline", [base_spec]), list[TrialRow])
-    return own[0], twin
+    ctx: SearchContext, screen: list[TrialRow], besides: list[TaskRun]
+) -> list[tuple[TrialRow, TrialRow | None]]:
+    """The rows of the baseline's runs beside the screen, each with the twin whose execution it took: from
+    the run (the twin: its start point's screen run), or, where it failed, from a round of their own."""
+    found = [baseline.beside_row(ctx, run) for run in besides]
+    failed = [run.spec.train.seed for run, row in zip(besides, found, strict=True) if row is None]
+    again: dict[int, TrialRow] = {}
+    specs, twin = _baseline_specs(ctx, screen, failed)
+    if specs:
+        trained = ctx.phase("loss_check_baseline", lambda: _round(ctx, "baseline", specs), list[TrialRow])
+        again = {row.train.get("seed"): row for row in trained}
+    point_twin = next((r for r in screen if besides and r.config == besides[0].point), None)
+    pairs = [(row, point_twin) if row is not None else (again.get(run.spec.train.seed), twin)
+             for run, row in zip(besides, found, strict=True)]  # fmt: skip
+    return pairs[:1] + [(row, t) for row, t in pairs[1:] if row is not None]  # a seed's row lost: no noise
 
 
 def _round_picks(queue: list[Candidate], passed: list[Candidate], take: int, top: int) -> list[Candidate]:
