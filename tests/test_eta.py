@@ -10,14 +10,17 @@ import pytest
 
 from tests.factories import make_row
 from tests.test_failures import FakeTrial
+from trainables.progress import fmt_seconds
+from trainables.spec import TrialSpec
 from tuner import baseline
 from tuner.config import load_search_config
 from tuner.context import SearchContext, State
 from tuner.costs import CACHED_SHARE, cached_warmup
-from tuner.eta import loss_check_s, remeasure_s
+from tuner.eta import after_screen, loss_check_s, remeasure_s
 from tuner.knobs import loss_key
 from tuner.records import Hardware
 from tuner.runs.ledger import Ledger, LedgerCallback
+from tuner.runs.tasks import TaskRun
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
@@ -100,6 +103,21 @@ def test_the_100m_configs_estimate_is_minutes_for_its_prefix_not_hours_for_its_p
     assert estimate == pytest.approx(40.0 * CACHED_SHARE + 16_023_552 * (2 / 35_000 + 1 / 120_000))
     assert estimate < 20 * 60, "at the planned run's 1B tokens it would say ~16 hours"
     assert loss_check_s(ctx, screen, 2) < 3 * 60, "both seeds trained beside the screen: the contender's run"
+
+
+def test_after_the_screen_the_estimate_says_how_far_the_baselines_runs_beside_it_are(tmp_path, capsys):
+    ctx = eta_context(tmp_path, "quality.loss_horizon=1M")
+    screen = [screened("twin", 113_000.0, 96.0, compile="reduce-overhead")]
+    done = [TaskRun(None, TrialSpec.of({**BASE, "seed": seed}), {}, 0.0) for seed in (1337, 1338)]
+    after_screen(ctx, screen, done)
+    said = capsys.readouterr().err
+    assert "[baseline] its loss runs at 2 seeds beside the screen: done" in said
+    assert f"loss check ~{fmt_seconds(0.0)}," in said, "both seeds done: no loss run is left"
+    after_screen(ctx, screen, done[:1])
+    prefix = baseline.loss_horizon(ctx).tokens
+    said = capsys.readouterr().err
+    assert "[baseline] its loss run beside the screen: done" in said
+    assert f"loss check ~{fmt_seconds(96.0 * CACHED_SHARE + prefix / 113_000)}," in said, "one seed left"
 
 
 def test_a_cached_warmup_is_a_timed_hit_of_the_graph_or_a_tenth_of_its_cold_compile():

@@ -110,8 +110,9 @@ def after_screen(
         return None
     done = sum(run.done() for run in besides)
     if besides:
-        what = "its loss run" if len(besides) == 1 else f"its {len(besides)} loss runs (seeds)"
-        log(f"[baseline] {what} beside the screen: {done} done, {len(besides) - done} still training")
+        what = "its loss run" if len(besides) == 1 else f"its loss runs at {len(besides)} seeds"
+        state = {0: "still training", len(besides): "done"}.get(done, f"{done} of {len(besides)} done")
+        log(f"[baseline] {what} beside the screen: {state}")
     loss, again = loss_check_s(ctx, screen, done, ahead), remeasure_s(ctx, screen)
     log(
         f"[search] screen done; estimated: loss check ~{fmt_seconds(loss)}, re-measure ~{fmt_seconds(again)} "
