@@ -7,13 +7,15 @@ import sys
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from trainables import train
 from trainables.config import ConfigError, TrainConfig
 from trainables.exit_codes import Exit
 from trainables.spec import LABELS, TrialSpec
 from tuner import emit, search
-from tuner.config import SearchSection
+from tuner.config import SearchConfig, SearchSection
+from tuner.ray_session import RaySession
 from tuner.report import __main__ as report
 from tuner.runs.ledger import _planned_tokens
 
@@ -57,6 +59,40 @@ def test_an_unknown_section_names_the_sections(capsys, tmp_path):
 def test_a_bad_train_key_is_named_with_its_train_prefix(capsys, tmp_path, item, needle):
     line = refused(capsys, tmp_path, item)
     assert needle in line, line
+
+
+@pytest.mark.parametrize(
+    "item, line",
+    [
+        (
+            "train.batch_sise=16",
+            "error: unknown config key 'train.batch_sise'; did you mean 'train.batch_size'?",
+        ),
+        ("train.micro_batch=3", "error: config key 'train.micro_batch': must divide batch_size 16"),
+    ],
+)
+def test_a_bad_train_key_or_value_is_refused_as_the_config_is_read_before_ray_starts(
+    capsys, tmp_path, monkeypatch, item, line
+):
+    started = []
+    start = RaySession.start
+    monkeypatch.setattr(
+        RaySession, "start", lambda self, *a, **kw: started.append(a) or start(self, *a, **kw)
+    )
+    said = refused(capsys, tmp_path, item)
+    assert said.startswith(line), said  # the train section's own line, not wrapped in another
+    assert started == [], "Ray was started for a config that cannot run"
+
+
+def test_a_search_config_holds_only_a_train_section_that_can_run():
+    """Checked wherever one is made (a state.json read back too), not only when the baseline is asked for."""
+    with pytest.raises(
+        ValidationError, match=r"config key 'train\.batch_size': Input should be greater than 0"
+    ):
+        SearchConfig(train={"batch_size": 0})
+    with pytest.raises(ValidationError, match=r"unknown config key 'train\.precison'"):
+        SearchConfig(train={"precison": "bf16"})
+    assert SearchConfig(train={"batch_size": 4}).train == {"batch_size": 4}, "kept as written: the keys set"
 
 
 def test_a_range_knob_says_what_it_must_look_like(capsys, tmp_path):

@@ -185,11 +185,21 @@ class ResourcesSection(BaseModel):
 
 
 class SearchConfig(BaseModel):
+    """`train` stays the mapping the user wrote (the keys they set: the search's fingerprint, --resume's
+    check and the space's defaults read it so), and is checked as a TrainConfig whenever a SearchConfig is
+    made, so no search config, loaded or rebuilt from state.json, holds a training job that cannot run."""
+
     model_config = ConfigDict(extra="forbid")
     train: dict[str, Any] = Field(default_factory=dict, description="the baseline training config")
     search: SearchSection = Field(default_factory=SearchSection)
     quality: QualitySection = Field(default_factory=QualitySection)
     resources: ResourcesSection = Field(default_factory=ResourcesSection)
+
+    @field_validator("train")
+    @classmethod
+    def _a_training_job(cls, train: dict[str, Any]) -> dict[str, Any]:
+        make_config(train, section="train")  # ConfigError: its one line, reported as it is (_one_line)
+        return train
 
     def baseline(self) -> TrainConfig:
         return make_config(self.train, section="train")
@@ -218,6 +228,8 @@ def parse_duration(text: str) -> float:
 
 def _one_line(err: ValidationError) -> str:
     first = _reported(err.errors())
+    if isinstance(said := first.get("ctx", {}).get("error"), ConfigError):
+        return str(said)  # the train section's own line, which names its key (train.batch_size)
     tags = [str(p) for p in first["loc"] if "[" in str(p)]  # pydantic's names for a knob's two forms
     loc = [str(p) for p in first["loc"] if "[" not in str(p)]
     key = ".".join(loc) or "config"
@@ -249,14 +261,12 @@ def load_search_config(path: str, overrides: list[str] = (), data: str | None = 
     if data is not None:
         values.setdefault("train", {})["data"] = data
     try:
-        cfg = SearchConfig(**values)
+        cfg = SearchConfig(**values)  # the train section too: a bad key or value is refused here
     except ValidationError as err:
         raise ConfigError(_one_line(err)) from None
-    baseline = cfg.baseline()  # raises ConfigError naming the train key
     if not cfg.search.space:
         raise ConfigError("config key 'search.space': empty search space (name at least one knob)")
     for name, knob in cfg.search.space.items():
         if isinstance(knob, Range) and not isinstance(TrainConfig.model_fields[name].default, int | float):
             raise ConfigError(f"config key 'search.space.{name}': a range needs a numeric knob")
-    del baseline
     return cfg
