@@ -2,13 +2,16 @@
 
     python bench/decisions_diff.py OUT_BEFORE OUT_AFTER
 
-Reads each OUT (summary.json, optuna.journal) and prints, side by side, the decisions of the two searches,
+Reads each OUT (summary.json, optuna.journal, state.json) and prints, side by side, the decisions of the two searches,
 each marked `same`, `DIFF` or `speed`:
 - the screen's proposals in Optuna's trial order. TPE's seeded sampler draws a fixed sequence, and TPE reads
   the measured tok/s only through their order (it splits the finished trials into the best and the rest), so
   a proposal is speed-independent when both searches had seen the same trials finished, with the same
   configs and the same order of their tok/s; then a different config is a DIFF. Where the orders differed
   (a busy machine times the same config differently), what follows is marked `speed`;
+- the searcher replayed: a fresh TPE with the screen's seed, asked and told in each search's own order with
+  its own results, must propose every config that search proposed (else a DIFF): the rule that turned
+  results into proposals is the same in both, whatever the speeds were;
 - the loss runs (the baseline's and the contenders'): val loss, final train loss and verdict per trained
   config. A config trained by both must reach the same losses (CPU training on a fixed seed and thread count
   is bit for bit; the loop records them to 5 decimals) and verdict;
@@ -35,6 +38,7 @@ from optuna.storages.journal import JournalFileBackend
 from optuna.trial import FrozenTrial, TrialState
 
 STUDY = "screen"  # tuner/phases/screen.py's study name
+optuna.logging.set_verbosity(optuna.logging.WARNING)  # the replays' studies need no announcing
 TPE_READS = (TrialState.COMPLETE, TrialState.PRUNED)  # the finished trials TPE samples from
 SAME, DIFF, SPEED = "same", "DIFF", "speed"
 
@@ -81,6 +85,8 @@ class LossRun:
 class Search:
     out: Path
     proposals: list[Proposal]
+    replayed: list[bool]  # per proposal: the seeded TPE, fed this search's own results, proposed it too
+    sampler: str
     loss_runs: dict[str, LossRun]
     gate: dict[str, Any]
     summary: dict[str, Any]
@@ -94,11 +100,49 @@ def read_search(out: Path) -> Search:
         summary = json.loads(summary_path.read_text())
     except json.JSONDecodeError as e:
         raise BadOut(f"{summary_path}: not JSON ({e})") from None
+    trials = study_trials(out / "optuna.journal")
+    seed, startup = screen_sampler(out / "state.json")
     gate = summary.get("loss_gate") or {}
-    return Search(out, read_proposals(out / "optuna.journal"), loss_runs(summary), gate, summary)
+    proposals = [_proposal(t, trials) for t in trials]
+    sampler = f"TPE (seed {seed}, {startup} startup trials)"
+    replayed = replay(trials, seed, startup)
+    return Search(out, proposals, replayed, sampler, loss_runs(summary), gate, summary)
 
 
-def read_proposals(journal: Path) -> list[Proposal]:
+def screen_sampler(state_path: Path) -> tuple[int, int]:
+    """The screen's TPE seed and startup trials, as tuner/phases/screen.py builds its sampler."""
+    try:
+        search = json.loads(state_path.read_text())["config"]["search"]
+        return int(search["seed"]), max(2, min(8, int(search["trials"]) // 3))
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise BadOut(f"{state_path}: no search.seed and search.trials in its config ({e!r})") from None
+
+
+def replay(trials: list[FrozenTrial], seed: int, startup: int) -> list[bool]:
+    """A fresh seeded TPE asked and told in the order the search asked and told its own (Ray Tune's
+    OptunaSearch asks with the space's distributions and tells each trial's end): whether each proposal is
+    the one the search made. It is, trial for trial, when the searcher's rule and seed are unchanged and
+    only what it was told differs."""
+    study = optuna.create_study(
+        direction="maximize", sampler=optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup)
+    )
+    asks = [(t.datetime_start, 0, t.number) for t in trials]
+    tells = [(t.datetime_complete, 1, t.number) for t in trials if t.datetime_complete]
+    asked, same = {}, []
+    for _, tell, number in sorted(asks + tells):
+        trial = trials[number]
+        if not tell:
+            asked[number] = study.ask(fixed_distributions=trial.distributions)
+            same.append(asked[number].params == trial.params)
+            continue
+        for step, value in sorted(trial.intermediate_values.items()):
+            asked[number].report(value, step)
+        value = trial.value if trial.state == TrialState.COMPLETE else None
+        study.tell(asked[number], value, state=trial.state)
+    return same
+
+
+def study_trials(journal: Path) -> list[FrozenTrial]:
     """The study's trials in Optuna's order, read from a copy (opening a journal may write beside it)."""
     if not journal.is_file():
         raise BadOut(f"{journal}: no such file (the screen's study)")
@@ -109,8 +153,7 @@ def read_proposals(journal: Path) -> list[Proposal]:
             study = optuna.load_study(study_name=STUDY, storage=JournalStorage(JournalFileBackend(str(copy))))
         except (KeyError, ValueError) as e:
             raise BadOut(f"{journal}: no '{STUDY}' study in it ({e})") from None
-        trials = study.get_trials(deepcopy=False)
-    return [_proposal(t, trials) for t in trials]
+        return study.get_trials(deepcopy=False)
 
 
 def _proposal(trial: FrozenTrial, trials: list[FrozenTrial]) -> Proposal:
@@ -167,6 +210,15 @@ def compare_proposals(a: Search, b: Search) -> list[tuple[str, str]]:
             mark = DIFF if determined else SPEED
             agreed = False
         lines.append((mark, text if determined else f"{text}  (TPE had seen other results)"))
+    return lines
+
+
+def compare_replays(a: Search, b: Search) -> list[tuple[str, str]]:
+    lines = []
+    for name, s in (("A", a), ("B", b)):
+        text = f"{name}: {s.sampler} fed {name}'s own results proposes {sum(s.replayed)} of {len(s.replayed)}"
+        missed = [str(n) for n, same in enumerate(s.replayed) if not same]
+        lines.append((DIFF, f"{text}; not #{', #'.join(missed)}") if missed else (SAME, text))
     return lines
 
 
@@ -237,6 +289,7 @@ def main(argv: list[str]) -> int:
     judged = False
     for title, lines in (
         ("screen proposals (Optuna's order)", compare_proposals(a, b)),
+        ("the searcher replayed on each search's own results", compare_replays(a, b)),
         ("loss runs (val loss, verdict, train loss)", compare_loss_runs(a, b)),
         ("loss gate", compare_gate(a, b)),
         ("speed-dependent (not judged)", speed_dependent(a, b)),
