@@ -18,6 +18,7 @@ from tuner.horizon import LossHorizon, at_horizon, horizon_for, parse_tokens, st
 from tuner.phases import loss_check
 from tuner.records import BASELINE_ID, BESIDE_PHASE, Hardware, LossGate
 from tuner.report.horizon_section import HEAD
+from tuner.report.html import render_html
 from tuner.report.markdown import render_markdown
 from tuner.runs.ledger import Ledger
 
@@ -136,6 +137,16 @@ def test_the_report_says_which_horizon_judged_the_noise_and_how_far_to_trust_it(
     assert "checked against full runs on configs/default.yaml: 11/12 agreed" in text
     full = render_markdown({**summary, "loss_gate": LossGate.of(1.5, 0.05, "absolute").model_dump()})
     assert "At the full planned run: every loss run trained it" in full
+
+
+def test_the_html_report_says_the_loss_runs_trained_the_prefix_not_the_full_budget():
+    horizon = LossHorizon(planned_tokens=1_000_000_000, tokens=20_004_864, step_tokens=32_768)
+    gate = LossGate.of(1.50, 0.05, "absolute", horizon, [1.52])
+    page = render_html({**synthetic_summary(), "loss_gate": gate.model_dump()})
+    prefix = "loss horizon, a 20,004,864-token prefix of the planned run (2.0%)"
+    assert f"Loss: at the {prefix}" in page  # the table's note
+    assert f"Val loss at the {prefix}" in page  # the Pareto chart's caption
+    assert "Loss: at the full token budget" in render_html(synthetic_summary())
 
 
 BESIDE_OVERRIDES = ["train.tokens=65536", "train.eval_tokens=2048", "search.loss_check_top=1",

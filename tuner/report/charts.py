@@ -52,7 +52,7 @@ BATCH_CAPTION = (
     "config."
 )
 PARETO_CAPTION = (
-    "Val loss at the full token budget: the baseline's own run, else the loss-check run of the config (or "
+    "Val loss at the {budget}: the baseline's own run, else the loss-check run of the config (or "
     "of one differing only in speed knobs), {shared_loss_runs}{twins}. Tok/s as in the table. Green band: baseline "
     "loss up to the tolerance limit; dashed: the Pareto front (no config is both faster and lower-loss than "
     "a point on it)."
@@ -216,7 +216,7 @@ def plot_pareto(entries: list[Entry], styles: Styles, facts: Facts) -> Plot:
         plot.svg = _draw_pareto(shown, styles, facts, plot)
         twins = ", each trained with the fastest execution screened for its loss knobs (the table says which)"
         plot.caption = PARETO_CAPTION.format(
-            shared_loss_runs=facts.shared_loss_runs, twins=twins if facts.twins else ""
+            budget=facts.budget, shared_loss_runs=facts.shared_loss_runs, twins=twins if facts.twins else ""
         )
     return plot
 
