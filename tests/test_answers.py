@@ -12,7 +12,7 @@ import pytest
 
 from trainables.exit_codes import Exit
 from tuner import answers
-from tuner.config import load_search_config
+from tuner.config import CONFIRM_RUNS, SearchSection, load_search_config
 from tuner.records import Hardware
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -81,3 +81,13 @@ def test_a_second_search_confirms_the_first_answer_and_fresh_searches_anew(tmp_p
     fresh = search(tmp_path / "fresh", "--fresh")
     assert fresh.returncode in finished, fresh.stderr[-3000:]
     assert "[screen] starting" in fresh.stderr and "remembered" not in fresh.stderr
+
+
+def test_a_confirmation_re_measures_fewer_runs_than_a_fresh_search():
+    """The default search's 6 baseline runs and 3 of each finalist were 102-116 s of a 121-132 s confirmation
+    on one H200 (runs V, X): a confirmation times at most 3 and 2, never more than the search asked."""
+    default = load_search_config(str(ROOT / "configs" / "default.yaml")).search
+    assert default.remeasure_runs(confirming=False) == (6, 3)
+    assert default.remeasure_runs(confirming=True) == CONFIRM_RUNS == (3, 2)
+    few = SearchSection(repeats=1, baseline_repeats=2)
+    assert few.remeasure_runs(confirming=True) == few.remeasure_runs(confirming=False) == (2, 1)

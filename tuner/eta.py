@@ -62,7 +62,8 @@ def remeasure_s(ctx: SearchContext, screen: list[TrialRow]) -> float:
     window = [held * (r.step_ms_median or 0.0) / 1000 for r in finalists]
     step = _baseline_step_s(base, screen)
     baseline_window = held * step if step else window[0]
-    windows = [w for w in window for _ in range(s.repeats)] + [baseline_window] * s.baseline_runs
+    base_runs, runs = s.remeasure_runs(confirming=bool(ctx.state.data.get("remembered")))
+    windows = [w for w in window for _ in range(runs)] + [baseline_window] * base_runs
     per_run = _run_overhead_s(screen)
     turns = sum(max(w, per_run) for w in windows)
     return turns / max(1, ctx.hw.gpus) + max(cached_warmup(r, screen, ctx.base) or 0.0 for r in finalists)

@@ -274,11 +274,12 @@ def _measurement(ctx: SearchContext) -> dict:
         if ctx.on_gpu
         else "one run at a time with the whole CPU share"
     )
+    base_runs, runs = ctx.cfg.search.remeasure_runs(confirming=bool(ctx.state.data.get("remembered")))
     return {
         "screen_steps": ctx.cfg.search.screen_steps,
         "timing_warmup_steps": ctx.base["timing_warmup_steps"],
-        "repeats": ctx.cfg.search.repeats,
-        "baseline_repeats": ctx.cfg.search.baseline_runs,
+        "repeats": runs,
+        "baseline_repeats": base_runs,
         "screen": timed,
         "loss_check": ("shared GPU (fractions)" if ctx.on_gpu else "CPU runs side by side")
         + f", {budget_text(baseline.loss_horizon(ctx))}, val loss only; each trained with the fastest "

@@ -35,8 +35,8 @@ def run(ctx: SearchContext, screen: list[TrialRow], planned_s: float | None = No
             finalists.append((t.id, t.config))
             cases.append(case)
             peaks.append(t.peak_mem_mb)
-    s = ctx.cfg.search
-    wanted = [s.baseline_runs] + [s.repeats] * (len(cases) - 1)
+    base_runs, runs = ctx.cfg.search.remeasure_runs(confirming=bool(ctx.state.data.get("remembered")))
+    wanted = [base_runs] + [runs] * (len(cases) - 1)
     specs, asked, peaks = profiled_once(finalists, cases, wanted, peaks)
     rows = measure(ctx, specs, asked, ctx.placement.remeasure(asked, peaks), planned_s)
     return [row.speed_only() for row in rows]
