@@ -79,8 +79,8 @@ def test_a_real_ctrl_c_during_a_phase_is_still_an_interrupt(tmp_path, one_cpu_ra
 def test_a_phase_that_ended_on_its_own_leaves_ctrl_c_to_the_search(tmp_path, one_cpu_ray):
     """Tune leaves its SIGINT handler installed after fit(): a Ctrl-C between phases would only have set
     the flag of a finished experiment, and the search would have gone on."""
-    # Python's own handler to start from, as a search has: in the whole suite an earlier test's handler was
-    # in place here (CI, 2 cores), and put back, it raised nothing
+    # Python's own handler to start from, as a search has: a suite started in the background by a
+    # non-interactive shell (`cmd &`) inherits SIGINT ignored, and put back, that raised nothing
     signal.signal(signal.SIGINT, signal.default_int_handler)
     before = signal.getsignal(signal.SIGINT)
     rows = run_cases("p", tmp_path, [TrialSpec.of(TOY)], ONE_WORKER)
