@@ -25,7 +25,7 @@ import yaml
 from toy_workload import TOY
 
 from trainables.spec import LABELS, TrialSpec
-from tuner.runs.ledger import Ledger, LedgerCallback
+from tuner.runs.ledger import RETELL_S, Ledger, LedgerCallback
 from tuner.runs.request import Placement
 from tuner.runs.tune import run_cases
 
@@ -295,3 +295,20 @@ def test_an_interrupt_a_library_masked_with_its_own_error_still_exits_130(tmp_pa
     assert search.main(argv) == 130
     last = capsys.readouterr().err.strip().splitlines()[-1]
     assert last.startswith("interrupted: stopped by SIGTERM; OUT is resumable"), last
+
+
+def test_listeners_are_told_the_rows_again_while_no_trial_finishes(tmp_path):
+    # The loss runs ahead of the loss check start when a place frees, which is not when a trial ends: run X's
+    # screen had no trial ending in its last 85 s, and its fused finalists never trained ahead.
+    told: list[int] = []
+    record = LedgerCallback(
+        Ledger(tmp_path, "screen"), total=3, already=0, on_row=lambda rows: told.append(len(rows))
+    )
+    first = FakeTrial("a", 0, {"trial_id": "a", "status": "ok", "tokens_per_s": 900.0, "steps": 40, "pid": 7})
+    record.on_trial_complete(0, [first], first)
+    assert told == [1]
+    record.on_step_begin(1, [first])
+    assert told == [1]  # told a moment ago: not again yet
+    record.last_told -= RETELL_S
+    record.on_step_begin(2, [first])
+    assert told == [1, 1]  # the same rows, told again with no new one

@@ -25,6 +25,11 @@ from tuner.stall import StallWatch
 from tuner.trial_rows import trial_error, trial_row, untold_end
 
 HEARTBEAT_S = 30  # the longest a phase stays silent
+# How often `on_row` is told the rows again with no trial finished: a listener that starts runs when a place
+# frees (the loss runs ahead of the loss check) must not wait for the next trial to end, which may be never
+# (run X, one H200: the screen's last 3 trials were stopped by its budget, so the two fused finalists found
+# 85 s before its end never trained ahead and the loss check trained them for 68 s after it)
+RETELL_S = 5.0
 
 
 class Ledger:
@@ -82,14 +87,14 @@ class LedgerCallback(Callback):
         planned_s: float | None = None,
     ):
         self.ledger, self.total, self.done = ledger, total, already
-        self.on_row = on_row  # told the phase's rows each time one is added
+        self.on_row = on_row  # told the phase's rows each time one is added, and every RETELL_S
         self.budget_s = budget_s  # the phase ends by then however many trials are left
         self.planned_s = planned_s  # the search's estimate of the phase (eta.py), where it made one
         self.rerun_lost = rerun_lost  # a trial lost with its node gets no row: the phase reruns it
         self.lost: list[str] = []  # the Ray trials lost with their nodes, left to rerun
         self.best = max((r.tokens_per_s or 0 for r in ledger.rows() if r.status == "ok"), default=0)
         self.started, self.new = time.time(), 0
-        self.last_line = self.started
+        self.last_line = self.last_told = self.started
         self.trial_started: dict[str, float] = {}
         self.failure: Exception | None = None  # the first error of its own; _fit raises it after the run
         self.recorded = {r.ray_trial_id for r in ledger.rows()}  # Ray trials with a row, or lost
@@ -116,6 +121,8 @@ class LedgerCallback(Callback):
     def on_step_begin(self, iteration, trials, **info):
         """A line at least every HEARTBEAT_S: each running trial's tokens, speed and ETA, or its warm-up."""
         now = time.time()
+        if self.on_row is not None and now - self.last_told >= RETELL_S:
+            self._guarded(self._retell)
         if now - self.last_line < HEARTBEAT_S:
             return
         running = [t for t in trials if t.status == "RUNNING"]
@@ -134,6 +141,10 @@ class LedgerCallback(Callback):
     def on_trial_result(self, iteration, trials, trial, result, **info):
         if result.get("tokens"):  # trained tokens: a trial's first report (where it runs) is no progress
             self.stall.advanced()
+
+    def _retell(self) -> None:
+        self.last_told = time.time()
+        self.on_row(self.ledger.rows())
 
     def _progress(self, trial, now: float) -> str:
         result = trial.last_result or {}
@@ -183,7 +194,7 @@ class LedgerCallback(Callback):
             fields["error"] = f"NodeDied: the trial's node {node} died, and the trial with it"
         row = self.ledger.append(fields)
         if self.on_row is not None:
-            self.on_row(self.ledger.rows())
+            self._retell()
         self.done += 1
         self.new += 1
         if row.status == "error":
