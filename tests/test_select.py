@@ -593,3 +593,18 @@ def test_the_cpu_note_is_not_said_on_a_gpu(tmp_path, capsys):
     ctx.hw = Hardware(cpus=16, cuda=True, gpus=1)
     assert finish.write(ctx, summary) == Exit.NO_FEASIBLE
     assert finish.CPU_BASELINE_NOTE not in capsys.readouterr().err
+
+
+def test_finishing_first_by_less_than_a_warm_ups_noise_keeps_the_faster_winner():
+    # Run Z, one H200, a remembered answer confirmed: the fused batch 256 (1.63M tok/s, its cached graph
+    # warmed up in ~12.7 s) lost to a torch batch 64 (0.72M, 4.6 s) for finishing 10.24M tokens 0.3 s sooner.
+    tokens = 10_240_000
+    fused = timed("screen-2", [1_616_006.3, 1_628_362.0, 1_640_717.4], 12.7, tokens, {"kernels": "fused"})
+    torch_ops = timed("screen-1", [721_734.5, 724_866.1, 727_997.7], 4.6, tokens)
+    fused.warmup_beside = torch_ops.warmup_beside = 0
+    sel = finish_first(pick_winner([fused, torch_ops], BASELINE), [fused, torch_ops], tokens)
+    assert sel.winner.id == "screen-2" and sel.finishes_later is None
+    # a warm-up 4 s longer: the torch config finishes beyond the noise, and wins
+    fused.warmup_s = 16.7
+    sel = finish_first(pick_winner([fused, torch_ops], BASELINE), [fused, torch_ops], tokens)
+    assert sel.winner.id == "screen-1" and sel.finishes_later == "screen-2"
