@@ -12,17 +12,22 @@ load so far travels with the window at every segment's end, so a run stopped ear
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import os
 import statistics
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import psutil
 import torch
 
 from trainables import cpu_load
+from trainables.exit_codes import Exit
 
 
 class StepTimer:
@@ -175,6 +180,9 @@ class StepTimer:
         return {**figures, **cpu_load.window_load(*cpu)}
 
 
+STUCK_GRACE_S = 30.0  # how long past its deadline a first step may take to notice it, per stage
+
+
 class CompileDeadline(Exception):  # noqa: N818 - raised into the thread by FirstStepDeadline
     """The first step (compile, autotuning, graph capture) outlasted `compile_deadline_s`."""
 
@@ -185,29 +193,67 @@ class FirstStepDeadline:
     The block is the first step, where torch.compile blocks for minutes (max-autotune's cold autotuning
     takes >5 on an H100) without returning to the loop, so a check between steps would come too late: the
     exception is set asynchronously and lands at the thread's next Python bytecode (compilation is mostly
-    Python, so within a second or so). A search gives up on such a config and uses the slot for new ones."""
+    Python, so within a second or so). A search gives up on such a config and uses the slot for new ones.
 
-    def __init__(self, seconds: float | None):
-        self.seconds, self.lock, self.inside = seconds, threading.Lock(), False
-        self.timer: threading.Timer | None = None
+    A thread blocked in C never runs that bytecode: the 100M hybrid's bf16 max-autotune-no-cudagraphs first
+    step sat 12.5 minutes past its 5-minute deadline at ~1 core (run Z, one H200), waiting on its compile
+    workers, and held the screen open for as long. So `grace_s` after the deadline the child processes it
+    waits on (Inductor's compile and autotune workers) are ended, which wakes it with an error and lets the
+    exception land; `grace_s` after that, still stuck, the process exits (its trial ends as an error)."""
+
+    def __init__(self, seconds: float | None, grace_s: float = STUCK_GRACE_S):
+        self.seconds, self.grace_s, self.lock, self.inside = seconds, grace_s, threading.Lock(), False
+        self.fired = False
+        self.timers: list[threading.Timer] = []
 
     def __enter__(self) -> None:
         if self.seconds is None:
             return
         self.thread, self.inside = threading.get_ident(), True
-        self.timer = threading.Timer(self.seconds, self._fire)
-        self.timer.daemon = True
-        self.timer.start()
+        self._after(self.seconds, self._fire)
+
+    def _after(self, seconds: float, then: Callable[[], None]) -> None:
+        timer = threading.Timer(seconds, then)
+        timer.daemon = True
+        self.timers.append(timer)
+        timer.start()
 
     def _fire(self) -> None:
         with self.lock:
             if self.inside:
+                self.fired = True
                 ctypes.pythonapi.PyThreadState_SetAsyncExc(
                     ctypes.c_ulong(self.thread), ctypes.py_object(CompileDeadline)
                 )
+                self._after(self.grace_s, self._end_children)
 
-    def __exit__(self, *exc) -> None:
+    def _end_children(self) -> None:
+        with self.lock:
+            if not self.inside:
+                return
+            children = psutil.Process().children(recursive=True)
+            print(
+                f"compile deadline: the first step has not returned {self.grace_s:g} s after its "
+                f"{self.seconds:g} s deadline; ending the {len(children)} worker process(es) it waits on",
+                file=sys.stderr,
+                flush=True,
+            )
+            for child in children:
+                with contextlib.suppress(psutil.Error):
+                    child.kill()
+            self._after(self.grace_s, self._exit_stuck)
+
+    def _exit_stuck(self) -> None:
+        with self.lock:
+            if self.inside:
+                print("compile deadline: the first step is still stuck; ending the process", file=sys.stderr)
+                os._exit(int(Exit.FAILED))
+
+    def __exit__(self, exc_type, exc, tb) -> None:
         with self.lock:
             self.inside = False
-        if self.timer is not None:
-            self.timer.cancel()
+        for timer in self.timers:
+            timer.cancel()
+        if self.fired and exc is not None and not isinstance(exc, CompileDeadline):
+            # woken by its ended workers' error, before the pending exception landed
+            raise CompileDeadline(f"the first step ran over its {self.seconds:g} s deadline") from exc

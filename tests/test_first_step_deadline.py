@@ -1,0 +1,37 @@
+"""The first step's deadline (trainables/timing.py FirstStepDeadline) lands even where the compile waits in C
+on its worker processes, which never runs the bytecode an asynchronous exception needs (run Z: a
+max-autotune-no-cudagraphs first step sat 12.5 minutes past its 5-minute deadline)."""
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+from concurrent.futures import ProcessPoolExecutor
+
+import pytest
+
+from trainables.timing import CompileDeadline, FirstStepDeadline
+
+
+def test_a_compile_waiting_on_its_workers_is_woken_and_times_out():
+    # a first step blocked on a worker that never answers, as Inductor's waits on its compile workers
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork")) as workers:
+        started = time.monotonic()
+        with pytest.raises(CompileDeadline), FirstStepDeadline(0.5, grace_s=1.0):
+            workers.submit(time.sleep, 600).result()
+        assert time.monotonic() - started < 10  # the deadline, then one grace: its worker was ended
+
+
+def test_a_first_step_in_python_gets_the_exception_at_the_deadline():
+    started = time.monotonic()
+    with pytest.raises(CompileDeadline), FirstStepDeadline(0.3, grace_s=60.0):
+        while True:
+            time.sleep(0.01)
+    assert time.monotonic() - started < 5
+
+
+def test_a_first_step_that_ends_in_time_is_left_alone():
+    with FirstStepDeadline(5.0, grace_s=1.0) as _:
+        pass
+    with FirstStepDeadline(None):
+        time.sleep(0.01)
