@@ -89,10 +89,10 @@ def test_at_a_loss_horizon_the_estimate_counts_the_prefix_and_the_baselines_two_
 
 
 def test_the_100m_configs_estimate_is_minutes_for_its_prefix_not_hours_for_its_planned_run(tmp_path):
-    # configs/hybrid-100m.yaml: a 16M-token prefix of a 1B-token planned run. The baseline's compiled twin
+    # configs/hybrid-100m.yaml: an 8M-token prefix of a 1B-token planned run. The baseline's compiled twin
     # at ~35K tok/s and a bf16 contender at ~120K (the table), on one H200.
     ctx = eta_context(tmp_path, config="hybrid-100m.yaml")
-    assert ctx.base["tokens"] == 1_000_000_000 and baseline.loss_horizon(ctx).tokens == 16_023_552
+    assert ctx.base["tokens"] == 1_000_000_000 and baseline.loss_horizon(ctx).tokens == 8_028_160
     screen = [
         screened("twin", 35_000.0, 40.0, compile="default", compile_scope="blocks"),
         screened(
@@ -100,7 +100,7 @@ def test_the_100m_configs_estimate_is_minutes_for_its_prefix_not_hours_for_its_p
         ),
     ]
     estimate = loss_check_s(ctx, screen)
-    assert estimate == pytest.approx(40.0 * CACHED_SHARE + 16_023_552 * (2 / 35_000 + 1 / 120_000))
+    assert estimate == pytest.approx(40.0 * CACHED_SHARE + 8_028_160 * (2 / 35_000 + 1 / 120_000))
     assert estimate < 20 * 60, "at the planned run's 1B tokens it would say ~16 hours"
     assert loss_check_s(ctx, screen, 2) < 3 * 60, "both seeds trained beside the screen: the contender's run"
 

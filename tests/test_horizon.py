@@ -185,7 +185,7 @@ def start_both(ctx: SearchContext):
 def test_beside_the_screen_both_seeds_train_the_prefix_and_round_0_trains_no_baseline(
     tmp_path, two_fake_gpus
 ):
-    """The baseline's run at its second seed trains beside the screen as its first does (the fp32 16M-token
+    """The baseline's run at its second seed trains beside the screen as its first does (the fp32 8M-token
     prefix of configs/hybrid-100m.yaml: 7-9 minutes the loss check no longer waits for); round 0 takes its
     row and trains only the candidate; a resumed search rebuilds the same gate from the ledger."""
     ctx = beside_context(tmp_path)

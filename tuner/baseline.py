@@ -58,7 +58,7 @@ def start_seeds_beside(ctx: SearchContext, first: TaskRun | None) -> list[TaskRu
     """At a prefix of the planned run, the baseline's runs at its other seeds (`noise_cases`) beside the
     screen as its first seed's is (`first`: same execution, same GPU share), where the screen keeps a place
     with them all; else none, and round 0 of the loss check trains them. For configs/hybrid-100m.yaml a
-    seed's run is 16M tokens of fp32 at ~30-40K tok/s: 7-9 minutes the loss check no longer waits for."""
+    seed's run is 8M tokens of fp32 at ~18-36K tok/s: 4-7 minutes the loss check no longer waits for."""
     if first is None:
         return []
     seeds = noise_cases(ctx, first.spec.train.model_dump())
