@@ -10,8 +10,9 @@ import pytest
 import torch
 
 from trainables import data
-from trainables.char_batches import batch_offsets, train_batches, val_batches
+from trainables.char_batches import batch_offsets, val_window_batches, window_batches
 from trainables.data import CharTokenizer, DataError, load_char_data, resolve_corpus, split_tokens
+from trainables.datasets import step_indices
 
 SHARED_SHAKESPEARE = [
     Path("/work/shared/data/tinyshakespeare.txt"),
@@ -277,7 +278,7 @@ TOKENS = CharTokenizer.from_text(FAKE_CORPUS.decode()).encode(FAKE_CORPUS.decode
 
 
 def take(loader, n=6, start_step=0, batch_size=4, seq_len=16, seed=7, num_workers=0):
-    batches = train_batches(
+    batches = window_batches(
         TOKENS,
         loader=loader,
         batch_size=batch_size,
@@ -300,6 +301,15 @@ def test_batch_offsets_pure_and_in_range():
     assert not torch.equal(first, batch_offsets(seed=2, step=3, batch_size=64, seq_len=10, n_tokens=50))
     with pytest.raises(DataError, match="fewer than seq_len"):
         batch_offsets(seed=1, step=0, batch_size=2, seq_len=50, n_tokens=50)
+
+
+def test_the_draws_of_a_step_are_the_ones_searches_have_trained_on():
+    # Values as drawn before the token windows and a Dataset's examples shared step_generator: a change
+    # to either draw changes every run's batches (and a resumed run's), so it must show here first.
+    assert batch_offsets(7, 3, 6, 16, 1000).tolist() == [326, 101, 692, 982, 541, 241]
+    assert batch_offsets(0, 12345, 4, 8, 50).tolist() == [7, 14, 25, 15]
+    assert step_indices(7, 3, 6, 1000).tolist() == [366, 773, 533, 741, 51, 373]
+    assert step_indices(0, 12345, 4, 50).tolist() == [16, 37, 12, 25]
 
 
 def test_batches_are_shifted_windows_at_the_offsets():
@@ -330,31 +340,31 @@ def test_start_step_resumes_the_same_sequence(loader):
 
 
 def test_endless_without_num_steps():
-    batches = train_batches(TOKENS, loader="device", batch_size=2, seq_len=8, seed=0, device="cpu")
+    batches = window_batches(TOKENS, loader="device", batch_size=2, seq_len=8, seed=0, device="cpu")
     assert len([next(batches) for _ in range(50)]) == 50
 
 
 def test_bad_loader_and_short_split_fail_at_call():
     with pytest.raises(ValueError, match="loader"):
-        train_batches(TOKENS, loader="gpu", batch_size=2, seq_len=8, seed=0, device="cpu")
+        window_batches(TOKENS, loader="gpu", batch_size=2, seq_len=8, seed=0, device="cpu")
     with pytest.raises(DataError):
-        train_batches(TOKENS[:8], loader="dataloader", batch_size=2, seq_len=8, seed=0, device="cpu")
+        window_batches(TOKENS[:8], loader="dataloader", batch_size=2, seq_len=8, seed=0, device="cpu")
 
 
 def test_val_windows_fixed_and_independent_of_batch_size():
     val = torch.arange(1000).to(torch.int16)
-    by_3 = val_batches(val, seq_len=10, batch_size=3, max_tokens=205, device="cpu")
-    by_7 = val_batches(val, seq_len=10, batch_size=7, max_tokens=205, device="cpu")
+    by_3 = val_window_batches(val, seq_len=10, batch_size=3, max_tokens=205, device="cpu")
+    by_7 = val_window_batches(val, seq_len=10, batch_size=7, max_tokens=205, device="cpu")
     x3, y3 = torch.cat([x for x, _ in by_3]), torch.cat([y for _, y in by_3])
     x7, y7 = torch.cat([x for x, _ in by_7]), torch.cat([y for _, y in by_7])
     assert torch.equal(x3, x7) and torch.equal(y3, y7)
     assert [len(x) for x, _ in by_3] == [3] * 6 + [2] and x3.dtype == torch.int64
     assert torch.equal(x3, torch.arange(200).view(20, 10))  # non-overlapping, from the start
     assert torch.equal(y3, x3 + 1)
-    everything = val_batches(val, seq_len=10, batch_size=1000, max_tokens=None, device="cpu")
+    everything = val_window_batches(val, seq_len=10, batch_size=1000, max_tokens=None, device="cpu")
     assert everything[0][0].shape == (99, 10)  # the 100th window would need a 1001st token for its target
     with pytest.raises(DataError):
-        val_batches(val[:10], seq_len=10, batch_size=4, max_tokens=None, device="cpu")
+        val_window_batches(val[:10], seq_len=10, batch_size=4, max_tokens=None, device="cpu")
 
 
 @pytest.mark.parametrize("stride", [1, 16])

@@ -1,24 +1,25 @@
-"""Batches of a character corpus's token stream: the training batches (random seq_len + 1 windows, the
-same for a step number on every loader and device) and the fixed validation set."""
+"""Batches of a character corpus's token stream, the hybrid LM's: the training batches (`window_batches`:
+random seq_len + 1 windows, the same for a step number on every loader and device) and the fixed
+validation set (`val_window_batches`). Not trainables/datasets.py's batches of a Dataset's examples: a
+DataLoader worker here builds a whole batch of windows at once and keeps the tokens compact until they
+reach the device; both draw a step's batch from `datasets.step_generator`."""
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterator
 
 import torch
 from torch.utils.data import DataLoader
 
 from trainables.data import LOADERS, DataError, gather_windows, split_xy
+from trainables.datasets import step_generator
 
 
 def batch_offsets(seed: int, step: int, batch_size: int, seq_len: int, n_tokens: int) -> torch.Tensor:
     """Start offsets (int64, CPU) of batch `step`'s seq_len + 1 token windows; a pure function of its args."""
     if n_tokens < seq_len + 1:
         raise DataError(f"training split has {n_tokens} tokens, fewer than seq_len + 1 = {seq_len + 1}")
-    # A stable hash (not Python's salted hash()) so every process and machine draws the same offsets.
-    digest = hashlib.blake2b(f"{seed}:{step}".encode(), digest_size=8).digest()
-    generator = torch.Generator().manual_seed(int.from_bytes(digest, "little") & (2**63 - 1))
+    generator = step_generator(seed, step)
     return torch.randint(n_tokens - seq_len, (batch_size,), generator=generator, dtype=torch.int64)
 
 
@@ -52,7 +53,7 @@ class TrainBatches(torch.utils.data.Dataset):
         return gather_windows(self.tokens, self.offsets(i), self.window)
 
 
-def train_batches(
+def window_batches(
     tokens: torch.Tensor,
     *,
     loader: str,
@@ -104,7 +105,7 @@ def _dataloader_batches(
         yield split_xy(windows.to(device, non_blocking=True))
 
 
-def val_batches(
+def val_window_batches(
     tokens: torch.Tensor,
     *,
     seq_len: int,

@@ -1,4 +1,7 @@
-"""Batches of a workload that gives a torch Dataset: the loop, not the workload, applies the loader knobs.
+"""Batches of a workload that gives a torch Dataset of examples (`example_batches`, `val_example_batches`):
+the loop, not the workload, applies the loader knobs. The hybrid LM batches its token stream itself
+(trainables/char_batches.py: windows at offsets, not examples); both draw a step's batch from
+`step_generator`.
 
 Batch `step` is `batch_size` examples drawn with replacement by a generator seeded from (seed, step), as the
 hybrid draws its windows: a pure function of its arguments, the same for both loaders, so `loader`,
@@ -56,11 +59,16 @@ def to_device(batch: Any, device: torch.device) -> Any:
     return batch
 
 
+def step_generator(*key: object) -> torch.Generator:
+    """A generator seeded from `key` (its parts joined by ':'), the same in every process and on every
+    machine: a stable hash, not Python's salted hash(). Batch draws key it by (seed, step)."""
+    digest = hashlib.blake2b(":".join(map(str, key)).encode(), digest_size=8).digest()
+    return torch.Generator().manual_seed(int.from_bytes(digest, "little") & (2**63 - 1))
+
+
 def step_indices(seed: int, step: int, batch_size: int, n: int) -> torch.Tensor:
-    # A stable hash (not Python's salted hash()) so every process and machine draws the same examples.
-    digest = hashlib.blake2b(f"examples:{seed}:{step}".encode(), digest_size=8).digest()
-    generator = torch.Generator().manual_seed(int.from_bytes(digest, "little") & (2**63 - 1))
-    return torch.randint(n, (batch_size,), generator=generator)
+    """The example indices of batch `step` (with replacement, of the first n examples)."""
+    return torch.randint(n, (batch_size,), generator=step_generator("examples", seed, step))
 
 
 class StepSampler(Sampler[list[int]]):
@@ -82,9 +90,11 @@ def train_size(dataset: Dataset, held_out: bool) -> int:
     return n - max(1, int(n * HOLDOUT_FRAC)) if held_out else n
 
 
-def train_batches(
+def example_batches(
     dataset: Dataset, cfg, device: torch.device, start_step: int = 0, held_out: bool = False
 ) -> Iterator[Any]:
+    """Batch start_step, start_step + 1, ... of `dataset`'s examples on `device`, endless (held_out: of
+    the examples before the held-out tenth)."""
     n = train_size(dataset, held_out)
     if cfg.loader == "device":
         return _device_batches(dataset, cfg, device, n, start_step)
@@ -185,7 +195,7 @@ def on_the_device(dataset: Dataset, device: torch.device) -> Gatherable:
     return Collated(collated).to(device)
 
 
-def val_batches(dataset: Dataset, cfg, device: torch.device, held_out: bool = False) -> list[Any]:
+def val_example_batches(dataset: Dataset, cfg, device: torch.device, held_out: bool = False) -> list[Any]:
     """The fixed val set: at most eval_tokens // seq_len examples, in batches of eval_batch_size."""
     want = max(1, cfg.eval_tokens // cfg.seq_len)
     if held_out:

@@ -55,7 +55,7 @@ from torch.utils.data._utils.collate import default_collate
 
 from model import HybridConfig, HybridLM
 from trainables import datasets, flops
-from trainables.char_batches import train_batches, val_batches
+from trainables.char_batches import val_window_batches, window_batches
 from trainables.config import ConfigError, TrainConfig, unknown_key
 from trainables.data import DataError, load_char_data
 from trainables.user_code import WorkloadSpec, load_factory, needs_path, parse_spec
@@ -108,7 +108,7 @@ class HybridLMWorkload:
 
     def train_batches(self, device: torch.device, start_step: int = 0) -> Iterator[Batch]:
         cfg = self.cfg
-        return train_batches(
+        return window_batches(
             self.data.train,
             loader=cfg.loader,
             batch_size=cfg.batch_size,
@@ -122,7 +122,7 @@ class HybridLMWorkload:
 
     def val_batches(self, device: torch.device) -> list[Batch]:
         cfg = self.cfg
-        return val_batches(
+        return val_window_batches(
             self.data.val,
             seq_len=cfg.seq_len,
             batch_size=cfg.eval_batch_size,
@@ -238,14 +238,14 @@ class Job:
         if not self.gives_dataset:
             return self.workload.train_batches(device, start_step)
         held_out = self.val_set() is None
-        return datasets.train_batches(self.train_set(), self.cfg, device, start_step, held_out)
+        return datasets.example_batches(self.train_set(), self.cfg, device, start_step, held_out)
 
     def val_batches(self, device: torch.device) -> list[Batch]:
         if not self.gives_dataset:
             return self.workload.val_batches(device)
         if self.val_set() is not None:
-            return datasets.val_batches(self.val_set(), self.cfg, device)
-        return datasets.val_batches(self.train_set(), self.cfg, device, held_out=True)
+            return datasets.val_example_batches(self.val_set(), self.cfg, device)
+        return datasets.val_example_batches(self.train_set(), self.cfg, device, held_out=True)
 
 
 def as_job(workload: Any, cfg: TrainConfig) -> Job:
