@@ -12,6 +12,7 @@ from trainables.flops import peak_flops
 from tuner import report
 from tuner.costs import break_even_tokens, time_to_train
 from tuner.report import fmt_mem, fmt_seconds, render_html, render_markdown, write_reports
+from tuner.report.fmt import DASH
 from tuner.report.view import View
 
 HEADER = "| Config | Batch | Workers | Precision | Compile | Kernels | Tok/s | Warm-up | VRAM | Loss | vs baseline |"
@@ -248,6 +249,8 @@ def test_formatters():
     assert fmt_seconds(None) == "—" and fmt_seconds(float("nan")) == "—"
     # progress lines (the loop's ETA, a phase's, the stall notice) read a duration the same way, 0s at worst
     assert progress.fmt_seconds(7325) == "2h 02m 05s" and progress.fmt_seconds(-3.0) == "0s"
+    # one formatter for both: an ETA that is not known yet reads as the reports' dash, not an OverflowError
+    assert fmt_seconds is progress.fmt_seconds and progress.fmt_seconds(float("inf")) == DASH
 
 
 def test_write_reports_writes_markdown(tmp_path):

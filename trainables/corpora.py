@@ -52,9 +52,9 @@ from trainables.data import (
     BUILTIN_PREFIX,
     REPLACEMENT_CHAR,
     DataError,
-    _write_atomically,
     corpus_cache_dir,
 )
+from trainables.files import write_atomically
 
 log = logging.getLogger(__name__)
 
@@ -221,7 +221,7 @@ def _write_cache(cache_file: Path, key: str, text: str) -> None:
     raw = text.encode("utf-8")
     meta = {"key": key, "text_sha256": hashlib.sha256(raw).hexdigest(), "chars": len(text)}
     try:  # text first: a sidecar never names a text that is not there
-        _write_atomically(cache_file, raw)
-        _write_atomically(_sidecar(cache_file), json.dumps(meta).encode())
+        write_atomically(cache_file, raw)
+        write_atomically(_sidecar(cache_file), json.dumps(meta).encode())
     except OSError as err:  # a read-only cache costs a rebuild next time, not this run
         log.warning("could not cache the built-in corpus at %s: %s", cache_file, err)

@@ -25,7 +25,6 @@ import os
 import re
 import sys
 import sysconfig
-import tempfile
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -35,6 +34,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
+
+from trainables.files import write_atomically
 
 log = logging.getLogger(__name__)
 
@@ -199,23 +200,10 @@ def _download_verified(url: str, cache_file: Path, warnings: list[str]) -> str |
         )
         return None
     try:
-        _write_atomically(cache_file, raw)
+        write_atomically(cache_file, raw)  # trials of one node may download at once
     except OSError as err:  # a read-only cache costs a download next time, not this run
         _warn(warnings, f"could not cache tinyshakespeare at {cache_file}: {err}")
     return raw.decode("utf-8")
-
-
-def _write_atomically(dest: Path, data: bytes) -> None:
-    # Write beside the destination then rename, so concurrent trials never read a half-written file.
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as tmp:
-            tmp.write(data)
-        os.replace(tmp_name, dest)
-    except BaseException:
-        Path(tmp_name).unlink(missing_ok=True)
-        raise
 
 
 def _warn(warnings: list[str], message: str) -> None:

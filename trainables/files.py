@@ -1,5 +1,5 @@
 """Files that other processes may read while one is written: the compile cache's entries, OUT's state, the
-remembered answers."""
+remembered answers, the downloaded corpus's cache (trainables/data.py)."""
 
 from __future__ import annotations
 

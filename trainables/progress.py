@@ -3,7 +3,10 @@ and trainables/ may not import tuner/, so the one copy lives here and tuner/ imp
 
 from __future__ import annotations
 
+import math
 import sys
+
+UNKNOWN = "—"  # a duration not known, as the reports' tables write it
 
 
 def log(line: str) -> None:
@@ -11,8 +14,11 @@ def log(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def fmt_seconds(seconds: float) -> str:
-    """A duration as a person reads it: 4s, 1m 05s, 2h 02m 05s (to the second; a negative one is 0s)."""
+def fmt_seconds(seconds: float | None) -> str:
+    """A duration as a person reads it: 4s, 1m 05s, 2h 02m 05s (to the second; a negative one is 0s;
+    None, NaN or infinity: UNKNOWN). The one formatter of the progress lines and the reports."""
+    if not isinstance(seconds, int | float) or isinstance(seconds, bool) or not math.isfinite(seconds):
+        return UNKNOWN
     minutes, secs = divmod(round(max(0.0, seconds)), 60)
     hours, minutes = divmod(minutes, 60)
     if hours:

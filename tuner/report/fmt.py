@@ -7,7 +7,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from trainables import progress
+from trainables.progress import fmt_seconds
 from tuner.knobs import RUN_ONLY_FIELDS, knob_diff
 from tuner.records import Best, LossGate, Summary, short_node_id
 
@@ -44,10 +44,6 @@ def fmt_loss(value: Any) -> str:
 def fmt_jpt(value: Any) -> str:
     """Energy per token, in millijoules (a token costs ~1e-4..1e-2 J)."""
     return f"{value * 1e3:.3g} mJ" if is_num(value) else DASH
-
-
-def fmt_seconds(seconds: Any) -> str:
-    return progress.fmt_seconds(seconds) if is_num(seconds) else DASH
 
 
 def fmt_warmup(seconds: Any) -> str:
