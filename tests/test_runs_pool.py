@@ -4,6 +4,7 @@ the telemetry once. Real Ray and Tune in this process, on the toy workload."""
 
 from __future__ import annotations
 
+import json
 from types import SimpleNamespace
 
 import pytest
@@ -12,9 +13,9 @@ from toy_workload import TOY
 from trainables.spec import TrialSpec
 from tuner.context import Telemetry
 from tuner.records import AHEAD_PHASE, BESIDE_PHASE
-from tuner.runs.ledger import Ledger
+from tuner.runs.ledger import Ledger, _spec
 from tuner.runs.pool import RunPool
-from tuner.runs.request import Placement, Role, RunRequest, TrialInputs
+from tuner.runs.request import Placement, Role, RunRequest, TrialInputs, spec_key
 from tuner.runs.tasks import start_loss_run
 
 ONE_WORKER = Placement({"cpu": 1}, 1, reuse_actors=True)
@@ -59,6 +60,7 @@ def test_a_run_trained_as_a_task_is_recorded_in_its_roles_ledger_and_told_to_the
     row = pool.task_row(run, "screen-2's loss run ahead")
     assert (row.phase, row.screen_id, row.config, row.status) == (AHEAD_PHASE, "screen-2", {"seed": 3}, "ok")
     assert row.val_loss is not None and row.train["seed"] == 3
+    assert row.spec_key == RunRequest(spec, Role.AHEAD).key  # the same identity as a Tune run's row
     assert [r.id for r in pool.rows(Role.AHEAD)] == [row.id] and not Ledger(tmp_path, BESIDE_PHASE).rows()
     assert [[r.id for r in rows] for rows in told] == [[row.id]]
     assert pool.record(Role.AHEAD, pool.rows(Role.AHEAD))[0] is row, "recorded once, then read as it was"
@@ -88,3 +90,62 @@ def test_each_role_carries_its_timing_gate_policy_and_how_its_rows_are_read():
     }
     assert {r for r in Role if r.timed} == {Role.SPEED, Role.REMEASURE}
     assert {r for r in Role if r.during_screen} == {Role.SPEED, Role.BESIDE, Role.AHEAD}
+
+
+# --- resume by the spec's identity ------------------------------------------------------------------------
+
+
+def test_a_spec_key_is_the_runs_identity_not_where_it_is_placed():
+    spec = TrialSpec.of({**TOY, "seed": 3}, knobs={"seed": 3}, screen_id="screen-2").labelled(
+        case=1, repeat=0
+    )
+    key = spec_key(spec, Role.LOSS)
+    assert key == spec_key(_spec(spec.as_tune()), Role.LOSS), "the trial's own reading of its Tune config"
+    assert key == spec_key(spec.with_train(gpu_memory_fraction=0.25, cpu_threads=2), Role.LOSS)
+    others = [
+        spec_key(spec, Role.REMEASURE),
+        spec_key(spec.with_train(lr=1e-3), Role.LOSS),
+        spec_key(spec.labelled(repeat=1), Role.LOSS),
+        spec_key(spec.labelled(screen_id="screen-3"), Role.LOSS),
+    ]
+    assert len({key, *others}) == 5 and all(len(k) == 16 for k in others)
+    # a config the trial refused is recorded as asked, with a key: its row is never lost to the key
+    refused = TrialSpec.as_asked({"train": {**TOY, "batch_size": "huge", "nope": 1}})
+    assert len(spec_key(refused, Role.SPEED)) == 16
+
+
+def test_a_resumed_phase_skips_exactly_the_runs_whose_spec_key_is_in_its_ledger(tmp_path, one_cpu_ray):
+    def requests(second_seed: int) -> list[RunRequest]:
+        return [RunRequest(TrialSpec.of({**TOY, "seed": s}), Role.LOSS) for s in (0, second_seed)]
+
+    first = RunPool(pool_context(tmp_path)).cases("loss_check_0", requests(1), ONE_WORKER)
+    assert [r.spec_key for r in first] == [
+        RunRequest(r.spec.labelled(case=i, repeat=0), r.role).key for i, r in enumerate(requests(1))
+    ]
+    # resumed with case 1 now another config: its row at (1, 0) is not this run's, so only it trains
+    resumed = RunPool(pool_context(tmp_path)).cases("loss_check_0", requests(2), ONE_WORKER)
+    assert resumed[0].id == first[0].id and resumed[1].id not in {r.id for r in first}
+    assert [r.train["seed"] for r in resumed] == [0, 2] and all(r.status == "ok" for r in resumed)
+    assert len(Ledger(tmp_path, "loss_check_0").rows()) == 3
+    # and asked again as it was first: both its runs are in the ledger, nothing trains
+    again = RunPool(pool_context(tmp_path)).cases("loss_check_0", requests(1), ONE_WORKER)
+    assert [r.id for r in again] == [r.id for r in first]
+    assert len(Ledger(tmp_path, "loss_check_0").rows()) == 3
+    assert sorted(p.name for p in (tmp_path / "ray").iterdir()) == ["loss_check_0", "loss_check_0-r1"]
+
+
+def test_a_ledger_from_before_spec_keys_is_resumed_by_case_and_repeat(tmp_path, one_cpu_ray):
+    requests = [RunRequest(TrialSpec.of({**TOY, "seed": 0}), Role.LOSS)]
+    (first,) = RunPool(pool_context(tmp_path)).cases("loss_check_0", requests, ONE_WORKER)
+    ledger = Ledger(tmp_path, "loss_check_0")
+    old = [
+        {k: v for k, v in json.loads(line).items() if k != "spec_key"}
+        for line in ledger.path.read_text().splitlines()
+    ]
+    ledger.path.write_text("".join(json.dumps(row) + "\n" for row in old))
+    assert [r.spec_key for r in ledger.rows()] == [None]
+    # its row at (0, 0) stands for case 0 whatever its config, as before: nothing trains
+    other = [RunRequest(TrialSpec.of({**TOY, "seed": 5}), Role.LOSS)]
+    (row,) = RunPool(pool_context(tmp_path)).cases("loss_check_0", other, ONE_WORKER)
+    assert row.id == first.id and row.spec_key is None and len(ledger.rows()) == 1
+    assert [p.name for p in (tmp_path / "ray").iterdir()] == ["loss_check_0"]

@@ -44,6 +44,11 @@ class TrialRow(Record):
     case: int | None = Field(None, description="index of its config in the phase's list of cases")
     repeat: int | None = Field(None, description="repeat number of that case")
     ray_trial_id: str | None = None
+    spec_key: str | None = Field(
+        None,
+        description="the identity of the run it was asked for (its config, labels and role; "
+        "tuner/runs/request.py:spec_key): what --resume finds a finished run by (None: written before it)",
+    )
     path: str | None = Field(None, description="the Ray Tune trial folder (TensorBoard events)")
 
     # outcome, from the training loop

@@ -2,15 +2,16 @@
 
 The driver appends each finished trial to it the moment Ray reports it (flushed and fsync'd). That ledger,
 not Ray's periodic experiment snapshot, is the record: after a crash, `--resume` runs only what the ledger
-lacks, in a fresh experiment (OUT/ray/<phase>-r<k>), so no finished trial is rerun and none is counted
-twice. Trials that were running when the driver died left no row: they rerun. A trial lost with its node
-leaves no row either: the phase reruns it so (at most NODE_LOSS_RERUNS times)."""
+lacks, found by each run's spec key (tuner/runs/request.py:spec_key), in a fresh experiment
+(OUT/ray/<phase>-r<k>), so no finished trial is rerun and none is counted twice. Trials that were running
+when the driver died left no row: they rerun. A trial lost with its node leaves no row either: the phase
+reruns it so (at most NODE_LOSS_RERUNS times)."""
 
 from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from trainables.progress import fmt_seconds, log
 from trainables.spec import TrialSpec
 from tuner.node_loss import died_with_node
 from tuner.records import TrialRow, short_node_id
+from tuner.runs.request import Role, spec_key
 from tuner.stall import StallWatch
 from tuner.trial_rows import trial_error, trial_row, untold_end
 
@@ -52,6 +54,19 @@ class Ledger:
 
     def has(self, ray_trial_id: str) -> bool:
         return any(r.ray_trial_id == ray_trial_id for r in self.rows())
+
+    def finished(self, wanted: Mapping[tuple[int, int], str]) -> dict[tuple[int, int], TrialRow]:
+        """The rows of the wanted runs ((case, repeat) -> spec key) that the ledger holds, found by their spec
+        key; a row written before rows had one, by its (case, repeat) as before. The first row of each."""
+        by_key: dict[str, TrialRow] = {}
+        by_place: dict[tuple[int | None, int | None], TrialRow] = {}
+        for row in self.rows():
+            if row.spec_key is not None:
+                by_key.setdefault(row.spec_key, row)
+            else:
+                by_place.setdefault((row.case, row.repeat), row)
+        found = {at: by_key.get(key) or by_place.get(at) for at, key in wanted.items()}
+        return {at: row for at, row in found.items() if row is not None}
 
     def append(self, fields: dict[str, Any]) -> TrialRow:
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -85,8 +100,9 @@ class LedgerCallback(Callback):
         rerun_lost: bool = False,
         on_row: Callable[[list[TrialRow]], None] | None = None,
         planned_s: float | None = None,
+        role: Role | None = None,
     ):
-        self.ledger, self.total, self.done = ledger, total, already
+        self.ledger, self.total, self.done, self.role = ledger, total, already, role  # role: in each spec key
         self.on_row = on_row  # told the phase's rows each time one is added, and every RETELL_S
         self.budget_s = budget_s  # the phase ends by then however many trials are left
         self.planned_s = planned_s  # the search's estimate of the phase (eta.py), where it made one
@@ -182,7 +198,7 @@ class LedgerCallback(Callback):
         self.stall.advanced()
         if self.ledger.has(trial.trial_id):  # one row per Ray trial: a finished trial is never rewritten
             return
-        fields = trial_row(trial.last_result, _spec(trial.config), error, trial.path, trial.trial_id)
+        fields = _row_fields(trial, error, self.role)
         if error is not None and died_with_node(error, fields["node_id"]):
             node = short_node_id(fields["node_id"])
             if self.rerun_lost:  # no row: the phase runs it again
@@ -221,6 +237,13 @@ class LedgerCallback(Callback):
         if self.budget_s is not None:
             eta = min(eta, max(0.0, self.started + self.budget_s - now))
         return eta
+
+
+def _row_fields(trial, error, role: Role | None) -> dict[str, Any]:
+    """A finished Ray trial's row fields, its spec key among them."""
+    spec = _spec(trial.config)
+    fields = trial_row(trial.last_result, spec, error, trial.path, trial.trial_id)
+    return {**fields, "spec_key": spec_key(spec, role)}
 
 
 def _spec(config: dict[str, Any]) -> TrialSpec:

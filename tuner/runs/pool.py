@@ -25,7 +25,7 @@ from tuner.context import SearchContext
 from tuner.observe import annotate
 from tuner.records import AHEAD_PHASE, BESIDE_PHASE, TrialRow
 from tuner.runs.ledger import Ledger
-from tuner.runs.request import Placement, Role, RunRequest
+from tuner.runs.request import Placement, Role, RunRequest, spec_key
 from tuner.runs.tasks import TaskRun, start_loss_run
 from tuner.runs.tune import run_cases, run_proposals
 from tuner.screen_clock import ScreenClock
@@ -66,7 +66,7 @@ class RunPool:
             repeats=repeats,
             inputs=self.ctx.inputs,
             planned_s=planned_s,
-            gate=role.timing_gate,
+            role=role,
         )
         return self.record(role, rows)
 
@@ -98,7 +98,7 @@ class RunPool:
             clock=clock,
             inputs=self.ctx.inputs,
             on_row=self._tell if self.listeners else None,
-            gate=request.timing_gate,
+            role=request.role,
             fit=fit,
         )
         return self.record(request.role, rows)
@@ -120,7 +120,9 @@ class RunPool:
             run.wait(WAIT_LINE_S)
         metrics, error = run.result()
         ledger = Ledger(self.ctx.out, TASK_LEDGERS[run.role])
-        row = ledger.append(trial_row(metrics, run.spec, error, None))
+        row = ledger.append(
+            {**trial_row(metrics, run.spec, error, None), "spec_key": spec_key(run.spec, run.role)}
+        )
         self._tell(ledger.rows())
         return self.record(run.role, [row])[0]
 

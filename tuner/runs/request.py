@@ -4,8 +4,10 @@ the inputs every trial gets through Ray's object store."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from enum import Enum
 
 from trainables.data import Corpus
@@ -43,6 +45,33 @@ class Role(str, Enum):
 
 _GATES = {Role.SPEED: "turns", Role.REMEASURE: "quiet", Role.BESIDE: "beside", Role.AHEAD: "beside"}
 
+# The training settings that say where a run is placed and where its files are, not what it trains or
+# measures: left out of its spec key, so a resume on other GPU shares or from another folder still finds
+# it done. Every other setting counts, so a setting added later errs towards a rerun, never towards taking
+# another config's row.
+PLACEMENT_FIELDS = frozenset(
+    {
+        "device",
+        "gpu_memory_fraction",
+        "memory_cap_mb",
+        "cpu_threads",
+        "compile_threads",
+        "compile_cache",
+        "out_dir",
+        "workload_path",
+    }
+)
+
+
+def spec_key(spec: TrialSpec, role: Role | None) -> str:
+    """The identity of a run (16 hex digits): a stable hash of its training config (less PLACEMENT_FIELDS),
+    its labels (case, repeat, finalist, the knobs it stands for, ...) and its role. Every ledger row carries
+    its run's (TrialRow.spec_key), and --resume finds a finished run by it."""
+    train = {k: v for k, v in spec.train.model_dump(warnings=False).items() if k not in PLACEMENT_FIELDS}
+    identity = {"role": role.value if role else None, "train": train, "labels": asdict(spec.labels)}
+    text = json.dumps(identity, sort_keys=True, default=str)
+    return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
+
 
 @dataclass(frozen=True)
 class RunRequest:
@@ -55,6 +84,10 @@ class RunRequest:
     @property
     def timing_gate(self) -> str | None:
         return self.role.timing_gate
+
+    @property
+    def key(self) -> str:
+        return spec_key(self.spec, self.role)
 
 
 @dataclass(frozen=True)

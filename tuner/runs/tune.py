@@ -26,7 +26,7 @@ from tuner.node_loss import NODE_LOSS_RERUNS
 from tuner.ray_noise import quiet_trial_failures
 from tuner.records import TrialRow
 from tuner.runs.ledger import Ledger, LedgerCallback
-from tuner.runs.request import Placement, TrialInputs
+from tuner.runs.request import Placement, Role, TrialInputs, spec_key
 from tuner.screen_clock import ScreenClock, ScreenEnd, seen_by
 from tuner.stop_signals import TuneSigint
 
@@ -84,12 +84,12 @@ def _fit(
     inputs: TrialInputs,
     on_row: Callable[[list[TrialRow]], None] | None = None,
     planned_s: float | None = None,
-    gate: str | None = None,
+    role: Role | None = None,
     **tune_kwargs,
 ) -> LedgerCallback:
     """One Tune experiment; tune_kwargs go to TuneConfig except `stopper` (to RunConfig) and `budget_s` (the
-    wall time the progress lines count down; the stopper ends the phase); `gate`, the trials' timing-gate
-    policy (request.Role.timing_gate). Returns
+    wall time the progress lines count down; the stopper ends the phase); `role`, what the trials are for:
+    their timing-gate policy (Role.timing_gate) and part of each row's spec key. Returns
     its record: the trials lost with their nodes and left unrecorded (`lost`, with `rerun_lost`) for the
     caller to rerun, and those Tune ended without a row (`untold`). A Ctrl-C that Tune caught (it returns
     from fit() early) is Interrupted."""
@@ -98,11 +98,14 @@ def _fit(
     attempt = sum(1 for p in storage.glob(f"{ledger.phase}*") if p.is_dir()) if storage.exists() else 0
     name = ledger.phase if attempt == 0 else f"{ledger.phase}-r{attempt}"
     budget = tune_kwargs.pop("budget_s", None)  # for the progress lines: the stopper ends the phase
-    record = LedgerCallback(ledger, total, already, budget, rerun_lost, on_row, planned_s)
+    record = LedgerCallback(ledger, total, already, budget, rerun_lost, on_row, planned_s, role)
     stoppers = [s for s in (tune_kwargs.pop("stopper", None), LedgerFailed(record)) if s is not None]
     sigint = TuneSigint()  # made now: the SIGINT handler Tune will replace is the one in place
     trainable = tune.with_parameters(
-        train_trial, timing_gate=gate, corpus=inputs.corpus, cache_server=inputs.cache_server
+        train_trial,
+        timing_gate=role.timing_gate if role else None,
+        corpus=inputs.corpus,
+        cache_server=inputs.cache_server,
     )
     # Tune names each trial actor (its repr in the dashboard) and trial after the function: say the phase.
     trainable.__name__ = f"{ledger.phase}_trial"
@@ -144,23 +147,22 @@ def run_cases(
     repeats: int | Sequence[int] = 1,
     inputs: TrialInputs = TrialInputs(),
     planned_s: float | None = None,
-    gate: str | None = None,
+    role: Role | None = None,
 ) -> list[TrialRow]:
     """Each trial in `cases`, `repeats` times (or repeats[i] times for case i); rows in case order, one per
     (case, repeat), labelled as their specs are (the runner adds case and repeat). The runs go round robin (every case's first repeat, then every case's
     second, ...), so a burst of outside load lands on all the cases alike, not on one case's repeats.
+    A run whose spec key (its config, labels and `role`) has a row in the phase's ledger is done, not rerun.
     `planned_s`, the search's estimate of the phase, bounds the ETA of its progress lines."""
     ledger = Ledger(out, phase)
     counts = [repeats] * len(cases) if isinstance(repeats, int) else list(repeats)
-    total = sum(counts)
+    wanted = {(i, rep): cases[i].labelled(case=i, repeat=rep) for i, rep in round_robin(counts)}
+    keys = {at: spec_key(spec, role) for at, spec in wanted.items()}
+    total = len(wanted)
     untold: list[str] = []
     for attempt in range(NODE_LOSS_RERUNS + 1):
-        done = {(r.case, r.repeat) for r in ledger.rows()}
-        pending = [
-            cases[i].labelled(case=i, repeat=rep).as_tune()[TRAIN]
-            for i, rep in round_robin(counts)
-            if (i, rep) not in done
-        ]
+        done = ledger.finished(keys)
+        pending = [spec.as_tune()[TRAIN] for at, spec in wanted.items() if at not in done]
         if not pending:
             break
         _say_going_on(phase, attempt, len(done), total)
@@ -174,12 +176,12 @@ def run_cases(
             rerun_lost=attempt < NODE_LOSS_RERUNS,
             inputs=inputs,
             planned_s=planned_s,
-            gate=gate,
+            role=role,
         )
         untold = list(record.untold.values())
         if not record.lost:
             break
-    rows = ledger.rows()
+    rows = list(ledger.finished(keys).values())
     if len(rows) < total:  # no signal (that was Interrupted): Tune itself ended the experiment early
         raise TuneFailed(ended_early(phase, len(rows), total, untold))
     return sorted(rows, key=lambda r: (r.case, r.repeat))
@@ -209,7 +211,7 @@ def run_proposals(
     clock: ScreenClock | None,
     inputs: TrialInputs = TrialInputs(),
     on_row: Callable[[list[TrialRow]], None] | None = None,
-    gate: str | None = None,
+    role: Role | None = None,
     fit: BatchFit | None = None,
 ) -> list[TrialRow]:
     """Up to `trials` searcher-proposed trials in total, across resumes, never one config twice (fewer
@@ -243,7 +245,7 @@ def run_proposals(
             rerun_lost=attempt < NODE_LOSS_RERUNS,
             inputs=inputs,
             on_row=on_row,
-            gate=gate,
+            role=role,
             search_alg=searcher,
             num_samples=remaining,
             budget_s=budget,
