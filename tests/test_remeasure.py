@@ -79,6 +79,22 @@ def test_a_contended_window_asks_for_another_run_bounded_at_twice_the_repeats():
     assert remeasure.more_runs(rows, [2, 1]) == [4, 1]  # 2 x 2: no more, however the load stays
 
 
+def test_a_run_whose_process_died_is_run_again_bounded_at_twice_the_repeats():
+    # Run Z: 7 of 9 re-measure runs died at once (ActorDiedError), the baseline's three among them.
+    died = "ActorDiedError: The actor died unexpectedly before finishing this task."
+    rows = [
+        make_row("a", "remeasure", case=0, repeat=0, status="error", error=died, tokens_per_s=None),
+        make_row("b", "remeasure", case=0, repeat=1, status="error", error=died, tokens_per_s=None),
+        make_row("c", "remeasure", case=1, repeat=0),
+    ]
+    assert remeasure.more_runs(rows, [2, 1]) == [4, 1]  # two more for case 0, none for case 1
+    rows += [
+        make_row(x, "remeasure", case=0, repeat=r, status="error", error=died)
+        for x, r in (("d", 2), ("e", 3))
+    ]
+    assert remeasure.more_runs(rows, [2, 1]) == [4, 1]  # 2 x 2: no more
+
+
 def test_a_burst_on_some_windows_is_left_out_and_the_clean_runs_decide():
     rows = remeasured(BASELINE_ID, 1000.0, 300.0, 1010.0, contended=(False, True, False))
     rows += remeasured("screen-1", 2000.0, 2020.0, 700.0, contended=(False, False, True))
