@@ -53,6 +53,9 @@ def test_one_run_of_each_finalist_profiles_and_the_rest_only_time():
     assert [s.train.profile_steps for s in specs] == [0, remeasure.PROFILE_STEPS, 0, remeasure.PROFILE_STEPS]
     assert peaks == [None, 3_839.0, 3_839.0, 900.0]  # each case sized by its finalist's screen peak
     assert specs[2].train.batch_size == 64 and specs[2].labels.knobs == {"batch_size": 64}
+    # nothing screened to re-measure: the baseline is the answer, and its runs give the profile line
+    specs, asked, _ = remeasure.profiled_once([(BASELINE_ID, {})], cases[:1], [3], [None])
+    assert asked == [1, 2] and [s.train.profile_steps for s in specs] == [remeasure.PROFILE_STEPS, 0]
 
 
 # --- the answer's line ----------------------------------------------------------------------------------

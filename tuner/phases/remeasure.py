@@ -49,11 +49,12 @@ def profiled_once(
     report's profile line) and the rest that do not. A profile holds its GPU's gate while it runs, so
     profiling every repeat would queue every other window behind it (15 profiles in the default search's
     re-measure). Both cases carry the finalist's label, so its figures are still all its runs'. The
-    baseline is not profiled: the profile line is the answer's, and the eager baseline's profile held its
-    GPU's gate for 30 s while its other windows waited (run Z, one H200)."""
+    baseline is profiled only when it is the only finalist (so the answer): the profile line is the
+    answer's, and the eager baseline's profile held its GPU's gate for 30 s while its other windows waited
+    (run Z, one H200)."""
     specs, asked, sized = [], [], []
     for (finalist, knobs), case, runs, peak in zip(finalists, cases, wanted, peaks, strict=True):
-        if finalist == BASELINE_ID:
+        if finalist == BASELINE_ID and len(finalists) > 1:
             specs.append(TrialSpec.of(case, finalist=finalist, knobs=knobs))
             asked.append(runs)
             sized.append(peak)
