@@ -1,4 +1,4 @@
-"""Does the loss gate at a prefix of the planned run judge as the full run would? (issue 36 item 3)
+"""Does the loss limit at a prefix of the planned run judge as the full run would? (issue 36 item 3)
 
     python bench/horizon_agreement.py [--config configs/default.yaml] [--data tinyshakespeare.txt]
         [--horizons 10%,5%,20%,40%] [--configs FILE.yaml] [--execution compile=reduce-overhead,...]
@@ -9,7 +9,7 @@ precisions; the built-in CONFIGS, or a YAML list of knob mappings) for the whole
 (`train.tokens`), each in its own process (`python -m trainables.train --out DIR`: an OOM stays there),
 `--jobs` at a time, with an eval at every horizon prefix (eval_interval: the greatest common divisor of the
 prefixes' steps, each prefix a whole number of steps of every batch: tuner/horizon.py). Then, for each
-horizon, it judges every config as the search would (tuner/records.py:LossGate): at the prefix against the
+horizon, it judges every config as the search would (tuner/records.py:LossLimit): at the prefix against the
 two seeds' mean + tolerance + their difference, at the full run against the first seed + tolerance; and
 prints and writes (JSON) each config's two verdicts and the agreement N/M. The first horizon is the one a
 report cites (tuner/horizon.py:validation_note reads the JSON's top-level figures).
@@ -38,11 +38,11 @@ sys.path.insert(0, str(ROOT))  # run from anywhere
 
 from trainables.config import ConfigError, load_config, read_yaml  # noqa: E402 - after the path insert
 from tuner.horizon import LossHorizon, horizon_for  # noqa: E402
-from tuner.records import LossGate  # noqa: E402
+from tuner.records import LossLimit  # noqa: E402
 
 # Different batches, lr rules and precisions around the default config's baseline (batch 8, fp32, lr 3e-4
-# at lr_base_batch 8): the loss knobs the default search moves, on both sides of the gate (run O: batch 512
-# fp16 failed it at the full run; run P: batch 256 fp16 sqrt passed).
+# at lr_base_batch 8): the loss knobs the default search moves, on both sides of the loss limit (run O:
+# batch 512 fp16 failed it at the full run; run P: batch 256 fp16 sqrt passed).
 CONFIGS: list[dict[str, Any]] = [
     {"batch_size": 8, "precision": "bf16"},
     {"batch_size": 16, "precision": "fp32"},
@@ -84,27 +84,27 @@ def loss_at(result: dict[str, Any], tokens: int) -> float | None:
     return next((p["val_loss"] for p in result.get("history", []) if p.get("tokens") == tokens), None)
 
 
-def judged(result: dict[str, Any], gate: LossGate, tokens: int | None) -> tuple[float | None, bool]:
-    """A run's loss at `tokens` (None: its end) and the gate's verdict on it (a failed run fails)."""
+def judged(result: dict[str, Any], loss_limit: LossLimit, tokens: int | None) -> tuple[float | None, bool]:
+    """A run's loss at `tokens` (None: its end) and the loss limit's verdict on it (a failed run fails)."""
     loss = result.get("val_loss") if tokens is None else loss_at(result, tokens)
-    return loss, result.get("status") == "ok" and gate.passes(loss)
+    return loss, result.get("status") == "ok" and loss_limit.passes(loss)
 
 
 def horizon_report(
-    horizon: LossHorizon, base: list[dict], runs: list[tuple[dict, dict]], full_gate: LossGate, q
+    horizon: LossHorizon, base: list[dict], runs: list[tuple[dict, dict]], full_loss_limit: LossLimit, q
 ) -> dict[str, Any]:
     """One horizon's verdicts: every config at the prefix and at the full run, and how many agree."""
     seeds = [loss_at(r, horizon.tokens) for r in base]
-    gate = LossGate.of(seeds[0], q.tolerance, q.mode, horizon, seeds[1:])
+    loss_limit = LossLimit.of(seeds[0], q.tolerance, q.mode, horizon, seeds[1:])
     verdicts = []
     for knobs, result in runs:
-        short_loss, short_pass = judged(result, gate, horizon.tokens)
-        full_loss, full_pass = judged(result, full_gate, None)
+        short_loss, short_pass = judged(result, loss_limit, horizon.tokens)
+        full_loss, full_pass = judged(result, full_loss_limit, None)
         verdicts.append({"knobs": knobs, "status": result.get("status"), "short_loss": short_loss,
                          "short_pass": short_pass, "full_loss": full_loss, "full_pass": full_pass})  # fmt: skip
     trained = [v for v in verdicts if v["status"] == "ok"]  # a failed run fails both: no evidence
     agreed = sum(v["short_pass"] == v["full_pass"] for v in trained)
-    return {"tokens": horizon.tokens, "fraction": horizon.fraction, "gate": gate.model_dump(),
+    return {"tokens": horizon.tokens, "fraction": horizon.fraction, "loss_limit": loss_limit.model_dump(),
             "agreed": agreed, "total": len(trained), "verdicts": verdicts}  # fmt: skip
 
 
@@ -132,8 +132,9 @@ def eval_interval(base_cfg, knobs: dict[str, Any], horizons: list[LossHorizon]) 
 
 
 def table(report: dict[str, Any]) -> str:
-    out = [f"horizon {report['tokens']:,} tokens ({report['fraction']:.1%}): limit {report['gate']['limit']:.4f}, "
-           f"seed noise {report['gate']['noise'] or 0:.4f}; agreed {report['agreed']}/{report['total']}",
+    limit = report["loss_limit"]
+    out = [f"horizon {report['tokens']:,} tokens ({report['fraction']:.1%}): limit {limit['limit']:.4f}, "
+           f"seed noise {limit['noise'] or 0:.4f}; agreed {report['agreed']}/{report['total']}",
            "| config | status | loss at prefix | pass | loss at full run | pass |", "|---|---|---|---|---|---|"]  # fmt: skip
     for v in report["verdicts"]:
         fmt = lambda x: "—" if x is None else f"{x:.4f}"  # noqa: E731
@@ -195,15 +196,16 @@ def _bench(args) -> int:
         )
         return 1
     q = quality
-    full_gate = LossGate.of(base[0]["val_loss"], q.tolerance, q.mode)
-    reports = [horizon_report(h, base, runs, full_gate, q) for h in horizons]
+    full_loss_limit = LossLimit.of(base[0]["val_loss"], q.tolerance, q.mode)
+    reports = [horizon_report(h, base, runs, full_loss_limit, q) for h in horizons]
     record = {"config": os.path.relpath(Path(args.config).resolve(), ROOT), "device": gpu,
               "date": time.strftime("%Y-%m-%d"), "execution": fixed, "planned_tokens": base_cfg.tokens,
-              "full_gate": full_gate.model_dump(), "wall_s": round(time.time() - started, 1),
-              **{k: reports[0][k] for k in ("agreed", "total", "fraction", "tokens")}, "horizons": reports}  # fmt: skip
+              "full_loss_limit": full_loss_limit.model_dump(), "wall_s": round(time.time() - started, 1),
+              **{k: reports[0][k] for k in ("agreed", "total", "fraction", "tokens")},
+              "horizons": reports}  # fmt: skip
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(record, indent=1))
-    print(f"{gpu}; planned run {base_cfg.tokens:,} tokens; full-run limit {full_gate.limit:.4f}; "
+    print(f"{gpu}; planned run {base_cfg.tokens:,} tokens; full-run limit {full_loss_limit.limit:.4f}; "
           f"{time.time() - started:.0f} s\n")  # fmt: skip
     print("\n\n".join(table(r) for r in reports))
     print(f"\nwritten: {out}")

@@ -248,7 +248,7 @@ def synthetic_summary() -> dict:
             "time_to_train_s": time_to_train(_warmup(WINNER_CFG, True), PLANNED, win_runs[1]),
         },
         "trials": trials,
-        "loss_gate": {"baseline_loss": 1.5, "tolerance": 0.05, "mode": "absolute", "limit": limit},
+        "loss_limit": {"baseline_loss": 1.5, "tolerance": 0.05, "mode": "absolute", "limit": limit},
         "hardware": {"gpus": 1, "cuda": True, "gpu": "NVIDIA H100 80GB HBM3", "gpu_mem_mb": 81559},
         "versions": {"python": "3.12.3", "torch": "2.11.0+cu130", "ray": "2.60.0", "optuna": "5.0.0"},
         "timings": dict(TIMINGS),

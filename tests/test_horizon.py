@@ -1,6 +1,6 @@
 """The loss horizon (tuner/horizon.py): when the planned run is longer than `quality.loss_horizon`, the
 baseline (two seeds) and every contender train the same prefix of it, equal tokens, with the planned run's
-lr schedule, and the gate allows for the baseline's seed-to-seed noise measured there."""
+lr schedule, and the loss limit allows for the baseline's seed-to-seed noise measured there."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from tuner.config import load_search_config
 from tuner.context import SearchContext, State
 from tuner.horizon import LossHorizon, at_horizon, horizon_for, parse_tokens, step_tokens, validation_note
 from tuner.phases import loss_check
-from tuner.records import BASELINE_ID, BESIDE_PHASE, Hardware, LossGate
+from tuner.records import BASELINE_ID, BESIDE_PHASE, Hardware, LossLimit
 from tuner.report.horizon_section import HEAD
 from tuner.report.html import render_html
 from tuner.report.markdown import render_markdown
@@ -64,13 +64,13 @@ def test_a_budget_at_or_past_the_planned_run_trains_the_planned_run():
 
 def test_two_seeds_set_the_baselines_loss_and_widen_the_tolerance_by_their_difference():
     horizon = LossHorizon(planned_tokens=1_000_000, tokens=100_000, step_tokens=4096)
-    gate = LossGate.of(1.50, 0.05, "absolute", horizon, [1.56])
-    assert gate.baseline_loss == pytest.approx(1.53) and gate.noise == pytest.approx(0.06)
-    assert gate.limit == pytest.approx(1.53 + 0.05 + 0.06) and gate.seed_losses == [1.50, 1.56]
-    assert gate.passes(1.639) and not gate.passes(1.641)
-    relative = LossGate.of(2.0, 0.1, "relative", horizon, [2.2])
+    loss_limit = LossLimit.of(1.50, 0.05, "absolute", horizon, [1.56])
+    assert loss_limit.baseline_loss == pytest.approx(1.53) and loss_limit.noise == pytest.approx(0.06)
+    assert loss_limit.limit == pytest.approx(1.53 + 0.05 + 0.06) and loss_limit.seed_losses == [1.50, 1.56]
+    assert loss_limit.passes(1.639) and not loss_limit.passes(1.641)
+    relative = LossLimit.of(2.0, 0.1, "relative", horizon, [2.2])
     assert relative.limit == pytest.approx(2.1 + 0.21 + 0.2)
-    full = LossGate.of(1.50, 0.05, "absolute")  # the planned run: one seed, the tolerance as configured
+    full = LossLimit.of(1.50, 0.05, "absolute")  # the planned run: one seed, the tolerance as configured
     assert full.limit == pytest.approx(1.55) and full.noise is None and full.seed_losses == []
 
 
@@ -90,7 +90,7 @@ def test_at_the_planned_run_the_baseline_trains_one_seed():
     assert [c["seed"] for c in baseline.noise_cases(ctx, ctx.base)] == [ctx.base["seed"] + 1]
 
 
-def test_loss_runs_stop_at_the_prefix_and_the_gate_takes_both_seeds(tmp_path, one_cpu_ray):
+def test_loss_runs_stop_at_the_prefix_and_the_loss_limit_takes_both_seeds(tmp_path, one_cpu_ray):
     """Real Tune trials of the smoke model on the CPU: the planned run is 64 steps of batch 16, the loss
     horizon a quarter of it, 16,384 tokens."""
     overrides = ["train.tokens=65536", "train.eval_tokens=2048", "search.loss_check_top=1",
@@ -108,41 +108,42 @@ def test_loss_runs_stop_at_the_prefix_and_the_gate_takes_both_seeds(tmp_path, on
         assert row.status == "ok" and row.tokens == 16_384, f"{row.id} trained the prefix, not the run"
         assert row.train["tokens"] == 65_536, "with the planned run's schedule"
     assert rows[2].steps == 16_384 // (32 * 64) and rows[0].steps == 16_384 // (16 * 64)
-    base_row, gate, candidates = baseline.split_checked(ctx, rows)
+    base_row, loss_limit, candidates = baseline.split_checked(ctx, rows)
     assert base_row.id == BASELINE_ID and [c.id for c in candidates] == [rows[2].id]
-    assert gate.horizon.tokens == 16_384 and gate.horizon.planned_tokens == 65_536
+    assert loss_limit.horizon.tokens == 16_384 and loss_limit.horizon.planned_tokens == 65_536
     seeds = [rows[0].val_loss, rows[1].val_loss]
-    assert gate.seed_losses == seeds and seeds[0] != seeds[1], "another seed, another loss"
-    assert gate.noise == pytest.approx(abs(seeds[0] - seeds[1]))
-    assert gate.baseline_loss == pytest.approx(sum(seeds) / 2)
-    assert gate.limit == pytest.approx(gate.baseline_loss + 0.05 + gate.noise)
-    assert rows[2].feasible == gate.passes(rows[2].val_loss)
+    assert loss_limit.seed_losses == seeds and seeds[0] != seeds[1], "another seed, another loss"
+    assert loss_limit.noise == pytest.approx(abs(seeds[0] - seeds[1]))
+    assert loss_limit.baseline_loss == pytest.approx(sum(seeds) / 2)
+    assert loss_limit.limit == pytest.approx(loss_limit.baseline_loss + 0.05 + loss_limit.noise)
+    assert rows[2].feasible == loss_limit.passes(rows[2].val_loss)
 
 
 def test_the_report_says_which_horizon_judged_the_noise_and_how_far_to_trust_it():
     summary = synthetic_summary()
     horizon = LossHorizon(planned_tokens=1_000_000_000, tokens=20_004_864, step_tokens=32_768)
-    gate = LossGate.of(1.50, 0.05, "absolute", horizon, [1.52])
-    # the gate cites docs/results/horizon_agreement.json where the bench wrote one: here, as if it had not
-    gate = gate.model_copy(update={"validation": None})
-    text = render_markdown({**summary, "loss_gate": gate.model_dump()})
+    loss_limit = LossLimit.of(1.50, 0.05, "absolute", horizon, [1.52])
+    # the loss limit cites docs/results/horizon_agreement.json where the bench wrote one: here, as if it
+    # had not
+    loss_limit = loss_limit.model_copy(update={"validation": None})
+    text = render_markdown({**summary, "loss_limit": loss_limit.model_dump()})
     section = text.split(f"## {HEAD}\n", 1)[1].split("\n## ", 1)[0]
     assert "prefix of 20,004,864 tokens, 2.0% of the planned run's 1,000,000,000" in section
     assert "1.5000 and 1.5200 (difference 0.0200)" in section and "= 1.5800" in section
     assert "no validation of short-horizon verdicts is recorded" in section
     measured = text.split("## How each number was measured\n", 1)[1].split("\n## ", 1)[0]
     assert "loss horizon, a 20,004,864-token prefix of the planned run (2.0%)" in measured
-    validated = gate.model_copy(update={"validation": "on configs/default.yaml: 11/12 agreed"})
-    text = render_markdown({**summary, "loss_gate": validated.model_dump()})
+    validated = loss_limit.model_copy(update={"validation": "on configs/default.yaml: 11/12 agreed"})
+    text = render_markdown({**summary, "loss_limit": validated.model_dump()})
     assert "checked against full runs on configs/default.yaml: 11/12 agreed" in text
-    full = render_markdown({**summary, "loss_gate": LossGate.of(1.5, 0.05, "absolute").model_dump()})
+    full = render_markdown({**summary, "loss_limit": LossLimit.of(1.5, 0.05, "absolute").model_dump()})
     assert "At the full planned run: every loss run trained it" in full
 
 
 def test_the_html_report_says_the_loss_runs_trained_the_prefix_not_the_full_budget():
     horizon = LossHorizon(planned_tokens=1_000_000_000, tokens=20_004_864, step_tokens=32_768)
-    gate = LossGate.of(1.50, 0.05, "absolute", horizon, [1.52])
-    page = render_html({**synthetic_summary(), "loss_gate": gate.model_dump()})
+    loss_limit = LossLimit.of(1.50, 0.05, "absolute", horizon, [1.52])
+    page = render_html({**synthetic_summary(), "loss_limit": loss_limit.model_dump()})
     prefix = "loss horizon, a 20,004,864-token prefix of the planned run (2.0%)"
     assert f"Loss: at the {prefix}" in page  # the table's note
     assert f"Val loss at the {prefix}" in page  # the Pareto chart's caption
@@ -187,7 +188,7 @@ def test_beside_the_screen_both_seeds_train_the_prefix_and_round_0_trains_no_bas
 ):
     """The baseline's run at its second seed trains beside the screen as its first does (the fp32 8M-token
     prefix of configs/hybrid-100m.yaml: 7-9 minutes the loss check no longer waits for); round 0 takes its
-    row and trains only the candidate; a resumed search rebuilds the same gate from the ledger."""
+    row and trains only the candidate; a resumed search rebuilds the same loss limit from the ledger."""
     ctx = beside_context(tmp_path)
     beside, seeds = start_both(ctx)
     assert beside is not None and [run.spec.train.seed for run in seeds] == [1338]
@@ -208,16 +209,18 @@ def test_beside_the_screen_both_seeds_train_the_prefix_and_round_0_trains_no_bas
     assert [r.screen_id for r in round_0] == ["screen-1"], "round 0 trained the candidate, no baseline"
     assert not Ledger(tmp_path, "loss_check_baseline").rows()
     assert all(r.tokens == 16_384 and r.train["tokens"] == 65_536 for r in rows)
-    _, gate, candidates = baseline.split_checked(ctx, rows)
+    _, loss_limit, candidates = baseline.split_checked(ctx, rows)
     assert [c.screen_id for c in candidates] == ["screen-1"]
-    assert gate.seed_losses == [kept[1337].val_loss, kept[1338].val_loss] and gate.noise is not None
+    assert (
+        loss_limit.seed_losses == [kept[1337].val_loss, kept[1338].val_loss] and loss_limit.noise is not None
+    )
 
     resumed = beside_context(tmp_path)  # the driver died after the screen: --resume reads the ledgers
     beside, seeds = start_both(resumed)
     assert beside.ref is None and [run.ref for run in seeds] == [None], "nothing trains again"
     again = loss_check.run(resumed, screen, beside, None, seeds)
     assert [(r.id, r.val_loss) for r in again] == [(r.id, r.val_loss) for r in rows]
-    assert baseline.split_checked(resumed, again)[1] == gate
+    assert baseline.split_checked(resumed, again)[1] == loss_limit
 
 
 def test_a_seed_whose_run_beside_the_screen_failed_trains_in_a_round_of_its_own(tmp_path, two_fake_gpus):

@@ -34,15 +34,15 @@ def test_each_config_is_judged_at_the_prefix_and_at_the_full_run(tmp_path):
     assert [h["tokens"] for h in record["horizons"]] == [2048, 1024]
     assert record["tokens"] == 2048 and record["fraction"] == 0.5  # the first horizon is the one cited
     for horizon in record["horizons"]:
-        gate = horizon["gate"]
-        seeds = gate["seed_losses"]
-        assert len(seeds) == 2 and gate["noise"] == pytest.approx(abs(seeds[0] - seeds[1]))
-        assert gate["limit"] == pytest.approx(sum(seeds) / 2 + 0.05 + gate["noise"])
+        loss_limit = horizon["loss_limit"]
+        seeds = loss_limit["seed_losses"]
+        assert len(seeds) == 2 and loss_limit["noise"] == pytest.approx(abs(seeds[0] - seeds[1]))
+        assert loss_limit["limit"] == pytest.approx(sum(seeds) / 2 + 0.05 + loss_limit["noise"])
         assert len(horizon["verdicts"]) == 1 and horizon["total"] == 1
         for v in horizon["verdicts"]:
             assert v["status"] == "ok" and v["short_loss"] is not None and v["full_loss"] is not None
-            assert v["short_pass"] == (v["short_loss"] <= gate["limit"])
-            assert v["full_pass"] == (v["full_loss"] <= record["full_gate"]["limit"])
+            assert v["short_pass"] == (v["short_loss"] <= loss_limit["limit"])
+            assert v["full_pass"] == (v["full_loss"] <= record["full_loss_limit"]["limit"])
         assert horizon["agreed"] == sum(v["short_pass"] == v["full_pass"] for v in horizon["verdicts"])
     # the prefix losses are earlier points of the same runs: a run at 25% is behind itself at 50%
     early, later = (h["verdicts"][0]["short_loss"] for h in reversed(record["horizons"]))

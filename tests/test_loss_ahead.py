@@ -63,7 +63,7 @@ def test_the_fastest_candidates_train_ahead_and_a_round_takes_their_rows(
         assert row.phase == AHEAD_PHASE and row.status == "ok" and row.val_loss is not None
         assert row.gate_wait_s is not None, "it ran beside the screen, at its GPU's gate"
         assert row.train["tokens"] == 16_384, "a full-budget loss run, not a screen run"
-    # the smoke model's short runs end far above the fake rounds' 1.5: both fail the gate, and a later
+    # the smoke model's short runs end far above the fake rounds' 1.5: both fail the loss limit, and a later
     # round trains the next candidate itself
     assert trained[1:] == [["screen-2"]]
     assert len(Ledger(tmp_path, AHEAD_PHASE).rows()) == 2
@@ -80,7 +80,7 @@ def test_one_spare_trains_ahead_and_runs_no_round_asked_for_are_stopped(tmp_path
     ]
     ahead.consider(screen)
     picks = loss_check.loss_check_candidates(screen, ctx.base, 4)
-    # loss_check_top is 2: those two and one spare, for when one of them fails the gate
+    # loss_check_top is 2: those two and one spare, for when one of them fails the loss limit
     assert [ahead.started(p) for p in picks] == [True, True, True, False]
     assert ahead.training() == 3
     ahead.cancel_rest()

@@ -194,7 +194,7 @@ def test_the_baselines_group_does_not_use_up_a_top_of_one(tmp_path, monkeypatch)
 
 
 def rounds_without_training(monkeypatch) -> list[list]:
-    """Loss-check rounds whose runs all reach a loss inside the gate at once; records each round's picks."""
+    """Loss-check rounds whose runs all reach a loss within the loss limit at once; records their picks."""
     trained: list[list] = []
 
     def fake_round(ctx, round_no, cases, beside=0):

@@ -13,7 +13,7 @@ from tests.factories import make_row, make_summary, on_two_gpus, synthetic_summa
 from trainables.profile import Profile, TopOp
 from trainables.result import RunResult, TrialResult
 from trainables.spec import TrialSpec
-from tuner.records import Summary, TrialRow, summary_schema
+from tuner.records import LossLimit, Summary, TrialRow, loss_limit_in, summary_schema
 from tuner.trial_rows import NOT_IN_ROW, trial_row
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -60,16 +60,27 @@ def test_gpu_use_and_populations_round_trip_and_older_summaries_lack_them():
     assert older.gpu_usage == [] and older.gpu_population == []
 
 
-def test_a_summary_from_before_the_loss_gate_migrates_its_tolerance_into_the_gate():
+def test_a_summary_from_before_the_loss_limit_record_migrates_its_tolerance_into_the_loss_limit():
     older = {"baseline": {"val_loss": 1.5}, "tolerance": {"value": 0.05, "mode": "relative", "limit": 1.575}}
-    gate = Summary.model_validate(older).loss_gate
-    assert (gate.baseline_loss, gate.tolerance, gate.mode, gate.limit) == (1.5, 0.05, "relative", 1.575)
+    limit = Summary.model_validate(older).loss_limit
+    assert (limit.baseline_loss, limit.tolerance, limit.mode, limit.limit) == (1.5, 0.05, "relative", 1.575)
     no_limit = {
         "baseline": {"val_loss": 1.5},
         "tolerance": {"value": 0.05, "mode": "absolute", "limit": None},
     }
-    assert Summary.model_validate(no_limit).loss_gate is None
+    assert Summary.model_validate(no_limit).loss_limit is None
     assert "tolerance" not in Summary.model_validate(older).model_dump()
+
+
+def test_a_summary_that_named_its_loss_limit_loss_gate_is_read_as_written():
+    written = {"baseline_loss": 1.5, "tolerance": 0.05, "mode": "absolute", "limit": 1.56, "noise": 0.01}
+    older = {"baseline": {"val_loss": 1.5}, "loss_gate": written}
+    summary = Summary.model_validate(older)
+    assert summary.loss_limit == LossLimit.model_validate(written)
+    assert "loss_gate" not in summary.model_dump() and summary.model_dump()["loss_limit"]["limit"] == 1.56
+    assert loss_limit_in(older) == written == loss_limit_in({"loss_limit": written})
+    assert loss_limit_in({"baseline": {}}) is None
+    assert Summary.model_validate({"loss_gate": None}).loss_limit is None
 
 
 def test_every_figure_a_trial_reports_has_a_home_in_its_row():

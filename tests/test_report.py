@@ -85,7 +85,7 @@ SUMMARY = {
             for i, t in enumerate((50000.0, 49000.0, 51000.0))
         ),  # fmt: skip
     ],
-    "loss_gate": {"baseline_loss": 1.5, "tolerance": 0.05, "mode": "absolute", "limit": 1.55},
+    "loss_limit": {"baseline_loss": 1.5, "tolerance": 0.05, "mode": "absolute", "limit": 1.55},
     "hardware": {"gpu": "NVIDIA H100 80GB HBM3", "gpus": 1},
     "versions": {"torch": "2.11.0", "ray": "2.60.0"},
     "timings": {
@@ -617,7 +617,7 @@ def cpu_search(*screen: dict) -> dict:
             "baseline": {"config": SMOKE_CFG, "tokens_per_s": 20000.0, "val_loss": 2.0},
             "best": None,
             "trials": [base, *screen, *remeasure],
-            "loss_gate": {"baseline_loss": 2.0, "tolerance": 0.05, "mode": "absolute", "limit": 2.05},
+            "loss_limit": {"baseline_loss": 2.0, "tolerance": 0.05, "mode": "absolute", "limit": 2.05},
         }
     )
 

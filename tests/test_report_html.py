@@ -35,6 +35,8 @@ from factories import (  # as `factories`, not `tests.factories`: this file also
 
 from trainables.flops import peak_flops
 from tuner.report import fmt_seconds, render_html, render_markdown, write_reports
+from tuner.report.__main__ import main as rebuild_reports
+from tuner.report.fmt import fmt_loss
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -374,7 +376,7 @@ def test_failed_trials_only_and_minimal_summaries_render():
             ),
             search_row("screen-1", "screen", {"precision": "fp16"}, "nan", feasible=False),
         ],
-        "tolerance": {"value": 0.05, "mode": "absolute", "limit": 1.55},  # as before the loss gate
+        "tolerance": {"value": 0.05, "mode": "absolute", "limit": 1.55},  # as before the loss limit
     }
     page = render_html(failed)
     parse(page)
@@ -421,6 +423,18 @@ def test_report_cli_rebuilds_both_files_and_fails_cleanly(tmp_path, full):
     assert (
         broken.returncode == 2 and broken.stderr.startswith("error: ") and "not valid JSON" in broken.stderr
     )
+
+
+def test_a_summary_json_that_named_its_loss_limit_loss_gate_rebuilds_the_same_reports(tmp_path, full):
+    out = tmp_path / "out"
+    out.mkdir()
+    older = {k: v for k, v in full.items() if k != "loss_limit"} | {"loss_gate": full["loss_limit"]}
+    (out / "summary.json").write_text(json.dumps(older))  # as searches wrote it before the rename
+    assert rebuild_reports([str(out)]) == 0
+    markdown = (out / "report.md").read_text()
+    assert markdown == render_markdown(full) and (out / "report.html").read_text() == render_html(full)
+    limit = fmt_loss(full["loss_limit"]["limit"])
+    assert f"Feasible: val loss <= {limit}" in markdown and "limit —" not in markdown
 
 
 def test_write_reports_writes_the_html_next_to_the_markdown(tmp_path, full):

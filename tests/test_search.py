@@ -77,7 +77,7 @@ def test_smoke_search_writes_everything_and_picks_the_fastest_feasible(tmp_path,
         assert t["feasible"] in (True, False, None)
         if t["status"] in ("oom", "nan", "error"):
             assert t["feasible"] is False
-    assert s["baseline"]["val_loss"] is not None and s["loss_gate"]["limit"] > s["baseline"]["val_loss"]
+    assert s["baseline"]["val_loss"] is not None and s["loss_limit"]["limit"] > s["baseline"]["val_loss"]
     # every trial was pinned to the corpus the driver resolved
     monkeypatch.setenv("TUNER_OFFLINE", ENV["TUNER_OFFLINE"])  # resolve as the search's driver did
     corpus = resolve_corpus(DATA[0] if DATA else None)
@@ -120,7 +120,7 @@ def test_smoke_search_writes_everything_and_picks_the_fastest_feasible(tmp_path,
         faster = [f for f in finalists if f.feasible and spread(f.runs)[1] > hi]
         assert not faster, f"a feasible finalist is faster beyond the spread: {faster}"
         if s["best"]["id"] != "baseline":
-            assert s["best"]["val_loss"] <= s["loss_gate"]["limit"]
+            assert s["best"]["val_loss"] <= s["loss_limit"]["limit"]
         best = load_config(out / "best.yaml")
         for knob, value in s["best"]["config"].items():
             assert getattr(best, knob) == value

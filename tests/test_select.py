@@ -18,7 +18,7 @@ from tuner.context import SearchContext, State
 from tuner.knobs import knob_diff, loss_key
 from tuner.phases import finish
 from tuner.phases.loss_check import _in_reach, _round_picks
-from tuner.records import BASELINE_ID, Finalist, Hardware, LossGate, Summary
+from tuner.records import BASELINE_ID, Finalist, Hardware, LossLimit, Summary
 from tuner.select import (
     ScreenOutcome,
     Selection,
@@ -43,7 +43,7 @@ BASELINE = {
     "max_steps": None,
     "out_dir": None,
 }
-GATE = LossGate(baseline_loss=1.50, tolerance=0.05, mode="absolute", limit=1.55)
+LIMIT = LossLimit(baseline_loss=1.50, tolerance=0.05, mode="absolute", limit=1.55)
 
 
 def screen(tid: str, tps: float | None, status: str = "ok", **config):
@@ -184,20 +184,20 @@ def test_a_round_takes_no_candidate_its_faster_members_would_put_out_of_reach():
     assert [p.id for p in _round_picks(queue[3:], [*passed, queue[0]], take=4, top=3)] == ["eager-lr6"]
 
 
-# --- the loss gate ----------------------------------------------------------------------------------------
+# --- the loss limit ---------------------------------------------------------------------------------------
 
 
-def test_the_gate_adds_the_tolerance_to_the_baseline_loss_absolute_or_relative():
-    absolute = QualitySection(tolerance=0.05).gate(1.5)
-    relative = QualitySection(tolerance=0.1, mode="relative").gate(2.0)
+def test_the_loss_limit_adds_the_tolerance_to_the_baseline_loss_absolute_or_relative():
+    absolute = QualitySection(tolerance=0.05).loss_limit(1.5)
+    relative = QualitySection(tolerance=0.1, mode="relative").loss_limit(2.0)
     assert (absolute.limit, absolute.mode, absolute.baseline_loss) == (1.5 + 0.05, "absolute", 1.5)
     assert relative.limit == pytest.approx(2.2) and relative.tolerance == 0.1
 
 
-def test_the_gate_passes_a_finite_loss_up_to_its_limit_and_only_runs_that_trained():
-    assert GATE.passes(1.55) and GATE.passes(1.2) and not GATE.passes(1.5501)
-    assert not any(GATE.passes(x) for x in (None, math.nan, math.inf))
-    assert GATE.verdict(check("a", {}, 1.52)) and not GATE.verdict(check("b", {}, 1.52, status="error"))
+def test_the_loss_limit_passes_a_finite_loss_up_to_its_limit_and_only_runs_that_trained():
+    assert LIMIT.passes(1.55) and LIMIT.passes(1.2) and not LIMIT.passes(1.5501)
+    assert not any(LIMIT.passes(x) for x in (None, math.nan, math.inf))
+    assert LIMIT.verdict(check("a", {}, 1.52)) and not LIMIT.verdict(check("b", {}, 1.52, status="error"))
 
 
 # --- with_feasibility ------------------------------------------------------------------------------------
@@ -220,7 +220,7 @@ def test_feasibility_cases():
         check("nan-check", {"lr": 3e-3}, math.nan, status="nan"),
     ]
     before = [t.model_dump() for t in trials]
-    judged = with_feasibility(trials, checked, GATE, baseline=BASELINE)
+    judged = with_feasibility(trials, checked, LIMIT, baseline=BASELINE)
     assert [t.model_dump() for t in trials] == before  # new rows: the screen's own are left as they were
     got = {t.id: (t.feasible, t.val_loss, t.loss_checked_by) for t in judged}
     assert got == {
@@ -238,7 +238,7 @@ def test_feasibility_cases():
 def test_feasibility_a_check_that_errored_is_infeasible_even_with_a_loss():
     trials = [screen("t", 300.0, batch_size=64)]
     checked = [check("t", {"batch_size": 64}, 1.40, status="error")]
-    trials = with_feasibility(trials, checked, GATE, baseline=BASELINE)
+    trials = with_feasibility(trials, checked, LIMIT, baseline=BASELINE)
     assert trials[0].feasible is False
 
 
@@ -250,7 +250,7 @@ def test_feasibility_without_the_baseline_compares_the_named_knobs():
         screen("batch-fused", 240.0, compile="default", kernels="fused", batch_size=64),
     ]
     checked = [check("lc-1", {"batch_size": 64, "compile": "none"}, 1.6)]
-    trials = with_feasibility(trials, checked, GATE)
+    trials = with_feasibility(trials, checked, LIMIT)
     got = {t.id: (t.feasible, t.loss_checked_by) for t in trials}
     assert got == {"speed": (True, BASELINE_ID), "batch": (False, "lc-1"), "batch-fused": (False, "lc-1")}
 
@@ -549,9 +549,9 @@ def finished_search(out: Path, screen_rows: list) -> tuple[SearchContext, Summar
     base = make_row(BASELINE_ID, "baseline", {}, tokens_per_s=8000.0, val_loss=2.0, execution={})
     again = [make_row(f"remeasure-{i}", "remeasure", {}, tokens_per_s=t, finalist=BASELINE_ID)
              for i, t in enumerate((19000.0, 20000.0, 21000.0))]  # fmt: skip
-    gate = LossGate.of(2.0, 0.05, "absolute")
-    screen_rows = with_feasibility(screen_rows, [], gate, baseline=ctx.base)
-    return ctx, finish.summarize(ctx, base, screen_rows, [], again, gate)
+    loss_limit = LossLimit.of(2.0, 0.05, "absolute")
+    screen_rows = with_feasibility(screen_rows, [], loss_limit, baseline=ctx.base)
+    return ctx, finish.summarize(ctx, base, screen_rows, [], again, loss_limit)
 
 
 def test_a_search_whose_screen_finished_nothing_exits_6_with_its_cause_and_the_baseline(tmp_path, capsys):

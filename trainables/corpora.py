@@ -29,7 +29,7 @@ Python or torch gives other figures (the source line says which). What it holds 
 model: the training split (90%) is 46M tokens, 0.46 tokens per parameter per epoch; a 1B-token planned
 run is ~22 epochs of it. Repeating data costs little up to ~4 epochs (Muennighoff et al. 2023, "Scaling
 Data-Constrained Language Models"), so expect a 100M model's validation loss to part from its training
-loss after ~2-4 epochs (~100-200M tokens): a loss gate on a prefix up to there judges training, not
+loss after ~2-4 epochs (~100-200M tokens): a loss limit on a prefix up to there judges training, not
 memorisation; the full 1B-token run would overfit.
 """
 

@@ -20,7 +20,7 @@ from tuner.config import Knob
 from tuner.context import SearchContext, SearchFailed, log
 from tuner.horizon import LossHorizon, at_horizon, horizon_for
 from tuner.knobs import execution, loss_key
-from tuner.records import BASELINE_ID, LossGate, TrialRow
+from tuner.records import BASELINE_ID, LossLimit, TrialRow
 from tuner.runs.pool import RunPool
 from tuner.runs.request import Role, RunRequest
 from tuner.runs.tasks import TaskRun
@@ -161,7 +161,7 @@ def loss_seeds(ctx: SearchContext) -> list[int]:
 
 def noise_cases(ctx: SearchContext, case: dict[str, Any]) -> list[dict[str, Any]]:
     """At a prefix of the planned run, the baseline's loss run at a second seed (seed + 1), whose difference
-    from the first is the seed-to-seed noise the gate allows for; at the full run, none."""
+    from the first is the seed-to-seed noise the loss limit allows for; at the full run, none."""
     return [{**case, "seed": case["seed"] + 1}] if loss_horizon(ctx).is_prefix else []
 
 
@@ -179,24 +179,25 @@ def as_baseline(row: TrialRow, twin: TrialRow | None, nth_seed: int = 0) -> Tria
     )
 
 
-def gate_of(ctx: SearchContext, baseline: TrialRow, seeds: list[TrialRow]) -> LossGate:
-    """The gate the baseline's loss run and its other seeds' runs set at the loss horizon (a failed seed run
-    leaves the noise unmeasured)."""
+def loss_limit_of(ctx: SearchContext, baseline: TrialRow, seeds: list[TrialRow]) -> LossLimit:
+    """The loss limit the baseline's loss run and its other seeds' runs set at the loss horizon (a failed seed
+    run leaves the noise unmeasured)."""
     more = [s.val_loss for s in seeds if s.status == "ok" and s.val_loss is not None]
-    return ctx.cfg.quality.gate(baseline.val_loss, loss_horizon(ctx), more)
+    return ctx.cfg.quality.loss_limit(baseline.val_loss, loss_horizon(ctx), more)
 
 
-def split_checked(ctx: SearchContext, rows: list[TrialRow]) -> tuple[TrialRow, LossGate, list[TrialRow]]:
+def split_checked(ctx: SearchContext, rows: list[TrialRow]) -> tuple[TrialRow, LossLimit, list[TrialRow]]:
     """The loss check's rows (loss_check.run: the baseline's, its other seeds', the candidates') as the
-    baseline's row, the gate and the candidates' rows: how the pipeline reads a finished or resumed phase."""
+    baseline's row, the loss limit and the candidates' rows: how the pipeline reads a finished or resumed
+    phase."""
     seeds = [r for r in rows[1:] if r.phase == BASELINE_ID]
-    return rows[0], gate_of(ctx, rows[0], seeds), [r for r in rows[1:] if r.phase != BASELINE_ID]
+    return rows[0], loss_limit_of(ctx, rows[0], seeds), [r for r in rows[1:] if r.phase != BASELINE_ID]
 
 
 def checked(
     ctx: SearchContext, baseline: TrialRow, seeds: list[TrialRow] | None = None
-) -> tuple[TrialRow, LossGate]:
-    """The baseline row, with its verdict, and the loss gate it sets (with `seeds`, its runs at other seeds);
+) -> tuple[TrialRow, LossLimit]:
+    """The baseline row, with its verdict, and the loss limit it sets (with `seeds`, its runs at other seeds);
     SearchFailed if it did not train."""
     if baseline.status != "ok" or baseline.val_loss is None:
         raise SearchFailed(f"the baseline run failed ({baseline.status}: {baseline.error})")
@@ -205,22 +206,24 @@ def checked(
             ctx.notice(
                 f"the baseline's run at seed {seed.train.get('seed')} failed ({seed.error}): seed noise unmeasured"
             )
-    gate = gate_of(ctx, baseline, seeds or [])
-    baseline = baseline.with_verdict(gate)
+    loss_limit = loss_limit_of(ctx, baseline, seeds or [])
+    baseline = baseline.with_verdict(loss_limit)
     changed = {k: v for k, v in (baseline.execution or {}).items() if ctx.base.get(k) != v}
     how = ", ".join(f"{k}={v}" for k, v in changed.items())
     how = f"as its twin {baseline.twin_of} runs ({how})" if baseline.twin_of else f"with {how}"
     how = how if changed else "as configured"
-    log(f"baseline: val loss {baseline.val_loss:.4f} (limit {gate.limit:.4f}), trained {how}{_at(gate)}")
-    return baseline, gate
+    where = _at(loss_limit)
+    log(f"baseline: val loss {baseline.val_loss:.4f} (limit {loss_limit.limit:.4f}), trained {how}{where}")
+    return baseline, loss_limit
 
 
-def _at(gate: LossGate) -> str:
-    """Where the gate judged, for the log: nothing at the full planned run."""
-    if gate.horizon is None or not gate.horizon.is_prefix:
+def _at(loss_limit: LossLimit) -> str:
+    """Where the loss limit was applied, for the log: nothing at the full planned run."""
+    if loss_limit.horizon is None or not loss_limit.horizon.is_prefix:
         return ""
-    seeds = ", ".join(f"{loss:.4f}" for loss in gate.seed_losses)
-    noise = f"seeds {seeds}, noise {gate.noise:.4f}" if gate.noise is not None else "seed noise unmeasured"
-    return (
-        f", at a prefix of {gate.horizon.tokens:,} tokens ({gate.horizon.fraction:.1%} of the run; {noise})"
-    )
+    seeds = ", ".join(f"{loss:.4f}" for loss in loss_limit.seed_losses)
+    noise = "seed noise unmeasured"
+    if loss_limit.noise is not None:
+        noise = f"seeds {seeds}, noise {loss_limit.noise:.4f}"
+    horizon = loss_limit.horizon
+    return f", at a prefix of {horizon.tokens:,} tokens ({horizon.fraction:.1%} of the run; {noise})"

@@ -21,7 +21,7 @@ from trainables.config import (
     with_workload_paths,
 )
 from tuner.horizon import LossHorizon, parse_tokens
-from tuner.records import LossGate
+from tuner.records import LossLimit
 
 
 class Range(BaseModel):
@@ -175,12 +175,12 @@ class QualitySection(BaseModel):
     def _tokens(cls, value: Any) -> int | None:
         return None if value is None else parse_tokens(value)
 
-    def gate(
+    def loss_limit(
         self, baseline_loss: float, horizon: LossHorizon | None = None, more_seeds: list[float] | None = None
-    ) -> LossGate:
-        """The loss gate the baseline's val loss sets (at `horizon`, with its other seeds' losses there): every
-        loss verdict of the search is its verdict."""
-        return LossGate.of(baseline_loss, self.tolerance, self.mode, horizon, more_seeds)
+    ) -> LossLimit:
+        """The loss limit the baseline's val loss sets (at `horizon`, with its other seeds' losses there):
+        every loss verdict of the search is its verdict."""
+        return LossLimit.of(baseline_loss, self.tolerance, self.mode, horizon, more_seeds)
 
 
 class ResourcesSection(BaseModel):

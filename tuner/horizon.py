@@ -28,7 +28,7 @@ _SUFFIX = {"": 1, "k": 10**3, "m": 10**6, "b": 10**9}
 
 
 class LossHorizon(BaseModel):
-    """The horizon the loss gate judged at: the planned run, or a prefix of it of `tokens` tokens."""
+    """The horizon the loss limit was applied at: the planned run, or a prefix of it of `tokens` tokens."""
 
     model_config = ConfigDict(extra="forbid")
     planned_tokens: int = Field(gt=0, description="train.tokens: the run the answer is for")

@@ -1,4 +1,4 @@
-"""Which knobs change what is trained and which only how it runs: the split the loss gate rests on.
+"""Which knobs change what is trained and which only how it runs: the split the loss limit rests on.
 
 A knob missing from a config has the baseline's value. Two configs with the same `loss_key` train the same
 model to the same loss (up to float noise), so one loss run stands for both.

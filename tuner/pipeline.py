@@ -48,13 +48,13 @@ def run_search(ctx: SearchContext, fresh: bool = False, kept: Path | None = None
     )
     if ahead is not None:
         ahead.cancel_rest()
-    base_row, gate, checked = baseline.split_checked(ctx, checked)  # the phase may be resumed
-    screened = with_feasibility(screened, checked, gate, baseline=ctx.base)
+    base_row, loss_limit, checked = baseline.split_checked(ctx, checked)  # the phase may be resumed
+    screened = with_feasibility(screened, checked, loss_limit, baseline=ctx.base)
     measured = ctx.phase(
         "remeasure", lambda: remeasure.run(ctx, screened, planned_remeasure_s), list[TrialRow]
     )
 
-    summary = finish.summarize(ctx, base_row, screened, checked, measured, gate)
+    summary = finish.summarize(ctx, base_row, screened, checked, measured, loss_limit)
     del gates
     code = finish.write(ctx, summary)
     if not remembered and code != Exit.NOTHING_SCREENED:

@@ -25,6 +25,7 @@ FAILED_STATUSES = frozenset({"oom", "nan", "error", "timeout"})
 BASELINE_ID = "baseline"
 BESIDE_PHASE = "loss_check_beside"  # the ledger of the baseline's loss run trained beside the screen
 AHEAD_PHASE = "loss_check_ahead"  # the ledger of candidates' loss runs trained beside the screen
+OLD_LOSS_LIMIT_KEY = "loss_gate"  # summary.json's key for the loss limit before it was named so
 NODE_ID_SHOWN = 8  # a Ray node id is 56 hex digits; its first 8 tell a cluster's nodes apart
 
 
@@ -131,9 +132,9 @@ class TrialRow(Record):
     )
     twin_of: str | None = Field(None, description="loss runs: the screen trial whose execution it borrowed")
 
-    def with_verdict(self, gate: LossGate) -> TrialRow:
-        """This loss run's row with the gate's verdict on it."""
-        return self.model_copy(update={"feasible": gate.verdict(self)})
+    def with_verdict(self, loss_limit: LossLimit) -> TrialRow:
+        """This loss run's row with the loss limit's verdict on it."""
+        return self.model_copy(update={"feasible": loss_limit.verdict(self)})
 
     def speed_only(self) -> TrialRow:
         """This short speed run's row without its val loss, which means nothing after so few steps."""
@@ -279,9 +280,9 @@ class Best(Record):
     time_to_train_s: float | None = Field(None, description="the planned run, compile + warm-up included")
 
 
-class LossGate(Record):
-    """The loss gate, the one home of the rule: a run passes when it trained (status ok) to a finite val loss
-    at most `limit`, the baseline's val loss plus the tolerance (tuner/config.py:QualitySection.gate).
+class LossLimit(Record):
+    """The loss limit, the one home of the rule: a run passes when it trained (status ok) to a finite val loss
+    at most `limit`, the baseline's val loss plus the tolerance (tuner/config.py:QualitySection.loss_limit).
 
     At a prefix of the planned run (`horizon`, tuner/horizon.py) the baseline trains two seeds: its loss is
     their mean, and the limit also allows their difference (`noise`), the seed-to-seed noise a contender's
@@ -304,7 +305,7 @@ class LossGate(Record):
         mode: Literal["absolute", "relative"],
         horizon: LossHorizon | None = None,
         more_seeds: list[float] | None = None,
-    ) -> LossGate:
+    ) -> LossLimit:
         """`more_seeds`: the baseline's val losses at other seeds, same horizon (their mean is its loss)."""
         seeds = [baseline_loss, *more_seeds] if more_seeds else []
         noise = seed_noise(seeds)
@@ -379,7 +380,7 @@ class Summary(Record):
         "this one took (out, when, fingerprint); only the re-measure is its own",
     )
     trials: list[TrialRow] = Field(default_factory=list)
-    loss_gate: LossGate | None = Field(None, description="the limit every loss verdict was given against")
+    loss_limit: LossLimit | None = Field(None, description="the limit every loss verdict was given against")
     hardware: dict[str, Any] = Field(default_factory=dict)
     versions: dict[str, str] = Field(default_factory=dict)
     timings: dict[str, float] = Field(default_factory=dict, description="seconds per phase")
@@ -407,18 +408,28 @@ class Summary(Record):
 
     @model_validator(mode="before")
     @classmethod
-    def _older_tolerance(cls, data: Any) -> Any:
-        """summary.json from before the loss gate kept `tolerance` {value, mode, limit}: the same gate, its
-        baseline loss read from `baseline` (no gate where any of them is missing)."""
-        if not isinstance(data, dict) or "tolerance" not in data:
+    def _older_loss_limit(cls, data: Any) -> Any:
+        """summary.json from before the loss limit had its name kept it as `loss_gate`, and older still as
+        `tolerance` {value, mode, limit} with the baseline loss read from `baseline` (no limit where any of
+        them is missing)."""
+        if not isinstance(data, dict) or not {"tolerance", OLD_LOSS_LIMIT_KEY} & data.keys():
             return data
         data = dict(data)
-        tol, base = data.pop("tolerance") or {}, data.get("baseline") or {}
-        base_loss = base.get("val_loss") if isinstance(base, dict) else base.val_loss
-        old = {"baseline_loss": base_loss, "tolerance": tol.get("value"), "limit": tol.get("limit")}
-        if "loss_gate" not in data and None not in old.values():
-            data["loss_gate"] = {**old, "mode": tol.get("mode", "absolute")}
-        return data
+        tol = data.pop("tolerance", None) or {}
+        limit = loss_limit_in(data)
+        data.pop(OLD_LOSS_LIMIT_KEY, None)
+        if limit is None:
+            base = data.get("baseline") or {}
+            base_loss = base.get("val_loss") if isinstance(base, dict) else base.val_loss
+            old = {"baseline_loss": base_loss, "tolerance": tol.get("value"), "limit": tol.get("limit")}
+            limit = {**old, "mode": tol.get("mode", "absolute")} if None not in old.values() else None
+        return {**data, "loss_limit": limit}
+
+
+def loss_limit_in(summary: dict[str, Any]) -> Any:
+    """A saved summary's loss limit (summary.json's `loss_limit`, or `loss_gate` as searches wrote it
+    before), as it was written; None where it has none. Every reader of an older summary reads it here."""
+    return summary.get("loss_limit", summary.get(OLD_LOSS_LIMIT_KEY))
 
 
 def summary_schema() -> dict[str, Any]:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tuner.knobs import freeze, knob_diff, loss_key
-from tuner.records import BASELINE_ID, FAILED_STATUSES, Finalist, LossGate, SelectionResult, TrialRow
+from tuner.records import BASELINE_ID, FAILED_STATUSES, Finalist, LossLimit, SelectionResult, TrialRow
 
 ENERGY_MARGIN = 0.02  # J/token must be this much lower than the fastest's to outweigh simplicity
 
@@ -75,12 +75,15 @@ def could_be_remeasured(pick: Candidate, passed: Iterable[Candidate], top: int) 
 
 
 def with_feasibility(
-    screen_trials: list[TrialRow], checked: list[TrialRow], gate: LossGate, baseline: dict | None = None
+    screen_trials: list[TrialRow],
+    checked: list[TrialRow],
+    loss_limit: LossLimit,
+    baseline: dict | None = None,
 ) -> list[TrialRow]:
     """The screen trials with `feasible`, `val_loss` and `loss_checked_by` set (new rows; the given ones are
     left as they were).
 
-    A trial shares the gate's verdict on the loss run with its loss key (the baseline's own loss for the
+    A trial shares the loss limit's verdict on the loss run with its loss key (the baseline's own loss for the
     baseline's key); never checked -> feasible None; a trial that itself failed (oom/nan/error) -> False. The
     first check of a key stands (the search checks each key once). Without `baseline`, configs are compared
     on the knobs they name (enough when all come from one search space) and those naming only speed knobs
@@ -97,12 +100,16 @@ def with_feasibility(
             return {"feasible": False, "val_loss": None, "loss_checked_by": None}
         key = loss_key(trial.config, baseline)
         if key == base_key:
-            return {"feasible": gate.passes(gate.baseline_loss), "val_loss": gate.baseline_loss,
-                    "loss_checked_by": BASELINE_ID}  # fmt: skip
+            base_loss = loss_limit.baseline_loss
+            return {
+                "feasible": loss_limit.passes(base_loss),
+                "val_loss": base_loss,
+                "loss_checked_by": BASELINE_ID,
+            }
         if key in verdicts:
             check = verdicts[key]
             val = check.val_loss if _finite(check.val_loss) else None
-            return {"feasible": gate.verdict(check), "val_loss": val, "loss_checked_by": check.id}
+            return {"feasible": loss_limit.verdict(check), "val_loss": val, "loss_checked_by": check.id}
         return {"feasible": None, "val_loss": None, "loss_checked_by": None}
 
     return [trial.model_copy(update=judged(trial)) for trial in screen_trials]

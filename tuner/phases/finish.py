@@ -20,7 +20,7 @@ from tuner.records import (
     BaselineResult,
     Best,
     Finalist,
-    LossGate,
+    LossLimit,
     Summary,
     TrialRow,
 )
@@ -47,7 +47,7 @@ def summarize(
     screen: list[TrialRow],
     checked: list[TrialRow],
     remeasure: list[TrialRow],
-    gate: LossGate,
+    loss_limit: LossLimit,
 ) -> Summary:
     tokens = ctx.base["tokens"]
     finalists = _finalists(ctx.base, baseline, screen, remeasure, tokens, checked)
@@ -75,7 +75,7 @@ def summarize(
         nothing_screened=nothing_screened(ScreenOutcome.of(screen), wall_budget_s(ctx)),
         remembered=ctx.state.data.get("remembered"),
         trials=_without_timelines(trials),
-        loss_gate=gate,
+        loss_limit=loss_limit,
         hardware=ctx.hw.model_dump(),
         versions=_versions(leave_out=KERNEL_DISTS if "kernels" in ctx.knobs_left_out else ()),
         timings=timings,

@@ -1,8 +1,8 @@
 """The loss check: the baseline and the fastest screened config of each set of loss-relevant knobs train to
 the full token budget, several at once on a GPU (fractions, each with a memory cap), since only their val
 loss is used. Each trains with the fastest execution the screen found for its loss key (for a candidate,
-itself; for the baseline, its twin). Round 0 holds the baseline, whose loss sets the loss gate every verdict
-comes from (tuner.records.LossGate); later rounds go on until `loss_check_top` configs pass,
+itself; for the baseline, its twin). Round 0 holds the baseline, whose loss sets the loss limit every verdict
+comes from (tuner.records.LossLimit); later rounds go on until `loss_check_top` configs pass,
 `max_loss_checks` runs are spent, or the next candidate could no longer be re-measured (`remeasure_top`
 passed configs screened faster).
 
@@ -23,7 +23,7 @@ from tuner import baseline
 from tuner.context import SearchContext, log
 from tuner.horizon import at_horizon
 from tuner.knobs import execution, loss_key
-from tuner.records import LossGate, TrialRow
+from tuner.records import LossLimit, TrialRow
 from tuner.runs.pool import RunPool
 from tuner.runs.request import Role, RunRequest
 from tuner.runs.tasks import TaskRun
@@ -54,7 +54,7 @@ def run(
     # less those trained beside the screen (asked for again only if they failed there)
     besides = [beside, *seeds_beside] if beside is not None else []
     base_specs, twin = _baseline_specs(ctx, screen, _seeds_to_train(ctx, beside, seeds_beside))
-    base_row, gate, rows, seed_rows, round_no = None, None, [], [], 0
+    base_row, loss_limit, rows, seed_rows, round_no = None, None, [], [], 0
     while base_row is None or (
         queue and feasible < s.loss_check_top and len(rows) < budget and _in_reach(ctx, queue[0], passed)
     ):
@@ -84,10 +84,10 @@ def run(
         round_no += 1
         if base_row is None:
             own_base, new = new[: len(base_specs)], new[len(base_specs) :]
-            base_row, seed_rows, gate = _baseline_checked(ctx, screen, besides, own_base, twin)
+            base_row, seed_rows, loss_limit = _baseline_checked(ctx, screen, besides, own_base, twin)
         trained = iter(new)
         new = [done_ahead[p.id] if p.id in done_ahead else next(trained) for p in batch]
-        new = [row.with_verdict(gate) for row in new]  # in case order: the batch's order
+        new = [row.with_verdict(loss_limit) for row in new]  # in case order: the batch's order
         passed += [pick for pick, row in zip(batch, new, strict=True) if row.feasible]
         feasible += sum(bool(row.feasible) for row in new)
         rows += new
@@ -108,15 +108,15 @@ def _baseline_checked(
     besides: list[TaskRun],
     own: list[TrialRow],
     twin: TrialRow | None,
-) -> tuple[TrialRow, list[TrialRow], LossGate]:
-    """The baseline's row with its verdict, its other seeds' rows and the gate they set: from its runs
+) -> tuple[TrialRow, list[TrialRow], LossLimit]:
+    """The baseline's row with its verdict, its other seeds' rows and the loss limit they set: from its runs
     beside the screen (`besides`: its first seed's, then others') and those round 0 trained (`own`, in seed
     order after them), each labelled with the twin whose execution it took."""
     pairs = _beside_or_own(ctx, screen, besides) + [(row, twin) for row in own]
     (row, row_twin), *others = pairs
     seed_rows = [baseline.as_baseline(r, t, nth_seed=1) for r, t in others]
-    base_row, gate = baseline.checked(ctx, baseline.as_baseline(row, row_twin), seed_rows)
-    return base_row, seed_rows, gate
+    base_row, loss_limit = baseline.checked(ctx, baseline.as_baseline(row, row_twin), seed_rows)
+    return base_row, seed_rows, loss_limit
 
 
 def _rows_ahead(ctx: SearchContext, batch: list[Candidate], ahead: LossAhead | None) -> dict[str, TrialRow]:
@@ -168,8 +168,8 @@ class LossAhead:
     def consider(self, screen: list[TrialRow]) -> None:
         """Starts the loss runs of the fastest candidates so far that have none, while places are free. An
         error here ends only the runs ahead (the rounds train the rest), not the screen it was called from."""
-        # one more than round 0 takes: if one of them fails the gate, the next has trained already (run O,
-        # four H100s: batch 512 fp16 failed it, and a second round trained batch 16 tf32 for 58.5 s)
+        # one more than round 0 takes: if one of them fails the loss limit, the next has trained already (run
+        # O, four H100s: batch 512 fp16 failed it, and a second round trained batch 16 tf32 for 58.5 s)
         top = self.ctx.cfg.search.loss_check_top + 1
         try:
             picks = [c for c in loss_check_candidates(screen, self.ctx.base, top) if not c.inherits]

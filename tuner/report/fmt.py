@@ -9,7 +9,7 @@ from typing import Any
 
 from trainables.progress import fmt_seconds
 from tuner.knobs import RUN_ONLY_FIELDS, knob_diff
-from tuner.records import Best, LossGate, Summary, short_node_id
+from tuner.records import Best, LossLimit, Summary, short_node_id
 
 DASH = "—"
 NODE_ID = re.compile(r"\b[0-9a-f]{56}\b")  # a Ray node id, as notices from before short ids spell it
@@ -60,13 +60,13 @@ def as_summary(summary: Summary | Mapping[str, Any]) -> Summary:
     return summary if isinstance(summary, Summary) else Summary.model_validate(summary)
 
 
-def tolerance_text(gate: LossGate | None) -> str:
-    return f"{gate.mode} tolerance {gate.tolerance}" if gate else f"tolerance {DASH}"
+def tolerance_text(loss_limit: LossLimit | None) -> str:
+    return f"{loss_limit.mode} tolerance {loss_limit.tolerance}" if loss_limit else f"tolerance {DASH}"
 
 
-def over_limit(loss: float | None, gate: LossGate | None) -> bool:
-    """A loss figure the gate fails; False with no figure or no gate (nothing to mark)."""
-    return is_num(loss) and gate is not None and not gate.passes(loss)
+def over_limit(loss: float | None, loss_limit: LossLimit | None) -> bool:
+    """A loss figure over the loss limit; False with no figure or no loss limit (nothing to mark)."""
+    return is_num(loss) and loss_limit is not None and not loss_limit.passes(loss)
 
 
 def changed(config: dict[str, Any], baseline: dict[str, Any]) -> dict[str, tuple[Any, Any]]:

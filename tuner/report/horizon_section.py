@@ -1,21 +1,21 @@
-"""Where the loss gate judged (tuner/horizon.py): the full planned run, or a prefix of it, with the seed noise
-measured on the baseline there and how far short-horizon verdicts are known to agree with full runs."""
+"""Where the loss limit was applied (tuner/horizon.py): the full planned run, or a prefix of it, with the seed
+noise measured on the baseline there and how far short-horizon verdicts are known to agree with full runs."""
 
 from __future__ import annotations
 
 from tuner.horizon import LossHorizon
-from tuner.records import LossGate, Summary
+from tuner.records import LossLimit, Summary
 from tuner.report.fmt import fmt_loss
 
 HEAD = "Where the loss was judged"
 
 
 def horizon_lines(summary: Summary) -> list[str]:
-    """The section's bullets (none for a summary without a gate)."""
-    gate = summary.loss_gate
-    if gate is None:
+    """The section's bullets (none for a summary without a loss limit)."""
+    loss_limit = summary.loss_limit
+    if loss_limit is None:
         return []
-    horizon = gate.horizon
+    horizon = loss_limit.horizon
     if horizon is None or not horizon.is_prefix:
         planned = f" ({horizon.planned_tokens:,} tokens)" if horizon else ""
         return [f"At the full planned run{planned}: every loss run trained it, the baseline at one seed."]
@@ -24,8 +24,8 @@ def horizon_lines(summary: Summary) -> list[str]:
         f"{horizon.planned_tokens:,} (`quality.loss_horizon`): the baseline and every loss-checked config "
         "trained these tokens (a whole number of steps for every batch searched), on the planned run's lr "
         "schedule, and were compared there; not one was trained to the end.",
-        _noise(gate),
-        _trust(gate),
+        _noise(loss_limit),
+        _trust(loss_limit),
     ]
 
 
@@ -36,26 +36,26 @@ def budget_text(horizon: LossHorizon | None) -> str:
     return f"loss horizon, a {horizon.tokens:,}-token prefix of the planned run ({horizon.fraction:.1%})"
 
 
-def _noise(gate: LossGate) -> str:
-    if gate.noise is None:
+def _noise(loss_limit: LossLimit) -> str:
+    if loss_limit.noise is None:
         return (
             "Seed noise: not measured (the baseline's run at its second seed failed), so the limit is the "
-            f"tolerance as configured: {fmt_loss(gate.limit)}."
+            f"tolerance as configured: {fmt_loss(loss_limit.limit)}."
         )
-    seeds = " and ".join(fmt_loss(loss) for loss in gate.seed_losses)
+    seeds = " and ".join(fmt_loss(loss) for loss in loss_limit.seed_losses)
+    tolerance = f"the {loss_limit.mode} tolerance {loss_limit.tolerance}"
     return (
-        f"Seed noise: the baseline at two seeds reached {seeds} (difference {gate.noise:.4f}); the limit is "
-        f"their mean {fmt_loss(gate.baseline_loss)} + the {gate.mode} tolerance {gate.tolerance} + that "
-        f"difference = {fmt_loss(gate.limit)}. A difference from two runs is itself a rough figure: a loss "
+        f"Seed noise: the baseline at two seeds reached {seeds} (difference {loss_limit.noise:.4f}); the "
+        f"limit is their mean {fmt_loss(loss_limit.baseline_loss)} + {tolerance} + that difference = "
+        f"{fmt_loss(loss_limit.limit)}. A difference from two runs is itself a rough figure: a loss "
         "within it of the limit is within the noise either way."
     )
 
 
-def _trust(gate: LossGate) -> str:
-    if gate.validation:
-        return (
-            f"How far to trust it: short-horizon verdicts were checked against full runs {gate.validation}."
-        )
+def _trust(loss_limit: LossLimit) -> str:
+    if loss_limit.validation:
+        checked = loss_limit.validation
+        return f"How far to trust it: short-horizon verdicts were checked against full runs {checked}."
     return (
         "How far to trust it: no validation of short-horizon verdicts is recorded on this machine "
         "(bench/horizon_agreement.py); a verdict at a prefix says where each loss stands there, and a "

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tuner.knobs import SPEED_ONLY_KNOBS, knob_diff
-from tuner.records import BASELINE_ID, LossGate, Summary, TrialRow
+from tuner.records import BASELINE_ID, LossLimit, Summary, TrialRow
 from tuner.report import mfu
 from tuner.report.fmt import (
     fmt_jpt,
@@ -43,7 +43,7 @@ class Facts:
     baseline_repeats: Any
     fraction: Any
     on_gpu: bool
-    gate: LossGate | None
+    loss_limit: LossLimit | None
     base_loss: float | None
     base_tps: float | None
     twins: bool  # loss runs record the execution they trained with (borrowed from a screened twin)
@@ -61,7 +61,7 @@ class Facts:
             baseline_repeats=m.get("baseline_repeats", m.get("repeats")),
             fraction=m.get("loss_check_gpu_fraction"),
             on_gpu=bool(hw.get("gpus") or hw.get("cuda")),
-            gate=summary.loss_gate,
+            loss_limit=summary.loss_limit,
             base_loss=summary.baseline.val_loss,
             base_tps=summary.baseline.tokens_per_s,
             twins=summary.baseline.loss_execution is not None
@@ -95,15 +95,15 @@ class Facts:
 
     @property
     def limit(self) -> float | None:
-        return self.gate.limit if self.gate else None
+        return self.loss_limit.limit if self.loss_limit else None
 
     @property
     def budget(self) -> str:
         """How far the loss runs trained: the full token budget, or the loss horizon's prefix."""
-        return budget_text(self.gate.horizon if self.gate else None)
+        return budget_text(self.loss_limit.horizon if self.loss_limit else None)
 
     def over_limit(self, loss: float | None) -> bool:
-        return over_limit(loss, self.gate)
+        return over_limit(loss, self.loss_limit)
 
 
 # --- which execution trained a loss figure ------------------------------------------------------------------
@@ -380,6 +380,6 @@ def measurement_notes(summary: Summary) -> list[str]:
         "median, a screen run over the baseline config's own screen run (— where it has none: figures taken "
         "under different conditions are not divided).",
         *_warmup_note(summary),
-        f"Feasible: val loss <= {fmt_loss(facts.limit)} (baseline + {tolerance_text(facts.gate)}).",
+        f"Feasible: val loss <= {fmt_loss(facts.limit)} (baseline + {tolerance_text(facts.loss_limit)}).",
         *(f"{key}: {value}" for key, value in m.items()),
     ]

@@ -121,12 +121,13 @@ def rejection(row: ConfigRow, summary: Summary) -> str:
     """Why `row` lost, most decisive cause first."""
     if row.failure:
         return _failure_reason(row, row.failure)
-    gate, tps = summary.loss_gate, fmt_tps(row.median("tokens_per_s"))
+    loss_limit, tps = summary.loss_limit, fmt_tps(row.median("tokens_per_s"))
     via = f" (loss run of {row.checked_by})" if row.checked_by and row.checked_by not in row.ids else ""
     if row.feasible is False:
         loss = row.val_loss
-        if over_limit(loss, gate):
-            return f"val loss {fmt_loss(loss)} over the limit {fmt_loss(gate.limit)} by {loss - gate.limit:.4f}{via}"
+        if over_limit(loss, loss_limit):
+            over = f"{fmt_loss(loss_limit.limit)} by {loss - loss_limit.limit:.4f}"
+            return f"val loss {fmt_loss(loss)} over the limit {over}{via}"
         return f"loss check failed{via}"
     rejected = summary.selection.rejected
     reason = next((rejected[tid] for tid in row.ids if tid in rejected), None)
@@ -374,8 +375,8 @@ class View:
     def answer(self) -> str:
         """The reports' first sentences, with markdown emphasis: the winner against the baseline, or no
         change; which execution trained each loss figure; what the planned run takes."""
-        summary, base, gate = self.summary, self.baseline, self.summary.loss_gate
-        limit = f"limit {fmt_loss(gate.limit if gate else None)}: {tolerance_text(gate)}"
+        summary, base, loss_limit = self.summary, self.baseline, self.summary.loss_limit
+        limit = f"limit {fmt_loss(loss_limit.limit if loss_limit else None)}: {tolerance_text(loss_limit)}"
         base_tps, base_loss = fmt_tps(base.tps), fmt_loss(summary.baseline.val_loss)
         after = planned_run(summary)
         if summary.remembered:
