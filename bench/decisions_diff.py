@@ -16,7 +16,7 @@ each marked `same`, `DIFF` or `speed`:
   config. A config trained by both must reach the same losses (CPU training on a fixed seed and thread count
   is bit for bit; the loop records them to 5 decimals) and verdict;
   which contenders were trained follows the screen's speeds (`speed`);
-- the loss gate (the baseline's loss, the tolerance, the limit);
+- the loss limit (the baseline's loss, the tolerance, the limit);
 - the answer and the speeds, printed only: they depend on the measured speed.
 Exit 0: every speed-independent decision agrees; 1: one differs (a DIFF line); 2: an OUT that is not a
 finished search's (one line says which file).
@@ -36,6 +36,11 @@ import optuna
 from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
 from optuna.trial import FrozenTrial, TrialState
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # run from anywhere
+
+from tuner.records import loss_limit_in  # noqa: E402 - after the path insert
 
 STUDY = "screen"  # tuner/phases/screen.py's study name
 optuna.logging.set_verbosity(optuna.logging.WARNING)  # the replays' studies need no announcing
@@ -88,7 +93,7 @@ class Search:
     replayed: list[bool]  # per proposal: the seeded TPE, fed this search's own results, proposed it too
     sampler: str
     loss_runs: dict[str, LossRun]
-    gate: dict[str, Any]
+    loss_limit: dict[str, Any]
     summary: dict[str, Any]
 
 
@@ -102,11 +107,11 @@ def read_search(out: Path) -> Search:
         raise BadOut(f"{summary_path}: not JSON ({e})") from None
     trials = study_trials(out / "optuna.journal")
     seed, startup = screen_sampler(out / "state.json")
-    gate = summary.get("loss_gate") or {}
+    loss_limit = loss_limit_in(summary) or {}  # an OUT from before the rename has `loss_gate`
     proposals = [_proposal(t, trials) for t in trials]
     sampler = f"TPE (seed {seed}, {startup} startup trials)"
     replayed = replay(trials, seed, startup)
-    return Search(out, proposals, replayed, sampler, loss_runs(summary), gate, summary)
+    return Search(out, proposals, replayed, sampler, loss_runs(summary), loss_limit, summary)
 
 
 def screen_sampler(state_path: Path) -> tuple[int, int]:
@@ -234,10 +239,10 @@ def compare_loss_runs(a: Search, b: Search) -> list[tuple[str, str]]:
     return lines
 
 
-def compare_gate(a: Search, b: Search) -> list[tuple[str, str]]:
-    """The gate rests on the baseline's loss run: judged where both trained it with the same knobs."""
+def compare_loss_limit(a: Search, b: Search) -> list[tuple[str, str]]:
+    """The loss limit rests on the baseline's loss run: judged where both trained it with the same knobs."""
     keys = ("baseline_loss", "tolerance", "mode", "limit")
-    ga, gb = ({k: g.get(k) for k in keys} for g in (a.gate, b.gate))
+    ga, gb = ({k: limit.get(k) for k in keys} for limit in (a.loss_limit, b.loss_limit))
     base_a, base_b = ({k for k in s.loss_runs if k.startswith("baseline")} for s in (a, b))
     if ga == gb:
         return [(SAME, f"{ga}  |  {gb}")]
@@ -291,7 +296,7 @@ def main(argv: list[str]) -> int:
         ("screen proposals (Optuna's order)", compare_proposals(a, b)),
         ("the searcher replayed on each search's own results", compare_replays(a, b)),
         ("loss runs (val loss, verdict, train loss)", compare_loss_runs(a, b)),
-        ("loss gate", compare_gate(a, b)),
+        ("loss limit", compare_loss_limit(a, b)),
         ("speed-dependent (not judged)", speed_dependent(a, b)),
     ):
         print(f"\n{title}:")

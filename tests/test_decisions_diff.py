@@ -37,7 +37,7 @@ CONTENDER = {"id": "loss_check_0-0", "phase": "loss_check_0", "config": {"batch_
 
 def make_out(path: Path, speeds, loss_rows, best=None, seed: int = 0) -> Path:
     """An OUT as a search leaves it: the screen's seeded TPE asked for a config and told its speed, one trial
-    after another, in optuna.journal; the seed in state.json; the rows and the gate in summary.json."""
+    after another, in optuna.journal; the seed in state.json; the rows and the loss limit in summary.json."""
     path.mkdir()
     study = optuna.create_study(
         study_name="screen",
@@ -55,7 +55,7 @@ def make_out(path: Path, speeds, loss_rows, best=None, seed: int = 0) -> Path:
     (path / "state.json").write_text(json.dumps({"config": {"search": {"seed": 0, "trials": TRIALS}}}))
     summary = {
         "trials": screen_rows + loss_rows,
-        "loss_gate": {"baseline_loss": 2.0123, "tolerance": 0.05, "mode": "absolute", "limit": 2.0623},
+        "loss_limit": {"baseline_loss": 2.0123, "tolerance": 0.05, "mode": "absolute", "limit": 2.0623},
         "baseline": {"tokens_per_s": 600.0},
         "best": best,
     }
@@ -77,10 +77,18 @@ def contender(val_loss: float, feasible: bool) -> dict:
     return {**CONTENDER, "val_loss": val_loss, "train_loss": 2.01, "feasible": feasible}
 
 
-def set_gate(out: Path, **fields) -> None:
+def set_loss_limit(out: Path, **fields) -> None:
     summary = json.loads((out / "summary.json").read_text())
-    summary["loss_gate"].update(fields)
+    summary["loss_limit"].update(fields)
     (out / "summary.json").write_text(json.dumps(summary))
+
+
+def as_before_the_rename(out: Path) -> Path:
+    """The OUT as searches wrote it before the loss limit had its name: summary.json's `loss_gate`."""
+    summary = json.loads((out / "summary.json").read_text())
+    summary["loss_gate"] = summary.pop("loss_limit")
+    (out / "summary.json").write_text(json.dumps(summary))
+    return out
 
 
 def test_the_same_decisions_exit_0_however_the_winner_was_timed(tmp_path):
@@ -90,7 +98,7 @@ def test_the_same_decisions_exit_0_however_the_winner_was_timed(tmp_path):
     proc = diff(a, b)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     same = marked(proc.stdout, "same")
-    assert len(same) == 4 + 2 + 2 + 1 + 3  # proposals, replays, loss runs, gate, equal figures
+    assert len(same) == 4 + 2 + 2 + 1 + 3  # proposals, replays, loss runs, loss limit, equal figures
     assert "same  A: TPE (seed 0, 2 startup trials) fed A's own results proposes 4 of 4" in same
     assert marked(proc.stdout, "DIFF") == []
     assert "speed answer: batch_size=32 at 950 tok/s  |  batch_size=32 at 990 tok/s" in marked(
@@ -146,21 +154,30 @@ def test_what_follows_other_measured_speeds_is_speed_dependent(tmp_path):
     assert marked(proc.stdout, "DIFF") == []
 
 
-def test_the_gate_is_judged_where_both_baselines_trained_alike(tmp_path):
+def test_the_loss_limit_is_judged_where_both_baselines_trained_alike(tmp_path):
     borrowed = {**BASELINE, "execution": {"fused_adamw": True}, "val_loss": 2.0124}
     a = make_out(tmp_path / "a", SPEEDS, [BASELINE])
     b = make_out(tmp_path / "b", SPEEDS, [borrowed])  # its twin lent the fused optimizer: a speed choice
-    set_gate(b, baseline_loss=2.0124, limit=2.0624)
+    set_loss_limit(b, baseline_loss=2.0124, limit=2.0624)
     proc = diff(a, b)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert any("other borrowed knobs" in line for line in marked(proc.stdout, "speed"))
 
     c = make_out(tmp_path / "c", SPEEDS, [BASELINE])
-    set_gate(c, limit=2.0723)  # the same baseline run, another limit
+    set_loss_limit(c, limit=2.0723)  # the same baseline run, another limit
     proc = diff(a, c)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     (line,) = marked(proc.stdout, "DIFF")
     assert "'limit': 2.0623" in line and "'limit': 2.0723" in line
+
+
+def test_an_out_from_before_the_loss_limit_had_its_name_is_compared_by_its_loss_gate(tmp_path):
+    old = as_before_the_rename(make_out(tmp_path / "old", SPEEDS, [BASELINE]))
+    new = make_out(tmp_path / "new", SPEEDS, [BASELINE])
+    proc = diff(old, new)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    section = proc.stdout.split("loss limit:\n")[1].splitlines()[0].strip()
+    assert section.startswith("same ") and section.count("'limit': 2.0623") == 2
 
 
 def test_an_out_without_a_finished_search_is_one_line_and_exit_2(tmp_path):
