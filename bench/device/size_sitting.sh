@@ -1,4 +1,4 @@
-# Issue 36 on one GPU, in one sitting: (1) the short-horizon loss gate's validation on the default model
+# Issue 36 on one GPU, in one sitting: (1) the short-horizon loss limit's validation on the default model
 # (bench/horizon_agreement.py: the baseline at two seeds and 12 configs, each the whole planned run with
 # evals at 5/10/20/40% of it, 6 at once); (2) bench/ceiling.py on configs/hybrid-100m.yaml: the plain recipe,
 # then bf16 blocks compiled at batch 16/32 with and without checkpointing, one at a time, the fastest
