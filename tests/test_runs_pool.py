@@ -7,7 +7,12 @@ from __future__ import annotations
 import json
 from types import SimpleNamespace
 
+import optuna
 import pytest
+from optuna.distributions import CategoricalDistribution
+from optuna.storages import JournalStorage
+from optuna.storages.journal import JournalFileBackend
+from ray import tune
 from toy_workload import TOY
 
 from trainables.spec import TrialSpec
@@ -15,7 +20,7 @@ from tuner.context import Telemetry
 from tuner.records import AHEAD_PHASE, BESIDE_PHASE
 from tuner.runs.ledger import Ledger, _spec
 from tuner.runs.pool import RunPool
-from tuner.runs.request import Placement, Role, RunRequest, TrialInputs, spec_key
+from tuner.runs.request import Placement, Role, RunRequest, TpeSearch, TrialInputs, spec_key
 from tuner.runs.tasks import start_loss_run
 
 ONE_WORKER = Placement({"cpu": 1}, 1, reuse_actors=True)
@@ -64,6 +69,30 @@ def test_a_run_trained_as_a_task_is_recorded_in_its_roles_ledger_and_told_to_the
     assert [r.id for r in pool.rows(Role.AHEAD)] == [row.id] and not Ledger(tmp_path, BESIDE_PHASE).rows()
     assert [[r.id for r in rows] for rows in told] == [[row.id]]
     assert pool.record(Role.AHEAD, pool.rows(Role.AHEAD))[0] is row, "recorded once, then read as it was"
+
+
+def test_a_searchers_proposals_come_from_the_tpe_search_its_phase_planned(tmp_path, one_cpu_ray):
+    # The phase plans the searcher (a TpeSearch: study, seed, startup trials, start points) and the pool
+    # builds Tune's OptunaSearch from it: the start point first, then the seeded TPE's draws, in the study.
+    storage = JournalStorage(JournalFileBackend(str(tmp_path / "optuna.journal")))
+    searcher = TpeSearch("screen", storage, seed=5, startup_trials=3, points=({"seed": 3},))
+    seeds = list(range(100))
+    rows = RunPool(pool_context(tmp_path)).proposals(
+        "screen",
+        RunRequest(TrialSpec.of(TOY), Role.SPEED),
+        {"seed": tune.choice(seeds)},
+        ONE_WORKER,
+        trials=3,
+        searcher=searcher,
+        stopper_ratio=0.0,
+        clock=None,
+    )
+    proposed = [t.params["seed"] for t in optuna.load_study(study_name="screen", storage=storage).trials]
+    replay = optuna.create_study(sampler=optuna.samplers.TPESampler(seed=5, n_startup_trials=3))
+    replay.enqueue_trial({"seed": 3})
+    expected = [replay.ask({"seed": CategoricalDistribution(seeds)}).params["seed"] for _ in range(3)]
+    assert proposed == expected and proposed[0] == 3, "the start point, then TPE's draws at seed 5"
+    assert sorted(r.config["seed"] for r in rows) == sorted(proposed)
 
 
 def test_a_request_goes_only_to_the_backend_of_its_role(tmp_path):

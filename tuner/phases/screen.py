@@ -1,17 +1,17 @@
 """The speed screen: Optuna (TPE, through Ray Tune's OptunaSearch) proposes configs, never one twice; each
 runs briefly, several per GPU so their compile and warm-up overlap, and is timed alone on its GPU (the
 timing gate); clearly slow ones are stopped early. The study lives in OUT/optuna.journal (or an RDB URL), so
-a resumed search goes on with what TPE already learned."""
+a resumed search goes on with what TPE already learned. The screen plans its searcher (`TpeSearch`: seed,
+start points, study); the pool builds it where Tune runs (tuner/runs/tune.py)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
 import optuna
-from optuna.storages import JournalStorage
+from optuna.storages import BaseStorage, JournalStorage
 from optuna.storages.journal import JournalFileBackend
 from optuna.trial import TrialState
-from ray.tune.search.optuna import OptunaSearch
 
 from trainables.spec import TrialSpec
 from tuner.batch_fit import BatchFit
@@ -19,7 +19,7 @@ from tuner.config import Knob
 from tuner.context import SearchContext, log
 from tuner.records import TrialRow
 from tuner.runs.pool import RunPool
-from tuner.runs.request import Role, RunRequest
+from tuner.runs.request import Role, RunRequest, TpeSearch
 from tuner.screen_clock import screen_clock, wall_budget_s
 from tuner.select import ScreenOutcome
 from tuner.space import start_point, to_tune
@@ -40,16 +40,9 @@ def run(
     budget_s = wall_budget_s(ctx)
     clock = screen_clock(ctx, budget_s, points)
 
-    def make_searcher() -> OptunaSearch:
-        return OptunaSearch(
-            points_to_evaluate=points or None,
-            metric="tokens_per_s",
-            mode="max",
-            sampler=optuna.samplers.TPESampler(seed=s.seed, n_startup_trials=max(2, min(8, s.trials // 3))),
-            study_name=STUDY,
-            storage=storage,
-        )
-
+    searcher = TpeSearch(
+        STUDY, storage, s.seed, startup_trials=max(2, min(8, s.trials // 3)), points=tuple(points)
+    )
     short_run = TrialSpec.of({**ctx.short_run({}), "compile_deadline_s": s.compile_deadline_s})
     pool = RunPool(ctx, listeners=[on_row] if on_row is not None else [])
     rows = pool.proposals(
@@ -58,7 +51,7 @@ def run(
         to_tune(space),
         ctx.placement.speed(),
         trials=s.trials,
-        make_searcher=make_searcher,
+        searcher=searcher,
         stopper_ratio=s.early_stop_ratio,
         clock=clock,
         fit=BatchFit(ctx.base, ctx.probed),  # none run that the probe found cannot fit
@@ -72,13 +65,13 @@ def run(
     return [row.speed_only() for row in rows]  # the loss check measures their losses
 
 
-def _storage(ctx: SearchContext):
+def _storage(ctx: SearchContext) -> BaseStorage:
     if ctx.cfg.search.storage:
         return optuna.storages.RDBStorage(ctx.cfg.search.storage)
     return JournalStorage(JournalFileBackend(str(ctx.out / "optuna.journal")))
 
 
-def _fail_stale_trials(storage) -> None:
+def _fail_stale_trials(storage: BaseStorage) -> None:
     """Trials left RUNNING by a killed driver will never report: mark them failed so TPE ignores them."""
     try:
         study = optuna.load_study(study_name=STUDY, storage=storage)

@@ -25,9 +25,9 @@ from tuner.context import SearchContext
 from tuner.observe import annotate
 from tuner.records import AHEAD_PHASE, BESIDE_PHASE, TrialRow
 from tuner.runs.ledger import Ledger
-from tuner.runs.request import Placement, Role, RunRequest, spec_key
+from tuner.runs.request import Placement, Role, RunRequest, TpeSearch, spec_key
 from tuner.runs.tasks import TaskRun, start_loss_run
-from tuner.runs.tune import run_cases, run_proposals
+from tuner.runs.tune import run_cases, run_proposals, tpe_searcher
 from tuner.screen_clock import ScreenClock
 from tuner.trial_rows import trial_row
 
@@ -78,12 +78,12 @@ class RunPool:
         placement: Placement,
         *,
         trials: int,
-        make_searcher: Callable[[], Any],
+        searcher: TpeSearch,
         stopper_ratio: float,
         clock: ScreenClock | None,
         fit: BatchFit | None = None,
     ) -> list[TrialRow]:
-        """Up to `trials` runs of the request's spec with a searcher's knobs from `space` over it
+        """Up to `trials` runs of the request's spec with the knobs `searcher` proposes from `space` over it
         (tune.run_proposals; `fit`: the batch rules its proposals obey); the listeners hear of each as it
         finishes."""
         _one_role([request])
@@ -93,7 +93,7 @@ class RunPool:
             {**request.spec.as_tune(), **space},
             placement,
             trials=trials,
-            make_searcher=make_searcher,
+            make_searcher=lambda: tpe_searcher(searcher),
             stopper_ratio=stopper_ratio,
             clock=clock,
             inputs=self.ctx.inputs,

@@ -9,6 +9,9 @@ import json
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from enum import Enum
+from typing import Any
+
+from optuna.storages import BaseStorage
 
 from trainables.data import Corpus
 from trainables.spec import TrialSpec
@@ -107,3 +110,18 @@ class TrialInputs:
 
     corpus: Corpus | None = None  # the corpus the driver resolved (None: each trial resolves its own)
     cache_server: str | None = None  # the name of the driver's compile-cache server (tuner/cache_server.py)
+
+
+@dataclass(frozen=True)
+class TpeSearch:
+    """The searcher a phase's proposals come from, as the phase plans it (tuner/runs/tune.py:tpe_searcher
+    builds it, Ray Tune's OptunaSearch): Optuna's TPE seeded with `seed`, its first `startup_trials`
+    proposals random, over the study `study` in `storage` (so a resumed search goes on with what it
+    learned), trying `points` first; it proposes toward the largest `metric`."""
+
+    study: str
+    storage: BaseStorage
+    seed: int
+    startup_trials: int
+    points: tuple[dict[str, Any], ...] = ()
+    metric: str = "tokens_per_s"

@@ -12,8 +12,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import optuna
 from ray import tune
 from ray.tune import Stopper
+from ray.tune.search.optuna import OptunaSearch
 from ray.tune.stopper import CombinedStopper
 
 from trainables.progress import log
@@ -26,7 +28,7 @@ from tuner.node_loss import NODE_LOSS_RERUNS
 from tuner.ray_noise import quiet_trial_failures
 from tuner.records import TrialRow
 from tuner.runs.ledger import Ledger, LedgerCallback
-from tuner.runs.request import Placement, Role, TrialInputs, spec_key
+from tuner.runs.request import Placement, Role, TpeSearch, TrialInputs, spec_key
 from tuner.screen_clock import ScreenClock, ScreenEnd, seen_by
 from tuner.stop_signals import TuneSigint
 
@@ -265,6 +267,19 @@ def run_proposals(
     if len(rows) < trials and not (out_of_time or exhausted):  # no signal: that was Interrupted
         raise TuneFailed(ended_early(phase, len(rows), trials, untold))
     return rows
+
+
+def tpe_searcher(search: TpeSearch) -> OptunaSearch:
+    """A fresh searcher for one experiment of `run_proposals` (a rerun after a node loss gets another, its
+    sampler seeded alike: the study carries what the first learned)."""
+    return OptunaSearch(
+        points_to_evaluate=[dict(p) for p in search.points] or None,
+        metric=search.metric,
+        mode="max",
+        sampler=optuna.samplers.TPESampler(seed=search.seed, n_startup_trials=search.startup_trials),
+        study_name=search.study,
+        storage=search.storage,
+    )
 
 
 def ended_early(phase: str, finished: int, total: int, untold: list[str]) -> str:
