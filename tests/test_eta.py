@@ -17,10 +17,11 @@ from tuner.config import load_search_config
 from tuner.context import SearchContext, State
 from tuner.costs import CACHED_SHARE, cached_warmup
 from tuner.eta import after_screen, loss_check_s, remeasure_s
-from tuner.knobs import loss_key
 from tuner.records import Hardware
+from tuner.runs.ahead import pending
 from tuner.runs.ledger import Ledger, LedgerCallback
-from tuner.runs.tasks import TaskRun
+from tuner.runs.request import Role
+from tuner.runs.tasks import Pending, PendingRun, TaskRun
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
@@ -35,6 +36,11 @@ def eta_context(out: Path, *overrides: str, config: str = "default.yaml", gpus: 
 
 # configs/default.yaml's baseline: batch 8 of 256 tokens, fp32, eager, lr 3e-4, 10,240,000 tokens
 BASE = load_search_config(str(CONFIGS / "default.yaml")).baseline().model_dump()
+
+
+def seeds_beside(done: int, runs: int) -> Pending:
+    """The baseline's `runs` loss runs beside the screen as the pool reports them, `done` of them ended."""
+    return Pending(tuple(PendingRun(Role.BESIDE, {}, done=n < done) for n in range(runs)))
 
 
 def screened(tid: str, tps: float, warmup: float, status: str = "ok", cache: str | None = None, **config):
@@ -65,9 +71,9 @@ def test_loss_check_estimate_counts_cached_compiles_the_twin_and_the_shared_gpu(
     assert loss_check_s(ctx, screen) == pytest.approx(slowest_warmup + tokens / 113_000)
     # the two fastest trained their loss runs ahead, beside the screen: b64 and the twin are left
     ctx.hw.gpus = 1
-    ahead = {loss_key(r.config, BASE) for r in screen[:2]}
+    ahead = Pending(tuple(PendingRun(Role.AHEAD, r.config, done=False) for r in screen[:2]))
     left = tokens * (1 / 447_000 + 1 / 113_000)
-    assert loss_check_s(ctx, screen, ahead=ahead) == pytest.approx(slowest_warmup + left)
+    assert loss_check_s(ctx, screen, ahead) == pytest.approx(slowest_warmup + left)
 
 
 def test_at_a_loss_horizon_the_estimate_counts_the_prefix_and_the_baselines_two_seeds(tmp_path):
@@ -84,8 +90,11 @@ def test_at_a_loss_horizon_the_estimate_counts_the_prefix_and_the_baselines_two_
     # round 0 trains the baseline at two seeds (the seed noise), both at its twin's speed
     assert loss_check_s(ctx, screen) == pytest.approx(warmup + prefix * (1 / 500_000 + 2 / 113_000))
     # one of them done beside the screen; both
-    assert loss_check_s(ctx, screen, 1) == pytest.approx(warmup + prefix * (1 / 500_000 + 1 / 113_000))
-    assert loss_check_s(ctx, screen, 2) == pytest.approx(warmup + prefix / 500_000)
+    assert loss_check_s(ctx, screen, seeds_beside(1, 2)) == pytest.approx(
+        warmup + prefix * (1 / 500_000 + 1 / 113_000)
+    )
+    assert loss_check_s(ctx, screen, seeds_beside(2, 2)) == pytest.approx(warmup + prefix / 500_000)
+    assert loss_check_s(ctx, screen, seeds_beside(0, 2)) == loss_check_s(ctx, screen), "still training"
 
 
 def test_the_100m_configs_estimate_is_minutes_for_its_prefix_not_hours_for_its_planned_run(tmp_path):
@@ -102,18 +111,21 @@ def test_the_100m_configs_estimate_is_minutes_for_its_prefix_not_hours_for_its_p
     estimate = loss_check_s(ctx, screen)
     assert estimate == pytest.approx(40.0 * CACHED_SHARE + 8_028_160 * (2 / 35_000 + 1 / 120_000))
     assert estimate < 20 * 60, "at the planned run's 1B tokens it would say ~16 hours"
-    assert loss_check_s(ctx, screen, 2) < 3 * 60, "both seeds trained beside the screen: the contender's run"
+    both = seeds_beside(2, 2)
+    assert loss_check_s(ctx, screen, both) < 3 * 60, (
+        "both seeds trained beside the screen: the contender's run"
+    )
 
 
 def test_after_the_screen_the_estimate_says_how_far_the_baselines_runs_beside_it_are(tmp_path, capsys):
     ctx = eta_context(tmp_path, "quality.loss_horizon=1M")
     screen = [screened("twin", 113_000.0, 96.0, compile="reduce-overhead")]
     done = [TaskRun(None, TrialSpec.of({**BASE, "seed": seed}), {}, 0.0) for seed in (1337, 1338)]
-    after_screen(ctx, screen, done)
+    after_screen(ctx, screen, pending(done, None))  # as the pipeline asks the pool
     said = capsys.readouterr().err
     assert "[baseline] its loss runs at 2 seeds beside the screen: done" in said
     assert f"loss check ~{fmt_seconds(0.0)}," in said, "both seeds done: no loss run is left"
-    after_screen(ctx, screen, done[:1])
+    after_screen(ctx, screen, pending(done[:1], None))
     prefix = baseline.loss_horizon(ctx).tokens
     said = capsys.readouterr().err
     assert "[baseline] its loss run beside the screen: done" in said

@@ -15,7 +15,6 @@ cached one (`costs.cached_warmup`).
 from __future__ import annotations
 
 import statistics
-from collections.abc import Collection, Sequence
 
 from trainables.config import TrainConfig, make_config
 from trainables.progress import fmt_seconds
@@ -24,18 +23,21 @@ from tuner.context import SearchContext, log
 from tuner.costs import cached_warmup
 from tuner.knobs import loss_key
 from tuner.records import TrialRow
-from tuner.runs.tasks import TaskRun
+from tuner.runs.request import Role
+from tuner.runs.tasks import Pending
 from tuner.select import loss_check_candidates
 
+NONE_BESIDE = Pending()  # no run beside the screen: on CPUs, or with no place to spare beside it
 
-def loss_check_s(
-    ctx: SearchContext, screen: list[TrialRow], beside_done: int = 0, ahead: Collection[tuple] = ()
-) -> float:
+
+def loss_check_s(ctx: SearchContext, screen: list[TrialRow], pending: Pending = NONE_BESIDE) -> float:
     """The baseline's loss runs (its seeds: one, or two at a prefix of the planned run) count at its twin's
-    speed, less `beside_done` of them that trained beside the screen and are done; of the candidates' runs
-    only the ones with no loss run ahead (`ahead`: the loss keys of the runs started beside the screen,
-    loss_check.LossAhead.keys), which beside the screen have mostly trained by its end. Each run trains the
-    loss horizon's tokens (tuner/horizon.py: the planned run, or its prefix)."""
+    speed, less those `pending` says trained beside the screen and are done; of the candidates' runs only
+    the ones with no loss run ahead (`pending`'s runs ahead of the loss check, which beside the screen have
+    mostly trained by its end). Each run trains the loss horizon's tokens (tuner/horizon.py: the planned
+    run, or its prefix)."""
+    beside_done = sum(run.done for run in pending.of(Role.BESIDE))
+    ahead = {loss_key(run.knobs, ctx.base) for run in pending.of(Role.AHEAD)}
     tokens, top = baseline.loss_horizon(ctx).tokens, ctx.cfg.search.remeasure_top
     picks = [
         c.row
@@ -97,24 +99,21 @@ def _run_overhead_s(screen: list[TrialRow]) -> float:
     return statistics.median(spent) if spent else 0.0
 
 
-def after_screen(
-    ctx: SearchContext,
-    screen: list[TrialRow],
-    besides: Sequence[TaskRun] = (),
-    ahead: Collection[tuple] = (),
-) -> float | None:
+def after_screen(ctx: SearchContext, screen: list[TrialRow], pending: Pending = NONE_BESIDE) -> float | None:
     """Says what the loss check and the re-measure will take; returns the re-measure's estimate, which
     bounds its progress lines' ETA (tuner/runs/ledger.py:LedgerCallback). None when the screen has no
-    config to time. `besides`: the baseline's loss runs beside the screen (baseline.start_beside, then
-    start_seeds_beside); `ahead`: the loss keys of the candidates' runs trained beside the screen."""
+    config to time. `pending`: the runs beside the screen, as the pool says they stand
+    (tuner/runs/ahead.py:pending): the baseline's (baseline.start_beside, then start_seeds_beside) and the
+    candidates' ahead of the loss check."""
     if not _fastest(screen):
         return None
-    done = sum(run.done() for run in besides)
+    besides = pending.of(Role.BESIDE)
+    done = sum(run.done for run in besides)
     if besides:
         what = "its loss run" if len(besides) == 1 else f"its loss runs at {len(besides)} seeds"
         state = {0: "still training", len(besides): "done"}.get(done, f"{done} of {len(besides)} done")
         log(f"[baseline] {what} beside the screen: {state}")
-    loss, again = loss_check_s(ctx, screen, done, ahead), remeasure_s(ctx, screen)
+    loss, again = loss_check_s(ctx, screen, pending), remeasure_s(ctx, screen)
     log(
         f"[search] screen done; estimated: loss check ~{fmt_seconds(loss)}, re-measure ~{fmt_seconds(again)} "
         f"(ETA ~{fmt_seconds(loss + again)})"

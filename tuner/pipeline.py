@@ -19,6 +19,7 @@ from tuner.config import SearchConfig
 from tuner.context import SearchContext, State, log
 from tuner.phases import finish, loss_check, probe, remeasure, screen
 from tuner.records import Hardware, ProbedBatch, TrialRow
+from tuner.runs.ahead import pending
 from tuner.runs.request import TrialInputs
 from tuner.runs.tasks import on_a_trial_node
 from tuner.select import with_feasibility
@@ -41,7 +42,7 @@ def run_search(ctx: SearchContext, fresh: bool = False, kept: Path | None = None
     on_row = ahead.consider if ahead is not None else None
     screened = ctx.phase("screen", lambda: screen.run(ctx, space, on_row), list[TrialRow])
     besides = [beside, *seeds_beside] if beside is not None else []
-    planned_remeasure_s = eta.after_screen(ctx, screened, besides, ahead.keys() if ahead is not None else ())
+    planned_remeasure_s = eta.after_screen(ctx, screened, pending(besides, ahead))  # as the pool says
 
     checked = ctx.phase(
         "loss_check", lambda: loss_check.run(ctx, screened, beside, ahead, seeds_beside), list[TrialRow]

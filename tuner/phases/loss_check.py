@@ -7,23 +7,24 @@ comes from (tuner.records.LossLimit); later rounds go on until `loss_check_top` 
 passed configs screened faster).
 
 On GPUs the rounds need not wait for the screen: as its trials finish, the candidates round 0 would take if it
-ended then train their loss runs beside it, in its GPUs' idle time (`LossAhead`), as the baseline's does, and
-a round takes their rows instead of training them. Run O on four H100s spent 98 s in two rounds after a screen
-that left its GPUs 75-91% idle (docs/benchmarks.md)."""
+ended then train their loss runs beside it, in its GPUs' idle time, as the baseline's does. This phase only
+plans them (`start_ahead`: which loss runs are wanted); the pool runs them (tuner/runs/ahead.py:RunsAhead),
+and a round asks it for each candidate's row (`RunsAhead.loss_row`: trained ahead, or None, and the round
+trains it now). Run O on four H100s spent 98 s in two rounds after a screen that left its GPUs 75-91% idle
+(docs/benchmarks.md)."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any
 
 from trainables.spec import TrialSpec
 from tuner import baseline
-from tuner.context import SearchContext, log
+from tuner.context import SearchContext
 from tuner.horizon import at_horizon
 from tuner.knobs import execution, loss_key
 from tuner.records import LossLimit, TrialRow
+from tuner.runs.ahead import RunsAhead
 from tuner.runs.pool import RunPool
 from tuner.runs.request import Role, RunRequest
 from tuner.runs.tasks import TaskRun
@@ -34,7 +35,7 @@ def run(
     ctx: SearchContext,
     screen: list[TrialRow],
     beside: TaskRun | None = None,
-    ahead: LossAhead | None = None,
+    ahead: RunsAhead | None = None,
     seeds_beside: Sequence[TaskRun] = (),
 ) -> list[TrialRow]:
     """The baseline's loss row first (then, at a prefix of the planned run, its other seeds'), then every
@@ -119,107 +120,46 @@ def _baseline_checked(
     return base_row, seed_rows, loss_limit
 
 
-def _rows_ahead(ctx: SearchContext, batch: list[Candidate], ahead: LossAhead | None) -> dict[str, TrialRow]:
-    """The rows of the batch's candidates whose loss runs trained ahead of the round (waiting for those
-    still training); a candidate whose run failed trains in the round."""
+def _rows_ahead(ctx: SearchContext, batch: list[Candidate], ahead: RunsAhead | None) -> dict[str, TrialRow]:
+    """The rows of the batch's candidates whose loss runs trained ahead of the round (the pool waits for
+    those still training); a candidate whose run failed trains in the round."""
     rows = {}
     for pick in batch:
-        if ahead is None or not ahead.started(pick):
-            continue
-        row = ahead.row(pick)
-        if row is None:
+        row = ahead.loss_row(_request(ctx, pick)) if ahead is not None else None
+        if row is not None and row.status != "ok":
             ctx.notice(f"loss check: {pick.id}'s loss run beside the screen failed: it trains in a round")
-            ahead.forget(pick)
-        else:
+        elif row is not None:
             rows[pick.id] = row
     return rows
 
 
-@dataclass
-class LossAhead:
-    """Loss runs of the candidates the screen has found so far (the `loss_check_top` fastest and one spare),
-    trained beside it as the baseline's is (`baseline.start_beside`): at most `limit` in all (the loss
-    check's run budget), `at_once` at a time (one per GPU), each on one screen run's place of its GPU,
-    yielding it to every timed window."""
-
-    ctx: SearchContext
-    limit: int
-    at_once: int
-    runs: dict[tuple, TaskRun | None] = field(default_factory=dict)  # by loss key; None: in ledger
-
-    def __post_init__(self) -> None:
-        self.pool = RunPool(self.ctx)
-        for row in self.pool.rows(Role.AHEAD):  # from before a resume
-            self.runs[self._key(row.config)] = None
-
-    def _key(self, config: dict[str, Any]) -> tuple:
-        return loss_key(config, self.ctx.base)
-
-    def started(self, pick: Candidate) -> bool:
-        return self._key(pick.config) in self.runs
-
-    def keys(self) -> frozenset[tuple]:
-        """The loss keys of the runs it started (or found in its ledger): what the ETA need not count."""
-        return frozenset(self.runs)
-
-    def forget(self, pick: Candidate) -> None:
-        self.runs.pop(self._key(pick.config), None)
-
-    def consider(self, screen: list[TrialRow]) -> None:
-        """Starts the loss runs of the fastest candidates so far that have none, while places are free. An
-        error here ends only the runs ahead (the rounds train the rest), not the screen it was called from."""
-        # one more than round 0 takes: if one of them fails the loss limit, the next has trained already (run
-        # O, four H100s: batch 512 fp16 failed it, and a second round trained batch 16 tf32 for 58.5 s)
-        top = self.ctx.cfg.search.loss_check_top + 1
-        try:
-            picks = [c for c in loss_check_candidates(screen, self.ctx.base, top) if not c.inherits]
-            for pick in picks:
-                if self.started(pick) or len(self.runs) >= self.limit or self.training() >= self.at_once:
-                    continue
-                self._start(pick)
-        except Exception as err:  # noqa: BLE001 - reported, and the loss check trains what is left
-            self.limit = len(self.runs)
-            self.ctx.notice(f"loss runs ahead of the loss check stopped: {type(err).__name__}: {err}")
-
-    def training(self) -> int:
-        """How many of its runs are still training."""
-        return sum(1 for run in self.runs.values() if run is not None and not run.done())
-
-    def _start(self, pick: Candidate) -> None:
-        spec = _spec(self.ctx, pick)
-        spec = spec.with_train(gpu_memory_fraction=self.ctx.placement.beside_share(spec.train.model_dump()))
-        who = f"loss-ahead-{len(self.runs)}"
-        self.runs[self._key(pick.config)] = self.pool.start(RunRequest(spec, Role.AHEAD), who, pick.config)
-        log(f"[loss_check] {pick.id}'s loss run trains ahead, beside the screen, in its GPU's idle time")
-
-    def row(self, pick: Candidate) -> TrialRow | None:
-        """The row of the loss run started for the pick's loss key (waiting for it to finish); None: it
-        failed. A run started for a twin that the screen later outran stands for the pick: same loss."""
-        key = self._key(pick.config)
-        run = self.runs[key]
-        if run is not None:
-            self.runs[key] = None
-            row = self.pool.task_row(run, f"{pick.id}'s loss run ahead")
-        else:  # recorded before a resume, or asked for again
-            kept = [r for r in self.pool.rows(Role.AHEAD) if self._key(r.config) == key][-1]
-            row = self.pool.record(Role.AHEAD, [kept])[0]
-        return row if row.status == "ok" else None
-
-    def cancel_rest(self) -> None:
-        """Ends the runs no round asked for (their configs were outrun later): the re-measure needs quiet
-        GPUs."""
-        left = [run for run in self.runs.values() if run is not None]
-        for run in left:
-            run.cancel()
-        if left:
-            log(f"[loss_check] {len(left)} loss run(s) ahead no round needed: stopped")
-
-
-def start_ahead(ctx: SearchContext) -> LossAhead | None:
-    """Loss runs ahead of the rounds, on GPUs with places to spare beside the screen (as the baseline's)."""
+def start_ahead(ctx: SearchContext) -> RunsAhead | None:
+    """Loss runs ahead of the rounds, on GPUs with places to spare beside the screen (as the baseline's):
+    those of the candidates round 0 would take if the screen ended now (tuner/runs/ahead.py runs them)."""
     if not baseline.room_beside(ctx):
         return None
-    return LossAhead(ctx, limit=run_budget(ctx), at_once=max(1, ctx.hw.gpus))
+    return RunsAhead(
+        RunPool(ctx),
+        plan=lambda screen: _wanted_ahead(ctx, screen),
+        key_of=lambda knobs: loss_key(knobs, ctx.base),
+        limit=run_budget(ctx),
+        at_once=max(1, ctx.hw.gpus),
+    )
+
+
+def _wanted_ahead(ctx: SearchContext, screen: list[TrialRow]) -> list[RunRequest]:
+    """The loss runs of the fastest candidates so far that need one of their own, fastest first, each to
+    train beside the screen."""
+    # one more than round 0 takes: if one of them fails the loss limit, the next has trained already (run O,
+    # four H100s: batch 512 fp16 failed it, and a second round trained batch 16 tf32 for 58.5 s)
+    top = ctx.cfg.search.loss_check_top + 1
+    picks = [c for c in loss_check_candidates(screen, ctx.base, top) if not c.inherits]
+    return [RunRequest(_beside_screen(ctx, _spec(ctx, pick)), Role.AHEAD) for pick in picks]
+
+
+def _beside_screen(ctx: SearchContext, spec: TrialSpec) -> TrialSpec:
+    """A loss run on one screen run's place of its GPU (as the baseline's) instead of its round's share."""
+    return spec.with_train(gpu_memory_fraction=ctx.placement.beside_share(spec.train.model_dump()))
 
 
 def run_budget(ctx: SearchContext) -> int:
@@ -292,6 +232,10 @@ def _spec(ctx: SearchContext, pick: Candidate) -> TrialSpec:
     return TrialSpec.of(
         case, knobs=pick.config, screen_id=pick.id, twin_of=pick.id, execution=execution(case)
     )
+
+
+def _request(ctx: SearchContext, pick: Candidate) -> RunRequest:
+    return RunRequest(_spec(ctx, pick), Role.LOSS)
 
 
 def _round(

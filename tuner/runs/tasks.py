@@ -49,6 +49,31 @@ class TaskRun:
         if self.ref is not None:
             ray.cancel(self.ref, force=True)
 
+    def pending(self) -> PendingRun:
+        return PendingRun(self.role, self.spec.labels.knobs, self.done())
+
+
+@dataclass(frozen=True)
+class PendingRun:
+    """A loss run trained as a Ray task, as the ETA reads it: its role, the knobs it stands for (a
+    candidate's: its config's; the baseline's: none), and whether it has ended (one whose row was in the
+    ledger before a resume has)."""
+
+    role: Role
+    knobs: dict[str, Any]
+    done: bool
+
+
+@dataclass(frozen=True)
+class Pending:
+    """The runs trained beside the screen as the screen ends, done or still training: what the loss check
+    will take the rows of rather than train (tuner/runs/ahead.py:pending)."""
+
+    runs: tuple[PendingRun, ...] = ()
+
+    def of(self, role: Role) -> list[PendingRun]:
+        return [run for run in self.runs if run.role == role]
+
 
 def start_loss_run(
     request: RunRequest, who: str, point: dict[str, Any], cpus: int, inputs: TrialInputs
