@@ -132,6 +132,17 @@ def test_after_the_screen_the_estimate_says_how_far_the_baselines_runs_beside_it
     assert f"loss check ~{fmt_seconds(96.0 * CACHED_SHARE + prefix / 113_000)}," in said, "one seed left"
 
 
+def test_a_loss_check_already_done_is_not_estimated(tmp_path, capsys):
+    # Run Z: a remembered answer's confirmation said "loss check ~2m 23s" for a loss check it never ran.
+    ctx = eta_context(tmp_path)
+    screen = [screened("twin", 113_000.0, 96.0, compile="reduce-overhead")]
+    ctx.state.finish("loss_check", [], 1.0)
+    again = after_screen(ctx, screen)
+    said = capsys.readouterr().err
+    assert "loss check done; estimated: re-measure ~" in said and "loss check ~" not in said
+    assert again == pytest.approx(remeasure_s(ctx, screen))
+
+
 def test_a_cached_warmup_is_a_timed_hit_of_the_graph_or_a_tenth_of_its_cold_compile():
     ro = {"batch_size": 32, "precision": "bf16", "compile": "reduce-overhead"}
     first = screened("first", 500_000.0, 120.0, **ro, cache="miss")

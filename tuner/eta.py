@@ -113,7 +113,11 @@ def after_screen(ctx: SearchContext, screen: list[TrialRow], pending: Pending = 
         what = "its loss run" if len(besides) == 1 else f"its loss runs at {len(besides)} seeds"
         state = {0: "still training", len(besides): "done"}.get(done, f"{done} of {len(besides)} done")
         log(f"[baseline] {what} beside the screen: {state}")
-    loss, again = loss_check_s(ctx, screen, pending), remeasure_s(ctx, screen)
+    again = remeasure_s(ctx, screen)
+    if ctx.state.phase("loss_check") is not None:  # resumed, or a remembered answer: nothing to train
+        log(f"[search] screen done; loss check done; estimated: re-measure ~{fmt_seconds(again)}")
+        return again
+    loss = loss_check_s(ctx, screen, pending)
     log(
         f"[search] screen done; estimated: loss check ~{fmt_seconds(loss)}, re-measure ~{fmt_seconds(again)} "
         f"(ETA ~{fmt_seconds(loss + again)})"
