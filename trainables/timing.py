@@ -197,9 +197,10 @@ class FirstStepDeadline:
 
     A thread blocked in C never runs that bytecode: the 100M hybrid's bf16 max-autotune-no-cudagraphs first
     step sat 12.5 minutes past its 5-minute deadline at ~1 core (run Z, one H200), most likely waiting on
-    its compile workers (not confirmed: its stack was not captured), and held the screen open for as long. So `grace_s` after the deadline the child processes it
-    waits on (Inductor's compile and autotune workers) are ended, which wakes it with an error and lets the
-    exception land; `grace_s` after that, still stuck, the process exits (its trial ends as an error)."""
+    its compile workers (not confirmed: its stack was not captured), and held the screen open for as long.
+    So `grace_s` after the deadline the child processes it waits on (Inductor's compile and autotune
+    workers) are ended, which wakes it with an error and lets the exception land; `grace_s` after that,
+    still stuck, the process exits (its trial ends as an error)."""
 
     def __init__(self, seconds: float | None, grace_s: float = STUCK_GRACE_S):
         self.seconds, self.grace_s, self.lock, self.inside = seconds, grace_s, threading.Lock(), False

@@ -54,17 +54,16 @@ def profiled_once(
     (run Z, one H200)."""
     specs, asked, sized = [], [], []
     for (finalist, knobs), case, runs, peak in zip(finalists, cases, wanted, peaks, strict=True):
-        if finalist == BASELINE_ID and len(finalists) > 1:
-            specs.append(TrialSpec.of(case, finalist=finalist, knobs=knobs))
-            asked.append(runs)
+        profiled = 0 if finalist == BASELINE_ID and len(finalists) > 1 else 1
+        if profiled:
+            specs.append(
+                TrialSpec.of({**case, "profile_steps": PROFILE_STEPS}, finalist=finalist, knobs=knobs)
+            )
+            asked.append(1)
             sized.append(peak)
-            continue
-        specs.append(TrialSpec.of({**case, "profile_steps": PROFILE_STEPS}, finalist=finalist, knobs=knobs))
-        asked.append(1)
-        sized.append(peak)
-        if runs > 1:
+        if runs > profiled:
             specs.append(TrialSpec.of(case, finalist=finalist, knobs=knobs))
-            asked.append(runs - 1)
+            asked.append(runs - profiled)
             sized.append(peak)
     return specs, asked, sized
 
