@@ -21,17 +21,7 @@ WATCH
 cat > /tmp/gpu0_inner.sh <<'INNER'
 cd /tmp/p
 export PYTHONPATH=/tmp/site:/tmp/p PYTHONUNBUFFERED=1 CUDA_VISIBLE_DEVICES=0 XDG_CACHE_HOME=/tmp/xdg-0
-R=/tmp/final
-search() {  # $1: the label, then extra arguments (the README's command is the one without any)
-  local L=$1 T=$(date +%s); shift
-  echo "START $L $(date -u +%FT%TZ) $(cat gitrev) GPU 0 $(nproc) cpus" >> $R/search.log
-  python3 -m tuner.search --config configs/default.yaml --data tinyshakespeare.txt "$@" > $R/$L.log 2>&1
-  echo "EXIT $L $? after $(( $(date +%s) - T )) s" >> $R/search.log
-}
-keep() {  # $1: the label, $2: OUT
-  mkdir -p $R/$1 && cp $2/summary.json $2/report.md $2/best.yaml $R/$1/ 2>/dev/null
-  tar czf $R/$1/trials.tgz -C $2 trials 2>/dev/null
-}
+source bench/device/search_fns.sh  # search LABEL [ARGS], keep LABEL OUT; R=/tmp/final
 search cold
 keep cold out/search
 TR="python3 -m trainables.train --data tinyshakespeare.txt --json"
