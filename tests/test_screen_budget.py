@@ -21,10 +21,10 @@ def context(tmp_path, gpus: int, *sets: str) -> SearchContext:
 @pytest.mark.parametrize(
     "gpus, sets, wall",
     [
-        (0, (), 180),  # a CPU machine: the budget is wall time
-        (1, (), 180),  # default.yaml: 3m of GPU time
-        (2, (), 90),
-        (4, (), 45),  # no constant floor: the clock waits for the start points (test_screen_clock.py)
+        (0, (), 120),  # a CPU machine: the budget is wall time
+        (1, (), 120),  # default.yaml: 2m of GPU time
+        (2, (), 60),
+        (4, (), 30),  # no constant floor: the clock waits for the start points (test_screen_clock.py)
         (4, ("search.compile_deadline=10m", "search.time_budget=6m"), 90),
     ],
 )

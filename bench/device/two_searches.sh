@@ -1,7 +1,8 @@
 # Issues 34 and 36 in one sitting on a 2-GPU host, one search per GPU at the same time, each pinned to half
 # the host's cores (taskset) and with a cache dir of its own (XDG_CACHE_HOME: cold, nothing remembered):
 #   GPU 0: the README's command exactly, cold; the pair alone (the seed baseline, 300 steps, then best.yaml);
-#          the README's command again with a new --out (a remembered answer, confirmed).
+#          the README's command again with a new --out (a remembered answer, confirmed); then the 94M
+#          shape's fused autotune paid once (two processes of one config, the second should start fast).
 #   GPU 1: `python -m tuner.search --config configs/hybrid-100m.yaml`, cold; then its pair alone (the plain
 #          recipe and best.yaml, 300 steps each: the planned run is 1B tokens).
 # Beside them, every 5 s, the compute processes NVML lists per GPU and what each is (gpu_procs.log): which
@@ -30,6 +31,16 @@ $TR --config out/search/best.yaml > $R/cold/train_best.json 2> $R/cold/train_bes
 echo "PAIR default $(date -u +%FT%TZ)" >> $R/search.log
 search again --out out/search-again
 keep again out/search-again
+# the 94M shape pays its fused autotune once (issue 34): two processes of one fused config in turn, on a
+# cache dir of their own; the first autotunes the new shapes, the second should start its first step in <= 30 s
+export XDG_CACHE_HOME=/tmp/xdg-94m
+for i in 1 2; do
+  T=$(date +%s)
+  python3 -m trainables.train --json --config configs/hybrid-100m.yaml --set max_steps=20 --set batch_size=16 \
+    --set precision=bf16 --set compile=default --set compile_scope=blocks --set kernels=fused \
+    > $R/autotune94m_$i.json 2> $R/autotune94m_$i.err
+  echo "AUTOTUNE94M $i exit $? after $(( $(date +%s) - T )) s" >> $R/search.log
+done
 echo "GPU0DONE $(date -u +%FT%TZ)" >> $R/search.log
 INNER
 cat > /tmp/gpu1_inner.sh <<'INNER'
