@@ -151,18 +151,24 @@ def gate_name(node_id: str, gpu: int | str) -> str:
 
 
 def _gate(node_id: str, gpu: int | str):
-    """The gate of a GPU, on that GPU's node (it checks its trials' processes there)."""
+    """The gate of a GPU, on that GPU's node (it checks its trials' processes there). Detached: it belongs
+    to the GPU, not to whoever asked first. Ray numbers a node's GPUs by its CUDA_VISIBLE_DEVICES
+    (`CUDA_VISIBLE_DEVICES=1` gives id 1 on a one-GPU node), which the driver cannot see for every node, so a
+    trial may be the first to ask for its GPU's gate; owned by that trial, the gate died with its worker and
+    took every other trial of the GPU with it (ActorDiedError: 7 of 9 re-measure runs of the 94M search on
+    GPU 1 of a 2x H200 host, runs Z and AA). Two searches on one cluster share it, as they share the GPU."""
     return TimingGate.options(
         name=gate_name(node_id, gpu),
         namespace=NAMESPACE,
         get_if_exists=True,
+        lifetime="detached",
         scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
     ).remote()
 
 
 def open_gates() -> list:
-    """One gate per GPU of every alive node, owned by the caller (the search's driver), so they live as
-    long as the search and no trial's exit takes one down. Returns the handles (keep them)."""
+    """One gate per GPU index of every alive node, made before any trial asks (a GPU Ray numbers otherwise
+    gets its gate from its first trial; either way it is detached, see `_gate`). Returns the handles."""
     return [
         _gate(node["NodeID"], index)
         for node in ray.nodes()
