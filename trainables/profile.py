@@ -104,9 +104,10 @@ def short_name(name: str) -> str:
     """A kernel's name without its C++ clothes: 'void at::native::foo_kernel<4, ...>(int, ...)' -> 'foo_kernel'."""
     if name.startswith(COMPILED_GRAPH):
         return "CompiledFxGraph (Inductor's kernels)"
-    name = name.removeprefix("void ")
+    # "(anonymous namespace)::" split at its "(" left "at::native::" and an empty name in run AA's report
+    name = name.removeprefix("void ").replace("(anonymous namespace)::", "")
     bare = re.split(r"[<(]", name, maxsplit=1)[0].strip() or name
-    return bare.rsplit("::", 1)[-1] if not bare.startswith("aten::") else bare
+    return (bare.rsplit("::", 1)[-1] if not bare.startswith("aten::") else bare) or bare
 
 
 def top_ops(ops: Iterable[OpTime], n: int = TOP_OPS) -> tuple[TopOp, ...]:
