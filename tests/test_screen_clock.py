@@ -12,6 +12,7 @@ from toy_workload import TOY
 from trainables.spec import TrialSpec
 from tuner.knobs import freeze
 from tuner.runs.ledger import Ledger
+from tuner.runs.placement import room_now
 from tuner.runs.request import Placement
 from tuner.runs.tune import run_proposals
 from tuner.screen_clock import ScreenClock
@@ -50,6 +51,25 @@ def test_no_new_config_starts_that_could_not_get_through_a_cold_first_step_in_th
     assert clock.cold_first_step_s() == 40.0
     assert not clock.proposing(seen)  # 30 s + 40 s is past the 60 s budget
     assert clock_at(10).proposing(seen)
+
+
+def test_no_config_is_proposed_while_no_place_is_free_but_start_points_always_are():
+    # Proposed without a free place, a config waits in Tune's queue and starts later than it was judged
+    # for (run AA): the clock asks the placement whether a place is free now.
+    free = [False]
+    seen_none, seen_all = set(), {freeze(p) for p in START}
+    assert clock_at(10).proposing(seen_none, lambda: free[0])  # a start point queues regardless
+    assert not clock_at(10).proposing(seen_all, lambda: free[0])
+    free[0] = True
+    assert clock_at(10).proposing(seen_all, lambda: free[0])
+
+
+def test_a_screen_place_is_free_only_where_ray_has_its_cpus_and_gpu_share():
+    need = {"CPU": 2, "GPU": 0.25}
+    assert room_now(need, {"CPU": 2.0, "GPU": 0.25})
+    assert not room_now(need, {"CPU": 1.0, "GPU": 1.0})  # the beside runs took the CPUs
+    assert not room_now(need, {"CPU": 8.0, "GPU": 0.2})
+    assert not room_now(need, {"CPU": 8.0})  # no GPU left at all: Ray omits the key
 
 
 def test_a_budget_shorter_than_a_first_step_still_measures_every_start_point(tmp_path, one_cpu_ray):

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Collection, Hashable
+from collections.abc import Callable, Collection, Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,11 +44,17 @@ class ScreenClock:
         """The median cold first step measured so far; 0 until one is."""
         return statistics.median(self.cold_first_steps) if self.cold_first_steps else 0.0
 
-    def proposing(self, seen: Collection[Hashable]) -> bool:
+    def proposing(self, seen: Collection[Hashable], room: Callable[[], bool] | None = None) -> bool:
         """Whether to start a config now: a start point not yet `seen` (proposed or measured) always starts,
-        any other only if it could get through a cold first step before the budget ends."""
+        any other only if it could get through a cold first step before the budget ends, and only while
+        `room()` says a place is free. A proposal made without one waits in Tune's queue and starts when it
+        no longer can: in run AA two were made ~50 s into a 2-minute screen, started at ~96 s (the places
+        were held by the runs beside it) and were stopped mid-compile, after holding the places the answer's
+        loss run ahead waited 40 s for."""
         if self._first_wave_left(seen):
             return True
+        if room is not None and not room():
+            return False
         return self.elapsed() + self.cold_first_step_s() < self.budget_s
 
     def ended(self, running: Collection[Hashable], seen: Collection[Hashable]) -> bool:

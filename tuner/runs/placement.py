@@ -12,10 +12,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import ray
+
 from trainables.spec import TrialSpec
 from tuner.config import ResourcesSection
 from tuner.records import Hardware, ProbedBatch
 from tuner.runs.request import Placement
+
+
+def room_now(need: dict[str, float], available: dict[str, float]) -> bool:
+    """Whether `available` (Ray's free resources now) holds `need`, the smallest run of a kind: runs
+    beside the screen (the baseline's and the loss runs ahead) take screen places Tune does not count."""
+    return all(available.get(name, 0.0) >= amount - 1e-6 for name, amount in need.items())
 
 
 @dataclass(frozen=True)
@@ -49,6 +57,7 @@ class PlacementPolicy:
             lambda config: {"cpu": cpus, "gpu": self._spec_share(TrialSpec.as_asked(config), per_gpu)},
             per_gpu * self.hw.gpus,
             self.reuse_actors(),
+            room=lambda: room_now({"CPU": cpus, "GPU": 1 / per_gpu}, ray.available_resources()),
         )
 
     def remeasure(self, asked: Sequence[int], peaks_mb: Sequence[float | None]) -> Placement:

@@ -102,6 +102,9 @@ class Placement:
     resources: dict[str, float] | Callable[[dict], dict[str, float]]
     concurrent: int = 0
     reuse_actors: bool = True
+    # Whether the cluster has a place for one more of these runs now (None: not asked). A searcher that
+    # proposes while there is none queues its proposal in Tune, to start later than it was judged for.
+    room: Callable[[], bool] | None = None
 
 
 @dataclass(frozen=True)

@@ -233,7 +233,7 @@ def run_proposals(
         measured = {freeze(r.config): r.tokens_per_s or 0.0 for r in done}
         searcher = DistinctConfigs(make_searcher(), measured, fit)  # fit: tuner/batch_fit.py's rules
         if clock is not None:
-            searcher.may_propose = lambda s=searcher: clock.proposing(seen_by(s)[1])
+            searcher.may_propose = lambda s=searcher: clock.proposing(seen_by(s)[1], placement.room)
         _say_going_on(phase, attempt, len(done), trials)
         best = max((r.tokens_per_s or 0 for r in done if r.status == "ok"), default=0.0)
         slow = SlowTrialStopper(stopper_ratio, best)
