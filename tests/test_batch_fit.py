@@ -86,6 +86,17 @@ def test_a_config_refused_is_one_whose_forward_batch_its_setting_cannot_fit():
     assert BatchFit(BASE).refusal({"batch_size": 4096}) is None  # nothing probed: nothing refused
 
 
+def test_a_micro_batch_below_its_batch_that_does_not_divide_it_is_refused_probed_or_not():
+    """A space's product pairs every batch with every micro-batch; TrainConfig refuses 12 in pieces of 8."""
+    for fit in (BatchFit(BASE, PROBED), BatchFit(BASE)):
+        assert fit.refusal({"batch_size": 12, "micro_batch": 8}) == (
+            "refused batch_size=12 micro_batch=8: a micro_batch below the batch must divide it"
+        )
+        assert fit.refusal({"batch_size": 16, "micro_batch": 8}) is None
+        assert fit.refusal({"micro_batch": 3}) is not None  # the baseline's batch 8
+    assert BatchFit({**BASE, "micro_batch": 8}).refusal({"batch_size": 12}) is not None
+
+
 def test_a_micro_batch_of_at_least_the_batch_is_spelled_none():
     assert normalized({"batch_size": 16, "micro_batch": 32}, BASE) == {"batch_size": 16, "micro_batch": None}
     assert normalized({"batch_size": 16, "micro_batch": 16}, BASE)["micro_batch"] is None

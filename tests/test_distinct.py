@@ -69,6 +69,33 @@ def test_the_screen_never_runs_a_config_that_cannot_fit_nor_one_config_twice_in_
         searcher.on_trial_complete(f"t{n}", result={"tokens_per_s": 50.0})
 
 
+def test_the_screen_skips_the_pairs_of_a_space_whose_micro_batch_does_not_divide_the_batch(capsys):
+    """batch_size [12, 16, 24] x micro_batch [None, 8, 16]: 12 in 8s, 24 in 16s would be refused by the
+    trial itself (TrainConfig), a failed run; the screen skips them, at no cost, and runs the rest."""
+    space = {"batch_size": tune.choice([12, 16, 24]), "micro_batch": tune.choice([None, 8, 16])}
+    inner = OptunaSearch(
+        points_to_evaluate=[{"batch_size": 12, "micro_batch": 8}],
+        metric="tokens_per_s",
+        mode="max",
+        sampler=optuna.samplers.TPESampler(seed=0),
+    )
+    inner.set_search_properties("tokens_per_s", "max", space)
+    searcher = DistinctConfigs(inner, fit=BatchFit(BASE))
+    handed = []
+    for n in range(12):
+        config = searcher.suggest(f"t{n}")
+        if config is None or config == DistinctConfigs.FINISHED:
+            break
+        TrialSpec.of_tune({**TrialSpec.of(BASE).as_tune(), **config})  # what the trial reads: no ConfigError
+        handed.append(config)
+        searcher.on_trial_complete(f"t{n}", result={"tokens_per_s": 10.0 + n})
+    assert handed and {"batch_size": 12, "micro_batch": 8} not in handed
+    assert searcher.refused[freeze({"batch_size": 12, "micro_batch": 8})] == (
+        "refused batch_size=12 micro_batch=8: a micro_batch below the batch must divide it"
+    )
+    assert "[screen] refused batch_size=12 micro_batch=8" in capsys.readouterr().err
+
+
 def test_a_ledger_written_in_both_spellings_counts_as_one_config():
     measured = {
         freeze({"batch_size": 16, "micro_batch": 32}): 90.0,

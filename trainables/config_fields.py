@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, Field, ValidationInfo, field_validator
 
 from model import HybridConfig
+from trainables.micro_batches import splits
 
 Precision = Literal["fp32", "tf32", "bf16", "fp16"]
 CompileMode = Literal["none", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]
@@ -198,7 +199,7 @@ class ExecutionKnobs(BaseModel):
     @classmethod
     def _divides_the_batch(cls, v: int | None, info: ValidationInfo) -> int | None:
         batch = info.data.get("batch_size")  # a LossKnobs field, validated first; absent when refused
-        if v is None or batch is None or v >= batch or batch % v == 0:
+        if batch is None or splits(batch, v):
             return v
         fits = [d for d in range(1, batch) if batch % d == 0]
         raise ValueError(f"must divide batch_size {batch} (one of {fits}) or be at least it")

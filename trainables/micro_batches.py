@@ -7,6 +7,13 @@ from __future__ import annotations
 from typing import Any
 
 
+def splits(batch: int, micro: int | None) -> bool:
+    """Whether `micro` is a micro_batch a batch of `batch` can run with (TrainConfig's rule, which the search's
+    space and screen apply to the pairs they make): None or at least the batch is the whole batch in one
+    pass; below it, it must divide it."""
+    return micro is None or micro >= batch or batch % micro == 0
+
+
 def examples_in(batch: Any) -> int:
     """The examples in a batch (its first tensor's dim 0): the weight of its mean loss."""
     while isinstance(batch, list | tuple | dict):

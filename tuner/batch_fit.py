@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from trainables.micro_batches import splits
 from tuner.records import ProbedBatch
 
 
@@ -54,8 +55,9 @@ def normalized(config: Mapping[str, Any], base: Mapping[str, Any]) -> dict[str, 
 
 @dataclass(frozen=True)
 class BatchFit:
-    """The screen's rules for a proposal's batch: one spelling per config, and no config whose forward batch
-    the probe found cannot fit at its precision and checkpointing setting."""
+    """The screen's rules for a proposal's batch: one spelling per config, no micro_batch below its batch that
+    does not divide it, and no config whose forward batch the probe found cannot fit at its precision and
+    checkpointing setting."""
 
     base: Mapping[str, Any]  # the values a proposal leaves out: the baseline's
     probed: Mapping[str, ProbedBatch] = field(default_factory=dict)  # precision -> the probe's finding
@@ -64,8 +66,15 @@ class BatchFit:
         return normalized(config, self.base)
 
     def refusal(self, config: Mapping[str, Any]) -> str | None:
-        """Why `config` cannot fit, in one line; None when it may."""
+        """Why `config` cannot run or cannot fit, in one line; None when it may."""
         values = {**self.base, **config}
+        if not splits(values["batch_size"], values.get("micro_batch")):
+            # A space's product pairs every batch with every micro-batch (batch_size [12, 16] x micro_batch
+            # [8]): the trial would refuse 12 in 8s (TrainConfig), so it is refused here, at no cost.
+            return (
+                f"refused batch_size={values['batch_size']} micro_batch={values['micro_batch']}: a micro_batch "
+                "below the batch must divide it"
+            )
         found = self.probed.get(values.get("precision"))
         if found is None:
             return None

@@ -7,9 +7,10 @@ as failed (TPE ignores failed trials), and the searcher is asked again; when it 
 space is exhausted and the screen ends early (`exhausted`).
 
 With a `BatchFit` (tuner/batch_fit.py) a proposal is first put in its one spelling (a micro_batch of at least
-the batch is None), so two spellings of one config are one, and a config whose forward batch the batch probe
-found cannot fit is refused before it runs, with its reason in one line: answered to the searcher as a
-config that measured nothing (as a failed run is kept), at no cost.
+the batch is None), so two spellings of one config are one, and a config that cannot run (a micro_batch
+below its batch that does not divide it) or whose forward batch the batch probe found cannot fit is refused
+before it runs, with its reason in one line: answered to the searcher as a config that measured nothing (as
+a failed run is kept), at no cost.
 """
 
 from __future__ import annotations
