@@ -84,6 +84,56 @@ def test_a_bad_train_key_or_value_is_refused_as_the_config_is_read_before_ray_st
     assert started == [], "Ray was started for a config that cannot run"
 
 
+def test_a_search_config_files_train_pair_that_cannot_run_is_refused_before_ray_starts(
+    capsys, tmp_path, monkeypatch
+):
+    path = tmp_path / "search.yaml"
+    path.write_text("train: {batch_size: 16, micro_batch: 6}\nsearch: {space: {precision: [fp32, bf16]}}\n")
+    monkeypatch.setattr(RaySession, "start", lambda *a, **kw: pytest.fail("Ray started"))
+    assert search.main(["--config", str(path), "--out", str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "error: config key 'train.micro_batch': must divide batch_size 16 (one of [1, 2, 4, 8]) or be at "
+        "least it (got 6)"
+    ]
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    "sets, line",
+    [
+        (  # 6 is below both batches and divides neither: no config of the space could run it
+            ["search.space={batch_size: [8, 16], micro_batch: [null, 6]}"],
+            "error: config key 'search.space.micro_batch': choice 6 would never run: it is below and divides "
+            "none of batch_size [8, 16] (below the batch, a micro_batch must divide it)",
+        ),
+        (  # smoke's batch is 16: a micro_batch of 8 runs it, never 12
+            ["train.micro_batch=8", "search.space={batch_size: [8, 12, 16]}"],
+            "error: config key 'search.space.batch_size': choice 12 would never run: none of micro_batch [8] "
+            "divides it or is at least it",
+        ),
+        (
+            [
+                "search.space={batch_size: [12, 16], micro_batch: [null, 8]}",
+                "search.start_points=[{batch_size: 16, micro_batch: 8}, {batch_size: 12, micro_batch: 8}]",
+            ],
+            "error: config key 'search.start_points[1]': micro_batch 8 must divide batch_size 12 or be at "
+            "least it",
+        ),
+    ],
+)
+def test_a_batch_pair_of_the_space_that_can_never_run_is_refused_in_one_line(capsys, tmp_path, sets, line):
+    assert refused(capsys, tmp_path, *sets) == line
+
+
+def test_a_micro_batch_choice_is_checked_against_the_configs_batches_not_the_default_batch():
+    """8, TrainConfig's default batch, is no batch of this search: 6 divides its 12 and 24."""
+    space = {"batch_size": [12, 24], "micro_batch": [None, 6]}
+    assert SearchConfig(train={"batch_size": 12}, search={"space": space}).search.space == space
+    assert SearchConfig(train={"batch_size": 12}, search={"space": {"micro_batch": [None, 4, 6]}})
+    with pytest.raises(ValidationError, match="choice 5 would never run"):
+        SearchConfig(train={"batch_size": 12}, search={"space": {"micro_batch": [None, 5]}})
+
+
 def test_a_search_config_holds_only_a_train_section_that_can_run():
     """Checked wherever one is made (a state.json read back too), not only when the baseline is asked for."""
     with pytest.raises(

@@ -20,6 +20,7 @@ from trainables.config import (
     unknown_key,
     with_workload_paths,
 )
+from trainables.micro_batches import splits
 from tuner.horizon import LossHorizon, parse_tokens
 from tuner.records import LossLimit
 
@@ -45,6 +46,9 @@ class Range(BaseModel):
 Knob = list[Any] | Range
 # TrainConfig fields that say what is trained or where, never searched.
 NOT_KNOBS = ("model", "workload", "workload_path", "data", "out_dir", "device")
+# What a choice is checked beside to check it alone: a micro_batch against a batch of 1 (it is at least that),
+# not the default batch 8; its pairs with the config's batches are checked on the whole config (batch_pairs).
+ALONE: dict[str, dict[str, Any]] = {"micro_batch": {"batch_size": 1}}
 
 
 class SearchSection(BaseModel):
@@ -109,7 +113,7 @@ class SearchSection(BaseModel):
                     raise ValueError(f"knob {name!r} has no choices")
                 for choice in knob:  # each choice must be a valid value of the field
                     try:
-                        TrainConfig(**{name: choice})
+                        TrainConfig(**{**ALONE.get(name, {}), name: choice})
                     except ValidationError as err:
                         msg = err.errors()[0]["msg"]
                         raise ValueError(f"knob {name!r}: choice {choice!r}: {msg}") from None
@@ -213,8 +217,48 @@ class SearchConfig(BaseModel):
         make_config(train, section="train")  # ConfigError: its one line, reported as it is (_one_line)
         return train
 
+    @model_validator(mode="after")
+    def _batches_pair(self):
+        if (said := batch_pairs(self.search, self.baseline())) is not None:
+            raise ConfigError(said)
+        return self
+
     def baseline(self) -> TrainConfig:
         return make_config(self.train, section="train")
+
+
+def batch_pairs(search: SearchSection, train: TrainConfig) -> str | None:
+    """The one line for a batch_size or micro_batch choice that pairs with none of the other knob's values,
+    or a start point that fixes a pair that cannot run (a micro_batch below its batch must divide it). A
+    space's other bad pairs (batch_size [12, 16] x micro_batch [8]: 12 in 8s) are the screen's to skip
+    (tuner/batch_fit.py:BatchFit.refusal); a choice that pairs with nothing would never run at all."""
+    space = search.space
+    batches = space.get("batch_size", [train.batch_size])
+    micros = space.get("micro_batch", [train.micro_batch])
+    if isinstance(batches, Range) or isinstance(micros, Range):
+        return None  # no list of values: the screen skips each bad pair it proposes
+    for m in micros if "micro_batch" in space else []:
+        if not any(splits(b, m) for b in batches):
+            return (
+                f"config key 'search.space.micro_batch': choice {m} would never run: it is below and divides "
+                f"none of batch_size {batches} (below the batch, a micro_batch must divide it)"
+            )
+    for b in batches if "batch_size" in space else []:
+        if not any(splits(b, m) for m in micros):
+            return (
+                f"config key 'search.space.batch_size': choice {b} would never run: none of micro_batch {micros} "
+                "divides it or is at least it"
+            )
+    for i, point in enumerate(search.start_points):
+        pair = {"batch_size": train.batch_size, "micro_batch": train.micro_batch}
+        if all(k in point or k not in space for k in pair):  # else the space fills it in (space.start_point)
+            b, m = (point.get(k, v) for k, v in pair.items())
+            if not splits(b, m):
+                return (
+                    f"config key 'search.start_points[{i}]': micro_batch {m} must divide batch_size {b} "
+                    "or be at least it"
+                )
+    return None
 
 
 # Where a search config's keys live, by the section the user writes them under ('' is the top level).
