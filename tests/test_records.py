@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from dataclasses import fields
 from pathlib import Path
 
@@ -22,6 +24,16 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_the_committed_schema_is_the_models_schema():
     committed = json.loads((ROOT / "docs" / "summary.schema.json").read_text())
     assert committed == summary_schema(), "regenerate: python -m tuner.records > docs/summary.schema.json"
+
+
+def test_the_documented_command_writes_the_committed_schema_byte_for_byte():
+    """`python -m tuner.records > docs/summary.schema.json` (docs/architecture.md) is what regenerates it:
+    run as __main__, it must print what the test above accepts, in the committed file's formatting."""
+    printed = subprocess.run(
+        [sys.executable, "-m", "tuner.records"], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    assert printed.stdout == (ROOT / "docs" / "summary.schema.json").read_text()
+    assert json.loads(printed.stdout) == summary_schema()
 
 
 def test_a_summary_round_trips_through_json():
