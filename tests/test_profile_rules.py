@@ -79,7 +79,9 @@ def test_a_kernel_name_loses_its_cpp_clothes_and_equal_names_merge():
     assert short_name(ELEMENTWISE) == "vectorized_elementwise_kernel"
     assert short_name("aten::mm") == "aten::mm"
     assert short_name("Memcpy HtoD (Pageable -> Device)") == "Memcpy HtoD"
-    anonymous = "void at::native::(anonymous namespace)::cunn_SoftMaxForward<8, float>(float*, float const*, int)"
+    anonymous = (
+        "void at::native::(anonymous namespace)::cunn_SoftMaxForward<8, float>(float*, float const*, int)"
+    )
     assert short_name(anonymous) == "cunn_SoftMaxForward"  # not "": the namespace's "(" is not the arguments'
     assert short_name("void at::native::(anonymous)::x") != ""
     other = ELEMENTWISE.replace("<4,", "<8,")
