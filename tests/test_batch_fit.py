@@ -97,6 +97,19 @@ def test_a_micro_batch_below_its_batch_that_does_not_divide_it_is_refused_probed
     assert BatchFit({**BASE, "micro_batch": 8}).refusal({"batch_size": 12}) is not None
 
 
+def test_cuda_graphs_with_several_forward_passes_per_step_are_refused():
+    """Run AA: batch 32 in pieces of 8 under reduce-overhead failed on the GPU (pytorch/pytorch#169545)."""
+    fit = BatchFit(BASE)
+    graphs = {"batch_size": 32, "micro_batch": 8, "compile": "reduce-overhead"}
+    assert fit.refusal(graphs) == (
+        "refused compile=reduce-overhead with 4 forward passes per optimizer step (micro_batch / grad_accum): "
+        "CUDA graphs overwrite a pass's outputs with the next's (pytorch/pytorch#169545)"
+    )
+    assert fit.refusal({**graphs, "compile": "max-autotune-no-cudagraphs"}) is None
+    assert fit.refusal({**graphs, "micro_batch": None}) is None  # one pass: CUDA graphs are fine
+    assert fit.refusal({"batch_size": 16, "compile": "max-autotune", "grad_accum": 2}) is not None
+
+
 def test_a_micro_batch_of_at_least_the_batch_is_spelled_none():
     assert normalized({"batch_size": 16, "micro_batch": 32}, BASE) == {"batch_size": 16, "micro_batch": None}
     assert normalized({"batch_size": 16, "micro_batch": 16}, BASE)["micro_batch"] is None
