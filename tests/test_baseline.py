@@ -65,9 +65,7 @@ def search_context(tmp_path, gpus: int, *overrides: str, **search) -> SearchCont
     )
     hw = Hardware(gpus=gpus, gpu_mem_mb=81_559)
     tmp_path.mkdir(parents=True, exist_ok=True)
-    return SearchContext(
-        cfg, tmp_path, cfg.baseline().model_dump(), hw, 16 * max(1, gpus), State(tmp_path), ""
-    )
+    return SearchContext(cfg, tmp_path, cfg.train.model_dump(), hw, 16 * max(1, gpus), State(tmp_path), "")
 
 
 def test_the_default_configs_first_start_point_lends_the_baselines_loss_run_its_execution(tmp_path):

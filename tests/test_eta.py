@@ -31,11 +31,11 @@ def eta_context(out: Path, *overrides: str, config: str = "default.yaml", gpus: 
     its space and its loss horizon from it."""
     cfg = load_search_config(str(CONFIGS / config), list(overrides))
     hw = Hardware(gpus=gpus, gpu_mem_mb=143_771)
-    return SearchContext(cfg, out, cfg.baseline().model_dump(), hw, 16 * gpus, State(out), "")
+    return SearchContext(cfg, out, cfg.train.model_dump(), hw, 16 * gpus, State(out), "")
 
 
 # configs/default.yaml's baseline: batch 8 of 256 tokens, fp32, eager, lr 3e-4, 10,240,000 tokens
-BASE = load_search_config(str(CONFIGS / "default.yaml")).baseline().model_dump()
+BASE = load_search_config(str(CONFIGS / "default.yaml")).train.model_dump()
 
 
 def seeds_beside(done: int, runs: int) -> Pending:

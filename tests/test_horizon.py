@@ -44,7 +44,7 @@ def test_a_duration_or_a_count_that_is_no_positive_number_is_one_line_naming_the
 
 def test_the_prefix_is_a_whole_number_of_steps_of_every_batch_in_the_space():
     cfg = load_search_config(SMOKE, ["train.tokens=1000000"])
-    base, space = cfg.baseline().model_dump(), cfg.search.space
+    base, space = cfg.train.model_dump(), cfg.search.space
     assert step_tokens(base, space) == 4096  # lcm of 8, 16, 32 and 64 sequences of 64 tokens
     horizon = horizon_for(base, space, 10_000)
     assert horizon.tokens == 12_288 and horizon.is_prefix and horizon.fraction == pytest.approx(0.012288)
@@ -56,7 +56,7 @@ def test_the_prefix_is_a_whole_number_of_steps_of_every_batch_in_the_space():
 
 def test_a_budget_at_or_past_the_planned_run_trains_the_planned_run():
     cfg = load_search_config(SMOKE)
-    base = cfg.baseline().model_dump()
+    base = cfg.train.model_dump()
     for budget in (None, base["tokens"], 10 * base["tokens"], base["tokens"] - 1):  # -1: rounds up to it
         horizon = horizon_for(base, cfg.search.space, budget)
         assert not horizon.is_prefix and at_horizon(base, horizon) == base
@@ -83,10 +83,10 @@ def test_a_validation_is_cited_where_the_bench_wrote_one(tmp_path):
 
 def test_at_the_planned_run_the_baseline_trains_one_seed():
     cfg = load_search_config(SMOKE)
-    ctx = SimpleNamespace(cfg=cfg, base=cfg.baseline().model_dump())
+    ctx = SimpleNamespace(cfg=cfg, base=cfg.train.model_dump())
     assert baseline.noise_cases(ctx, ctx.base) == []
     cfg = load_search_config(SMOKE, ["quality.loss_horizon=8192", "train.tokens=65536"])
-    ctx = SimpleNamespace(cfg=cfg, base=cfg.baseline().model_dump())
+    ctx = SimpleNamespace(cfg=cfg, base=cfg.train.model_dump())
     assert [c["seed"] for c in baseline.noise_cases(ctx, ctx.base)] == [ctx.base["seed"] + 1]
 
 
@@ -96,7 +96,7 @@ def test_loss_runs_stop_at_the_prefix_and_the_loss_limit_takes_both_seeds(tmp_pa
     overrides = ["train.tokens=65536", "train.eval_tokens=2048", "search.loss_check_top=1",
                  "quality.loss_horizon=16K"]  # fmt: skip
     cfg = load_search_config(SMOKE, overrides)
-    ctx = SearchContext(cfg, tmp_path, cfg.baseline().model_dump(), Hardware(gpus=0), 1, State(tmp_path), "")
+    ctx = SearchContext(cfg, tmp_path, cfg.train.model_dump(), Hardware(gpus=0), 1, State(tmp_path), "")
     screen = [
         make_row("screen-0", config={"batch_size": 32}, tokens_per_s=3_000.0),
         make_row("screen-1", config={"loader": "device"}, tokens_per_s=2_000.0),  # the baseline's twin
@@ -158,7 +158,7 @@ def beside_context(out: Path, *overrides: str) -> SearchContext:
     """Two GPUs of two speed-run places each: room beside the screen for both of the baseline's seeds."""
     cfg = load_search_config(SMOKE, [*BESIDE_OVERRIDES, *overrides])
     cfg.search.start_points = [{"loader": "device"}]  # shares the baseline's loss knobs: its twin
-    return SearchContext(cfg, out, cfg.baseline().model_dump(), Hardware(gpus=2, gpu_mem_mb=81_559), 4,
+    return SearchContext(cfg, out, cfg.train.model_dump(), Hardware(gpus=2, gpu_mem_mb=81_559), 4,
                          State(out), "")  # fmt: skip
 
 

@@ -27,11 +27,11 @@ def search():
 @pytest.fixture(scope="module")
 def checked(search):
     """The search's own checks before Ray starts (the corpus built here: ~5 s, cached after)."""
-    return preflight(search.baseline(), local=False, section="train")
+    return preflight(search.train, local=False, section="train")
 
 
 def test_the_model_has_about_100m_parameters_and_heads_of_64(search, checked):
-    cfg = search.baseline()
+    cfg = search.train
     vocab = checked.workload.data.tokenizer.vocab_size
     assert 60 < vocab <= 98  # the built-in corpus's characters (trainables/corpora.py)
     with torch.device("meta"):
@@ -43,7 +43,7 @@ def test_the_model_has_about_100m_parameters_and_heads_of_64(search, checked):
 
 
 def test_the_baseline_is_a_plain_first_recipe_planned_for_1b_tokens(search):
-    cfg = search.baseline()
+    cfg = search.train
     assert (cfg.precision, cfg.compile, cfg.kernels, cfg.batch_size, cfg.micro_batch) == (
         "fp32",
         "none",
@@ -67,16 +67,16 @@ def test_the_space_holds_the_knobs_of_this_size(search):
 
 
 def test_every_batch_and_micro_batch_of_the_space_combine(search):
-    space, train = search.search.space, search.train
+    space, train = search.search.space, search.train.model_dump()
     for batch, micro in itertools.product(space["batch_size"], space["micro_batch"]):
         assert make_config({**train, "batch_size": batch, "micro_batch": micro}).forward_batch <= batch
 
 
 def test_each_start_point_is_a_valid_config_and_the_first_is_the_baselines_twin(search):
-    base = search.baseline().model_dump()
+    base = search.train.model_dump()
     points = [start_point(p, search.search.space, base, pytest.fail) for p in search.search.start_points]
     for point in points:
-        make_config({**search.train, **point}, section="train")
+        make_config({**base, **point}, section="train")
     assert loss_key(points[0], base) == loss_key(base, base)  # its loss run stands for the baseline's
     assert any(p["activation_checkpointing"] for p in points) and any(
         p["precision"] == "bf16" for p in points

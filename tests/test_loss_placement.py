@@ -82,7 +82,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def search_context(tmp_path, gpus: int, cpus: int, gpu_mem_mb: int = 81_559) -> SearchContext:
     cfg = load_search_config(str(ROOT / "configs" / "default.yaml"), [])
     hw = Hardware(gpus=gpus, gpu_mem_mb=gpu_mem_mb)
-    return SearchContext(cfg, tmp_path, cfg.baseline().model_dump(), hw, cpus, State(tmp_path), "")
+    return SearchContext(cfg, tmp_path, cfg.train.model_dump(), hw, cpus, State(tmp_path), "")
 
 
 def trial(case: int, batch: int = 8) -> dict:

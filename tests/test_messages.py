@@ -14,7 +14,7 @@ from trainables.config import ConfigError, TrainConfig
 from trainables.exit_codes import Exit
 from trainables.spec import LABELS, TrialSpec
 from tuner import emit, search
-from tuner.config import SearchConfig, SearchSection
+from tuner.config import SearchConfig, SearchSection, load_search_config
 from tuner.ray_session import RaySession
 from tuner.report import __main__ as report
 from tuner.runs.ledger import _planned_tokens
@@ -134,7 +134,7 @@ def test_a_micro_batch_choice_is_checked_against_the_configs_batches_not_the_def
         SearchConfig(train={"batch_size": 12}, search={"space": {"micro_batch": [None, 5]}})
 
 
-def test_a_search_config_holds_only_a_train_section_that_can_run():
+def test_a_search_config_holds_only_a_train_section_that_can_run(tmp_path):
     """Checked wherever one is made (a state.json read back too), not only when the baseline is asked for."""
     with pytest.raises(
         ValidationError, match=r"config key 'train\.batch_size': Input should be greater than 0"
@@ -142,7 +142,11 @@ def test_a_search_config_holds_only_a_train_section_that_can_run():
         SearchConfig(train={"batch_size": 0})
     with pytest.raises(ValidationError, match=r"unknown config key 'train\.precison'"):
         SearchConfig(train={"precison": "bf16"})
-    assert SearchConfig(train={"batch_size": 4}).train == {"batch_size": 4}, "kept as written: the keys set"
+    cfg = SearchConfig(train={"batch_size": 4})
+    assert cfg.train.batch_size == 4 and cfg.model_dump()["train"] == {"batch_size": 4}, "the keys set"
+    (tmp_path / "empty.yaml").write_text("train:\nsearch: {space: {batch_size: [4, 8]}}\n")
+    with pytest.raises(ConfigError, match=r"^config key 'train': must be a mapping of training keys$"):
+        load_search_config(str(tmp_path / "empty.yaml"))
 
 
 def test_a_range_knob_says_what_it_must_look_like(capsys, tmp_path):

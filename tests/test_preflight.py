@@ -259,7 +259,7 @@ def test_a_cluster_driver_leaves_the_device_to_the_trials_hardware_probe(tmp_pat
         "train.kernels=fused",
     ]
     cfg, *_ = search.read_config(search.build_parser().parse_args(argv), tmp_path / "out")
-    assert (cfg.train["device"], cfg.train["compile"], cfg.train["kernels"]) == (
+    assert (cfg.train.device, cfg.train.compile, cfg.train.kernels) == (
         "cuda",
         "reduce-overhead",
         "fused",
@@ -276,7 +276,7 @@ def test_a_built_in_corpus_is_a_name_the_search_accepts_not_a_path(tmp_path):
         "builtin:python-source",
     ]
     cfg, corpus, _ = search.read_config(search.build_parser().parse_args(argv), tmp_path / "out")
-    assert cfg.train["data"] == "builtin:python-source" and "python-source" in corpus.source
+    assert cfg.train.data == "builtin:python-source" and "python-source" in corpus.source
     argv[-1] = "builtin:nope"
     with pytest.raises(ConfigError, match="no built-in corpus of that name"):
         search.read_config(search.build_parser().parse_args(argv), tmp_path / "out")

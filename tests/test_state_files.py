@@ -104,7 +104,7 @@ def test_resume_repairs_before_ray_starts(tmp_path, monkeypatch, capsys):
     cfg, *_ = search.read_config(search.build_parser().parse_args(argv), out)
     out.mkdir()  # read_config checks, and writes nothing
     state = State(out)  # what a first run leaves: its config, in state.json
-    state.data["config"] = {**cfg.model_dump(), "train": {**cfg.train}}
+    state.data["config"] = cfg.model_dump()
     state.save()
     ledger = ledger_of(out, 3)
     cut(ledger.path, 100)

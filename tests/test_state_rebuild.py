@@ -22,7 +22,7 @@ CFG = SearchConfig(train={**TOY}, search={"space": {"batch_size": [8, 16]}, "tri
 
 def out_with_rows(tmp_path: Path, n: int = 2, **train) -> Path:
     ledger = Ledger(tmp_path, "screen")
-    trained = {**CFG.baseline().model_dump(), "data_sha256": SHA, **train}
+    trained = {**CFG.train.model_dump(), "data_sha256": SHA, **train}
     for i in range(n):
         ledger.append(
             {"status": "ok", "tokens_per_s": 1000.0 + i, "config": {"batch_size": 8}, "train": trained}
@@ -52,7 +52,7 @@ def test_a_damaged_state_is_rebuilt_with_the_config_and_no_finished_phase(tmp_pa
     assert state.data["phases"] == {} and state.phase("screen") is None
     assert SearchConfig(**state.data["config"]).model_dump() == {
         **CFG.model_dump(),
-        "train": {**CFG.train, "data_sha256": SHA},
+        "train": {**CFG.model_dump()["train"], "data_sha256": SHA},
     }
     assert (out / DAMAGED_STATE).read_bytes() == damage  # kept, not lost
     assert len(said) == 1 and problem in said[0] and "2 in all" in said[0], said
@@ -62,7 +62,7 @@ def test_a_damaged_state_is_rebuilt_with_the_config_and_no_finished_phase(tmp_pa
 
 def test_a_readable_config_is_kept_and_only_the_phases_are_dropped(tmp_path):
     out = out_with_rows(tmp_path)
-    own = {**CFG.model_dump(), "train": {**CFG.train, "data_sha256": SHA, "seed": 7}}
+    own = {**CFG.model_dump(), "train": {**CFG.model_dump()["train"], "data_sha256": SHA, "seed": 7}}
     (out / "state.json").write_text(
         json.dumps({"config": own, "command": "python -m tuner.search x", "phases": 3})
     )

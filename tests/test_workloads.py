@@ -200,7 +200,7 @@ def test_a_relative_workload_path_is_read_from_the_config_files_folder(tmp_path,
     monkeypatch.chdir(tmp_path / "cfg")  # from the command line, a path is the working directory's
     expected = f"{(tmp_path / 'jobs' / 'job.py').resolve()}:make_workload"
     assert load_config(tmp_path / "cfg" / "train.yaml").workload == expected
-    assert load_search_config(str(tmp_path / "search.yaml")).train["workload"] == expected
+    assert load_search_config(str(tmp_path / "search.yaml")).train.workload == expected
     assert (
         load_config(None, ["workload=job.py:fn"]).workload == f"{(tmp_path / 'cfg' / 'job.py').resolve()}:fn"
     )
@@ -375,7 +375,7 @@ def test_knobs_the_workload_lacks_leave_the_space_with_one_line(tmp_path, corpus
     cfg = load_search_config(
         str(NANOGPT / "search.yaml"), ["search.space.kernels=[torch, fused]"], str(corpus)
     )
-    info = check_workload(make_config(cfg.train, "train"), "train")
+    info = check_workload(cfg.train, "train")
     fitted = fit_to_workload(cfg, info)
     assert "kernels" not in fitted.search.space and "num_workers" in fitted.search.space
     assert fitted.search.space["loader"] == ["dataloader", "device"]  # CharWindows batches on the device
@@ -387,7 +387,7 @@ def test_knobs_the_workload_lacks_leave_the_space_with_one_line(tmp_path, corpus
 
 def test_the_hybrids_search_is_unchanged_by_the_fit():
     cfg = load_search_config(str(REPO / "configs" / "smoke.yaml"))
-    assert fit_to_workload(cfg, check_workload(cfg.baseline())) == cfg
+    assert fit_to_workload(cfg, check_workload(cfg.train)) == cfg
 
 
 # --- runs that work where they are printed ------------------------------------------------------------------

@@ -9,7 +9,16 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializationInfo,
+    ValidationError,
+    field_serializer,
+    field_validator,
+    model_validator,
+)
 
 from trainables.config import (
     ConfigError,
@@ -201,30 +210,39 @@ class ResourcesSection(BaseModel):
 
 
 class SearchConfig(BaseModel):
-    """`train` stays the mapping the user wrote (the keys they set: the search's fingerprint, --resume's
-    check and the space's defaults read it so), and is checked as a TrainConfig whenever a SearchConfig is
-    made, so no search config, loaded or rebuilt from state.json, holds a training job that cannot run."""
+    """`train` is a TrainConfig, made once, when a SearchConfig is (loaded or rebuilt from state.json), so none
+    holds a training job that cannot run. It serializes as the keys the user set (`exclude_unset`): the
+    search's fingerprint, --resume's check and state.json read which keys were set, not every default."""
 
     model_config = ConfigDict(extra="forbid")
-    train: dict[str, Any] = Field(default_factory=dict, description="the baseline training config")
+    train: TrainConfig = Field(default_factory=TrainConfig, description="the baseline training config")
     search: SearchSection = Field(default_factory=SearchSection)
     quality: QualitySection = Field(default_factory=QualitySection)
     resources: ResourcesSection = Field(default_factory=ResourcesSection)
 
-    @field_validator("train")
+    @field_validator("train", mode="before")
     @classmethod
-    def _a_training_job(cls, train: dict[str, Any]) -> dict[str, Any]:
-        make_config(train, section="train")  # ConfigError: its one line, reported as it is (_one_line)
+    def _a_training_job(cls, train: Any) -> Any:
+        if isinstance(train, dict):  # ConfigError: its one line, reported as it is (_one_line)
+            return make_config(train, section="train")
+        if not isinstance(train, TrainConfig):
+            raise ValueError("must be a mapping of training keys")
         return train
 
     @model_validator(mode="after")
     def _batches_pair(self):
-        if (said := batch_pairs(self.search, self.baseline())) is not None:
+        if (said := batch_pairs(self.search, self.train)) is not None:
             raise ConfigError(said)
         return self
 
-    def baseline(self) -> TrainConfig:
-        return make_config(self.train, section="train")
+    @field_serializer("train")
+    def _as_written(self, train: TrainConfig, info: SerializationInfo) -> dict[str, Any]:
+        return train.model_dump(mode=info.mode, exclude_unset=True)
+
+    def with_train(self, **values: Any) -> SearchConfig:
+        """This config with `values` set on its train section, checked, and kept as set (as the user's are)."""
+        train = make_config({**self.train.model_dump(exclude_unset=True), **values}, section="train")
+        return self.model_copy(update={"train": train})
 
 
 def batch_pairs(search: SearchSection, train: TrainConfig) -> str | None:

@@ -124,7 +124,7 @@ def open_context(
     ctx = SearchContext(
         cfg=cfg,
         out=out,
-        base=cfg.baseline().model_dump(),
+        base=cfg.train.model_dump(),
         hw=Hardware(),
         cluster_cpus=int(resources.get("CPU", 1)),
         node_cpus=max((int(n["Resources"].get("CPU", 0)) for n in ray.nodes() if n["Alive"]), default=0),

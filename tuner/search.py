@@ -25,7 +25,7 @@ import ray
 
 from model import library_env
 from trainables.cli import OneLineParser
-from trainables.config import ConfigError, make_config
+from trainables.config import ConfigError
 from trainables.corpora import is_builtin
 from trainables.data import Corpus, DataError, resolve_corpus, shipped_corpus
 from trainables.errors import EnvironmentFault, find_cause, first_line
@@ -169,18 +169,18 @@ def read_config(
     connect_timeout(args)
     if args.emit_rayjob:
         check_writable(Path(args.emit_rayjob), "--emit-rayjob")
-    data = cfg.baseline().data
+    data = cfg.train.data
     if data is not None and not is_builtin(data):  # a built-in corpus is a name, not a path
         if not Path(data).exists():
             raise ConfigError(f"data path not found: {data}")
-        cfg.train["data"] = str(Path(data).resolve())  # trials run in other working directories
+        cfg = cfg.with_train(data=str(Path(data).resolve()))  # trials run in other working directories
     try:  # say which corpus the trials will train on
-        corpus = resolve_corpus(cfg.train.get("data"))
+        corpus = resolve_corpus(cfg.train.data)
     except DataError as err:
         raise ConfigError(str(err)) from None
     with shipped_corpus(corpus):  # the checks `python -m trainables.train` makes, on the trials' text
         found = preflight(
-            make_config({**cfg.train, "data_sha256": corpus.sha256}, "train"),
+            cfg.train.model_copy(update={"data_sha256": corpus.sha256}),
             local=not target.joins,  # the device only where the trials run on this machine
             section="train",
         )
@@ -208,7 +208,8 @@ def claim_out(
     if args.resume:  # a damaged state.json is rebuilt from this command and OUT's trials, under the lock
         rebuild_state(out, cfg, corpus.sha256, log)
         cfg = _resumable(out, cfg)  # exactly the settings that started it
-    cfg.train.setdefault("data_sha256", corpus.sha256)  # a resumed search keeps its own
+    if "data_sha256" not in cfg.train.model_fields_set:  # a resumed search keeps its own
+        cfg = cfg.with_train(data_sha256=corpus.sha256)
     if args.resume and (out / "state.json").exists():
         repair_state_files(out, log)  # a record cut by the crash is dropped, never appended onto
     return cfg
@@ -236,7 +237,8 @@ def _resumable(out: Path, asked: SearchConfig) -> SearchConfig:
         raise ConfigError(
             f"--resume: {path} is unreadable ({first_line(err)}); nothing was changed"
         ) from None
-    mine = {**saved.model_dump(), "train": {k: v for k, v in saved.train.items() if k != "data_sha256"}}
+    mine = saved.model_dump()
+    mine["train"].pop("data_sha256", None)
     if asked.model_dump() != mine:
         raise ConfigError(
             f"--resume: {out} was started with other settings; pass the same --config, --set and --data "

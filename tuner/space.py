@@ -54,17 +54,16 @@ def fit_to_workload(cfg: SearchConfig, info: WorkloadInfo) -> SearchConfig:
     points (one line in search.left_out says so, which the report shows), and, for a module workload, the
     folder it is imported from in train.workload_path (so best.yaml runs from anywhere)."""
     off = info.unsupported
-    train = dict(cfg.train)
-    if info.code_root and not is_file_spec(info.spec):
-        train.setdefault("workload_path", info.code_root)
+    if info.code_root and not is_file_spec(info.spec) and "workload_path" not in cfg.train.model_fields_set:
+        cfg = cfg.with_train(workload_path=info.code_root)
     if not off:
-        return cfg.model_copy(update={"train": train})
+        return cfg
     space = {k: v for k, v in cfg.search.space.items() if k not in off}
     points = [p for p in ({k: v for k, v in p.items() if k not in off} for p in cfg.search.start_points) if p]
     why = f"the workload ({info.spec}) does not implement them; best.yaml and the report leave them out too"
     left_out = {**cfg.search.left_out, ", ".join(off): why}
     search = cfg.search.model_copy(update={"space": space, "start_points": points, "left_out": left_out})
-    return cfg.model_copy(update={"train": train, "search": search})
+    return cfg.model_copy(update={"search": search})
 
 
 def applicable(

@@ -150,7 +150,7 @@ def _config_of_trials(
     share its settings; else ConfigError saying how to go on."""
     config = asked.model_dump()
     config["train"] = {**config["train"], "data_sha256": config["train"].get("data_sha256") or data_sha256}
-    mine = {**asked.baseline().model_dump(), "data_sha256": config["train"]["data_sha256"]}
+    mine = {**asked.train.model_dump(), "data_sha256": config["train"]["data_sha256"]}
     searched = set(asked.search.space)
     for row in rows:
         for field in (f for f in SHARED_FIELDS if f not in searched):
