@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from trainables.config import read_yaml
 from trainables.exit_codes import Exit
 from tuner import answers
 from tuner.config import CONFIRM_RUNS, SearchSection, load_search_config
@@ -32,6 +33,39 @@ def test_the_fingerprint_is_stable_and_moves_with_config_hardware_and_code(tmp_p
     with_code = answers.fingerprint(cfg, H200, str(tmp_path))
     (tmp_path / "job.py").write_text("def make_workload(cfg): return None\n")
     assert with_code not in (key, answers.fingerprint(cfg, H200, str(tmp_path)))
+
+
+# Fingerprints of the shipped configs (code digest held fixed), pinned when train: was still a mapping: the
+# typed TrainConfig dumps the keys the user set, so a search remembered before finds its answer after.
+PINNED = {
+    "default": "94d0bdd8c2002294a2f21846",
+    "smoke": "8fe2db1a3fafff7f4759f49b",
+    "hybrid-100m": "5f48709ee3e1ff254f6e2691",
+}
+
+
+@pytest.mark.parametrize("name", PINNED)
+def test_the_shipped_configs_fingerprints_are_the_ones_searches_remembered(monkeypatch, name):
+    monkeypatch.setattr(answers, "code_digest", lambda roots: "code")
+    cfg = load_search_config(str(ROOT / "configs" / f"{name}.yaml"), [], data="/data/corpus.txt")
+    cfg = cfg.with_train(data_sha256="ab" * 32)  # as claim_out pins the corpus
+    assert answers.fingerprint(cfg, H200, None) == PINNED[name]
+
+
+def test_the_fingerprint_reads_the_keys_set_not_the_defaults(monkeypatch):
+    monkeypatch.setattr(answers, "code_digest", lambda roots: "code")
+    cfg = load_search_config(SMOKE, [])
+    key = answers.fingerprint(cfg, H200, None)
+    assert key == "6e529e83c6405f28b0f9656d", "as before train: was typed"
+    assert cfg.model_dump(mode="json")["train"] == read_yaml(SMOKE)["train"]  # hashed: the keys set
+    assert answers.fingerprint(cfg.with_train(seed=7), H200, None) != key
+    assert answers.fingerprint(cfg.with_train(grad_accum=1), H200, None) != key  # its default, but set
+    # a value is hashed as it is read: YAML's 1e-3 (a string to YAML) is the search 0.001 is
+    lr = [
+        answers.fingerprint(load_search_config(SMOKE, [f"train.lr={v}"]), H200, None)
+        for v in ("1e-3", "0.001")
+    ]
+    assert lr[0] == lr[1] == "b9cb8e4760c4d97ffe1baa81"
 
 
 def test_a_record_round_trips_and_a_damaged_one_is_no_answer(tmp_path):
