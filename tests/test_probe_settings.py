@@ -93,7 +93,12 @@ def test_the_probe_phase_finds_the_largest_micro_batch_per_checkpointing_setting
     plain, every_block = found["fp32"], found["fp32"].checkpointed[1]
     assert plain.checkpointing == 0 and 1 <= plain.batch < LIMIT, plain  # the cap binds without
     assert every_block.checkpointing == 1 and set(found["fp32"].checkpointed) == {1}
-    assert every_block.batch >= plain.batch * 1.3 and every_block.peak_mb > 0, (plain, every_block)
+    # Checkpointing keeps less per example: more fits, or the same fits in less. Usually 7 against 14, but
+    # the cap is on address space above what the worker maps when it starts, and a worker that starts with
+    # more mapped and free (CI, once: peak 626 MB against 449) fits 16 without checkpointing too: 14 and 14,
+    # in 570 MB against 626 (9% less per example; without checkpointing the two probes differ by ~1%).
+    assert every_block.batch >= plain.batch and every_block.peak_mb > 0, (plain, every_block)
+    assert every_block.peak_mb / every_block.batch < 0.95 * plain.peak_mb / plain.batch, (plain, every_block)
 
     bounded = probe_phase.bounded(ctx, cfg.search.space, found)
     assert bounded["micro_batch"] == [None, *(m for m in (8, 16, 32) if m <= every_block.batch)]
