@@ -11,6 +11,7 @@ Run O on four H100s spent 98 s in two loss-check rounds after a screen that left
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,6 +21,8 @@ from tuner.records import TrialRow
 from tuner.runs.pool import RunPool
 from tuner.runs.request import Role, RunRequest
 from tuner.runs.tasks import Pending, PendingRun, TaskRun
+
+CANCEL_WAIT_S = 10.0  # how long cancel_rest waits for its stopped runs' processes to end
 
 # The screen's rows so far -> the loss runs the loss check wants trained ahead (Role.AHEAD: each on its GPU
 # share beside the screen), most wanted first.
@@ -97,6 +100,9 @@ class RunsAhead:
         left = [run.task for run in self.runs.values() if run.task is not None]
         for task in left:
             task.cancel()
+        deadline = time.monotonic() + CANCEL_WAIT_S
+        for task in left:  # Ray ends a cancelled task asynchronously: the GPU is quiet once they have ended
+            task.wait(max(0.0, deadline - time.monotonic()))
         if left:
             log(f"[loss_check] {len(left)} loss run(s) ahead no round needed: stopped")
 
