@@ -56,9 +56,7 @@ def normalized(config: Mapping[str, Any], base: Mapping[str, Any]) -> dict[str, 
 
 def forwards_per_step(values: Mapping[str, Any]) -> int:
     """How many forward passes one optimizer step makes: its batch's pieces, times its accumulated batches."""
-    batch, micro = values["batch_size"], values.get("micro_batch")
-    pieces = batch // micro if micro and micro < batch else 1
-    return pieces * int(values.get("grad_accum") or 1)
+    return values["batch_size"] // forward_batch(values) * int(values.get("grad_accum") or 1)
 
 
 @dataclass(frozen=True)
