@@ -285,16 +285,34 @@ def finished_rows(out: Path) -> dict[str, dict]:
     return by_trial
 
 
-def kill_raylet_mid_trial(node: Node, out: Path, proc: subprocess.Popen, timeout: float = 300) -> dict:
-    """SIGKILL the node's raylet once a trial has finished and another one has trained on the node for a
-    second without a row finishing meanwhile (so it is well inside its run, not done: a reused worker that
-    has just reported its last result still looks busy); returns the rows finished by then."""
+def running_here(out: Path, node_id: str) -> set[str]:
+    """Trials whose last result the driver got says they are running on `node_id`, not done: Tune's
+    result.json in OUT, one line per report, the last one flushed as it arrives."""
+    running = set()
+    for result in out.glob("ray/*/*/result.json"):
+        lines = result.read_text().splitlines()
+        last = json.loads(lines[-1]) if lines else {}
+        if last.get("node_id") == node_id and last.get("status") == "running" and not last.get("done"):
+            running.add(last["trial_id"])
+    return running
+
+
+def kill_raylet_mid_trial(
+    cluster: Cluster, node: Node, out: Path, proc: subprocess.Popen, timeout: float = 300
+) -> dict:
+    """SIGKILL the node's raylet once a trial has finished and another one has run on the node for a
+    second, by the driver's own record (its last report says running there, not done) and by a worker
+    busy training there, with no row finishing meanwhile; returns the rows finished by then. The busy
+    worker alone is not enough: one that has just ended its trial stays busy a while, and the screen
+    starts the next only once Ray has room for it (CI once killed in that gap: no trial was lost)."""
+    node_id = next(i for i, head in cluster.alive_nodes().items() if not head)
     deadline, since, watched = time.time() + timeout, None, None
     while time.time() < deadline and proc.poll() is None:
         pid = node.training()
         done = finished_rows(out) if (out / "trials").exists() else {}
-        state = (pid, len(done))
-        if pid is None or state != watched:  # a new trial, or one just finished: watch afresh
+        running = running_here(out, node_id) - set(done)
+        state = (pid, len(done), frozenset(running))
+        if pid is None or not running or state != watched:  # nothing, a new trial, or one just finished
             since, watched = time.time(), state
         elif done and time.time() - since > 1.0:
             node.raylet().send_signal(signal.SIGKILL)
@@ -309,7 +327,7 @@ def test_a_node_lost_mid_search_costs_its_running_trial_a_rerun_and_nothing_else
     out = cluster.driver_dir / "out"
     # screen runs of a few seconds, none stopped early: the kill finds one mid-run
     proc = start_search(cluster, out, "--set", "search.screen_steps=80", "--set", "search.early_stop_ratio=0")
-    before = kill_raylet_mid_trial(cluster.nodes[1], out, proc)
+    before = kill_raylet_mid_trial(cluster, cluster.nodes[1], out, proc)
     # 4: both nodes share this machine's cores, so its timed windows may all be contended
     assert proc.wait(timeout=400) in (0, 3, 4), search_log(cluster)[-4000:]
     log = search_log(cluster)
