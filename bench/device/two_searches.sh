@@ -1,10 +1,11 @@
 # Issues 34 and 36 in one sitting on a 2-GPU host, one search per GPU at the same time, each pinned to half
 # the host's cores (taskset) and with a cache dir of its own (XDG_CACHE_HOME: cold, nothing remembered):
 #   GPU 0: the README's command exactly, cold; the pair alone (the seed baseline, 300 steps, then best.yaml);
-#          the README's command again with a new --out (a remembered answer, confirmed); then the 94M
-#          shape's fused autotune paid once (two processes of one config, the second should start fast).
+#          the README's command again with a new --out (a remembered answer, confirmed).
 #   GPU 1: `python -m tuner.search --config configs/hybrid-100m.yaml`, cold; then its pair alone (the plain
 #          recipe and best.yaml, 300 steps each: the planned run is 1B tokens).
+# Then, with the host to itself, the multi-GPU ratio like for like (issue 34): the README's command cold on
+# both GPUs, then on GPU 0 alone, each with all the cores and a cache dir of its own.
 # Beside them, every 5 s, the compute processes NVML lists per GPU and what each is (gpu_procs.log): which
 # process shares the GPU while the baseline's windows are timed (run X saw 2). Output in /tmp/final;
 # `bash bench/device/poll.sh 540 ALLDONE` waits for both.
@@ -31,16 +32,6 @@ $TR --config out/search/best.yaml > $R/cold/train_best.json 2> $R/cold/train_bes
 echo "PAIR default $(date -u +%FT%TZ)" >> $R/search.log
 search again --out out/search-again
 keep again out/search-again
-# the 94M shape pays its fused autotune once (issue 34): two processes of one fused config in turn, on a
-# cache dir of their own; the first autotunes the new shapes, the second should start its first step in <= 30 s
-export XDG_CACHE_HOME=/tmp/xdg-94m
-for i in 1 2; do
-  T=$(date +%s)
-  python3 -m trainables.train --json --config configs/hybrid-100m.yaml --set max_steps=20 --set batch_size=16 \
-    --set precision=bf16 --set compile=default --set compile_scope=blocks --set kernels=fused \
-    > $R/autotune94m_$i.json 2> $R/autotune94m_$i.err
-  echo "AUTOTUNE94M $i exit $? after $(( $(date +%s) - T )) s" >> $R/search.log
-done
 echo "GPU0DONE $(date -u +%FT%TZ)" >> $R/search.log
 INNER
 cat > /tmp/gpu1_inner.sh <<'INNER'
@@ -65,7 +56,12 @@ N=$(nproc); H=$((N / 2))
 bash /tmp/watch_procs.sh > /tmp/final/gpu_procs.log 2>&1 & W=$!
 taskset -c 0-$((H - 1)) bash /tmp/gpu0_inner.sh & A=$!
 taskset -c $H-$((N - 1)) bash /tmp/gpu1_inner.sh & B=$!
-wait $A $B; kill $W
+wait $A $B
+echo "BOTHDONE $(date -u +%FT%TZ)" >> /tmp/final/search.log
+cd /tmp/p && export PYTHONPATH=/tmp/site:/tmp/p PYTHONUNBUFFERED=1 && source bench/device/search_fns.sh
+XDG_CACHE_HOME=/tmp/xdg-2g search twogpu --out out/search-2g; keep twogpu out/search-2g
+XDG_CACHE_HOME=/tmp/xdg-1g CUDA_VISIBLE_DEVICES=0 search onegpu --out out/search-1g; keep onegpu out/search-1g
+kill $W
 echo "ALLDONE $(date -u +%FT%TZ)" >> /tmp/final/search.log
 INNER
 (setsid nohup bash /tmp/both_inner.sh > /tmp/both_driver.log 2>&1 &)
