@@ -36,6 +36,7 @@ from tests.ray_procs import free_ports, stop_group
 from tests.test_failures import FakeTrial
 from tests.test_telemetry import read_scalars
 from trainables.data import Corpus, DataError, load_char_data, shipped_corpus
+from trainables.gate import GATE_PREFIX
 from trainables.trainable import _own_compile_caches
 from tuner import node_loss
 from tuner.config import load_search_config
@@ -275,6 +276,16 @@ def test_a_search_on_two_nodes_gathers_every_trials_results_on_the_driver(cluste
     joined = [p for p in timed if "telemetry/gpu0/power_w" in {tag for tag, *_ in read_scalars(p)}]
     assert joined, "the hidden node's GPU timelines reached the driver's TensorBoard events"
     assert any(r["id"] in s["telemetry"]["timelines"] for r in trials), "timelines in summary.json"
+    assert not [n for n in named_actors(cluster) if n.startswith(GATE_PREFIX)], "timing gates outlived it"
+
+
+def named_actors(cluster: Cluster) -> list[str]:
+    """The named actors alive on the cluster, asked by a driver of its own."""
+    code = "import ray; ray.init(); print(*[a['name'] for a in ray.util.list_named_actors(True)], sep='\\n')"
+    env = {**ENV, "RAY_ADDRESS": cluster.address}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout.split()
 
 
 def finished_rows(out: Path) -> dict[str, dict]:

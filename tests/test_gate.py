@@ -11,7 +11,19 @@ import time
 import pytest
 import ray
 
-from trainables.gate import BESIDE_CHECK_S, BesideClient, GateClient, TimingGate, open_gates
+from trainables import gate as gate_module
+from trainables.gate import (
+    BESIDE_CHECK_S,
+    NAMESPACE,
+    BesideClient,
+    GateClient,
+    TimingGate,
+    gate_name,
+    open_gates,
+    retire_idle_gates,
+)
+
+make_gate = gate_module._gate
 
 
 @pytest.fixture(scope="module")
@@ -28,6 +40,7 @@ def timed_window(hold_s: float) -> tuple[float, float, float]:
         start = time.time()
         time.sleep(hold_s)
         end = time.time()
+    gate.close()  # as a trial does (trainables/trainable.py), or the gate counts it as still there
     return start, end, gate.waited_s
 
 
@@ -137,6 +150,67 @@ def test_a_beside_run_that_died_or_went_silent_does_not_hold_windows(fake_gpu_cl
 
 
 # A search on GPU 1 of a host (CUDA_VISIBLE_DEVICES=1): Ray numbers that GPU 1 and the driver's gates are for
+def gate_alive(node: str, gpu: int) -> bool:
+    try:
+        ray.get_actor(gate_name(node, gpu), namespace=NAMESPACE)
+    except ValueError:
+        return False
+    return True
+
+
+@ray.remote(num_cpus=0.5, num_gpus=0.25)
+def arrived_then_wait(marker: str, release: str) -> int:
+    """Arrives at its GPU's gate (a trial between its start and its window) and stays until `release` exists."""
+    node, gpu = ray.get_runtime_context().get_node_id(), int(ray.get_gpu_ids()[0])
+    client = GateClient(node, gpu, who="waiting")
+    open(marker, "w").close()
+    while not os.path.exists(release):
+        time.sleep(0.05)
+    with client:  # the gate it arrived at still stands: its window is granted
+        pass
+    client.close()
+    return os.getpid()
+
+
+def test_a_search_end_retires_the_gates_no_live_run_uses_and_a_later_run_makes_a_new_one(
+    fake_gpu_cluster, tmp_path
+):
+    """Gates are detached (they outlive whoever made them), so a search's end retires them; one a run of
+    another search has arrived at stays until that run has left."""
+    node = ray.get_runtime_context().get_node_id()
+    open_gates()
+    assert gate_alive(node, 0)
+    marker, release = tmp_path / "arrived", tmp_path / "release"
+    run = arrived_then_wait.remote(str(marker), str(release))
+    while not marker.exists():
+        time.sleep(0.05)
+    assert retire_idle_gates() == 0 and gate_alive(node, 0), "a gate a live run arrived at was retired"
+    release.touch()
+    ray.get(run, timeout=60)
+    assert retire_idle_gates() == 1
+    assert not gate_alive(node, 0), "the idle gate stayed"
+    # a run after the retirement makes the gate anew, and gets its window
+    assert ray.get(timed_window.remote(0.1), timeout=60)[2] >= 0
+    assert gate_alive(node, 0)
+    retire_idle_gates()
+
+
+def test_a_run_handed_a_gate_that_ended_as_it_arrived_gets_a_new_one(fake_gpu_cluster, monkeypatch):
+    """The race `_arrived` guards: the name still found the gate a search's end was retiring."""
+    node = ray.get_runtime_context().get_node_id()
+    ended = open_gates()[0]
+    assert retire_idle_gates() == 1
+    handed = iter([ended])
+    monkeypatch.setattr(gate_module, "_gate", lambda *where: next(handed, None) or make_gate(*where))
+    client = GateClient(node, 0, who="late")
+    with client:
+        pass
+    client.close()
+    assert client.actor is not ended
+    assert ray.get(client.actor.stats.remote())["windows"] == 1, "the new gate granted the window"
+    retire_idle_gates()
+
+
 # index 0, so the first trial made GPU 1's gate. The others, already queued at it, must keep it after that
 # trial's worker exits (runs Z and AA: ActorDiedError in 7 of 9 re-measure runs).
 GPU_ONE = """

@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable
 
 import ray
+from ray.exceptions import GetTimeoutError, RayActorError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 LEASE_S = 300.0  # longer than any timed window of a speed run; only a stuck holder reaches it
@@ -27,6 +28,9 @@ CHECK_S = 1.0  # how often a waiter looks again for trials that died
 BESIDE_CHECK_S = 0.2  # how often a beside run asks whether a window wants its GPU: the most a window waits
 BESIDE_SILENT_S = 30.0  # a beside run not heard from for this long is stuck: windows stop waiting for it
 NAMESPACE = "hybrid-tuner"
+GATE_PREFIX = "timing-gate:"
+RETIRED_TRIES = 3
+LEAVE_WAIT_S = 5.0
 
 
 def alive(pid: int) -> bool:
@@ -54,15 +58,18 @@ class TimingGate:
         self.beside: set[str] = set()  # of those, the ones seen during the current window
         self.wanting = 0  # windows waiting to be granted
         self.training_beside: dict[str, tuple[int, float]] = {}  # beside runs not parked: (pid, last heard)
+        self.clients: dict[str, int] = {}  # runs that arrived and have not left: pid
 
     async def arrive(self, who: str, pid: int) -> None:
         async with self.freed:
+            self.clients[who] = pid
             self.compiling[who] = pid
             if self.holder is not None:
                 self.beside.add(who)
 
     async def leave(self, who: str) -> None:
         async with self.freed:
+            self.clients.pop(who, None)
             self.compiling.pop(who, None)
             self.training_beside.pop(who, None)
             self.freed.notify_all()
@@ -70,9 +77,10 @@ class TimingGate:
     def _prune(self) -> None:
         """Forget trials whose process died, beside runs that died or went silent, and a holder that died or
         outlived its lease."""
-        for who, pid in list(self.compiling.items()):
-            if not alive(pid):
-                del self.compiling[who]
+        for runs in (self.clients, self.compiling):
+            for who, pid in list(runs.items()):
+                if not alive(pid):
+                    del runs[who]
         for who, (pid, heard) in list(self.training_beside.items()):
             if not alive(pid) or time.monotonic() - heard > self.silent_s:
                 del self.training_beside[who]
@@ -141,13 +149,24 @@ class TimingGate:
             self.freed.notify_all()
             return len(self.beside)
 
+    async def retire_if_idle(self) -> bool:
+        """Ends this gate unless a live run has arrived and not left (False then). Gates are detached (see
+        `_gate`), so without this they would outlive the search on a cluster that outlives it; a later run
+        on the GPU makes a new one."""
+        async with self.freed:
+            self._prune()
+            if self.clients or self.holder or self.wanting:
+                return False
+            ray.actor.exit_actor()  # inside the lock: no run arrives between the look and the end
+        return True
+
     def stats(self) -> dict:
         return {"holder": self.holder[0] if self.holder else None, "windows": self.windows,
                 "compiling": sorted(self.compiling), "beside": sorted(self.training_beside)}  # fmt: skip
 
 
 def gate_name(node_id: str, gpu: int | str) -> str:
-    return f"timing-gate:{node_id}:{gpu}"
+    return f"{GATE_PREFIX}{node_id}:{gpu}"
 
 
 def _gate(node_id: str, gpu: int | str):
@@ -166,6 +185,53 @@ def _gate(node_id: str, gpu: int | str):
     ).remote()
 
 
+def _arrived(node_id: str, gpu: int | str, who: str, pid: int):
+    """The GPU's gate, with `who` arrived at it. A gate retiring (`retire_if_idle`, another search's end)
+    as this run found it is made anew: its name is free once Ray has seen it end."""
+    for attempt in range(RETIRED_TRIES):
+        actor = _gate(node_id, gpu)
+        try:
+            ray.get(actor.arrive.remote(who, pid))
+            return actor
+        except RayActorError:
+            if attempt == RETIRED_TRIES - 1:
+                raise
+            time.sleep(0.5)
+
+
+def retire_idle_gates() -> int:
+    """At a search's end: every timing gate on the cluster that no live run uses ends (another search's
+    stay). Returns how many ended."""
+    names = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
+             if a["namespace"] == NAMESPACE and a["name"].startswith(GATE_PREFIX)]  # fmt: skip
+    asked = []
+    for name in names:
+        try:
+            asked.append(ray.get_actor(name, namespace=NAMESPACE).retire_if_idle.remote())
+        except ValueError:  # ended meanwhile
+            continue
+    if not asked:
+        return 0
+    answered, _ = ray.wait(asked, num_returns=len(asked), timeout=10)
+    return sum(_ended(ref) for ref in answered)
+
+
+def _ended(ref) -> bool:
+    try:
+        return bool(ray.get(ref))
+    except RayActorError:  # the answer of a gate that ended
+        return True
+
+
+def _leave(actor, who: str) -> None:
+    """Waits for the gate to hear it (a search ending next retires the gates no run is at); a gate that is
+    gone has nothing to forget."""
+    try:
+        ray.get(actor.leave.remote(who), timeout=LEAVE_WAIT_S)
+    except (RayActorError, GetTimeoutError):
+        pass
+
+
 def open_gates() -> list:
     """One gate per GPU index of every alive node, made before any trial asks (a GPU Ray numbers otherwise
     gets its gate from its first trial; either way it is detached, see `_gate`). Returns the handles."""
@@ -182,8 +248,7 @@ class GateClient:
 
     def __init__(self, node_id: str, gpu: int | str, who: str, quiet: bool = False):
         self.who, self.quiet, self.pid = who, quiet, os.getpid()
-        self.actor = _gate(node_id, gpu)  # the driver's, when the search opened them
-        ray.get(self.actor.arrive.remote(who, self.pid))
+        self.actor = _arrived(node_id, gpu, who, self.pid)  # the driver's, when the search opened them
         self.waited_s = 0.0
         self.compiling_beside = 0
 
@@ -196,7 +261,7 @@ class GateClient:
 
     def close(self) -> None:
         """The trial is over (also when it failed before it reached the gate)."""
-        self.actor.leave.remote(self.who)
+        _leave(self.actor, self.who)
 
 
 class BesideClient:
@@ -206,8 +271,7 @@ class BesideClient:
 
     def __init__(self, node_id: str, gpu: int | str, who: str, sync: Callable[[], None]):
         self.who, self.pid, self.sync = who, os.getpid(), sync
-        self.actor = _gate(node_id, gpu)
-        ray.get(self.actor.arrive.remote(who, self.pid))  # compiling until its first step is done
+        self.actor = _arrived(node_id, gpu, who, self.pid)  # compiling until its first step is done
         self.waited_s = 0.0
         self.next_check = 0.0
 
@@ -221,4 +285,4 @@ class BesideClient:
             self.waited_s += ray.get(self.actor.park.remote(self.who, self.pid))
 
     def close(self) -> None:
-        self.actor.leave.remote(self.who)
+        _leave(self.actor, self.who)

@@ -12,7 +12,7 @@ import ray
 
 from trainables.errors import EnvironmentFault
 from trainables.exit_codes import Exit
-from trainables.gate import open_gates
+from trainables.gate import open_gates, retire_idle_gates
 from trainables.workload import WorkloadInfo
 from tuner import answers, baseline, eta, observe
 from tuner.config import SearchConfig
@@ -28,11 +28,20 @@ from tuner.space import applicable, autotune_notice, probe_hardware
 
 def run_search(ctx: SearchContext, fresh: bool = False, kept: Path | None = None) -> int:
     """`kept`: where finished searches are remembered (answers.answers_dir()); `fresh`: ignore them."""
-    kept = kept or answers.answers_dir()
+    open_gates()  # one timed window per GPU at a time, made before any run asks for one
+    try:
+        return _pipeline(ctx, fresh, kept or answers.answers_dir())
+    finally:  # detached, the gates would stay on a cluster that outlives the search
+        try:
+            retire_idle_gates()
+        except Exception as err:  # noqa: BLE001 - a cleanup must not hide why the search ended
+            log(f"notice: the timing gates stay on the cluster ({type(err).__name__}: {err})")
+
+
+def _pipeline(ctx: SearchContext, fresh: bool, kept: Path) -> int:
     remembered = recall_answer(ctx, fresh, kept)
     space = _space_for_hardware(ctx)
     ctx.telemetry = observe.start(ctx)
-    gates = open_gates()  # one timed window per GPU at a time; the driver owns them for the search
 
     ctx.probed = ctx.phase("probe", lambda: probe.run(ctx, space), dict[str, ProbedBatch])
     space = probe.bounded(ctx, space, ctx.probed)
@@ -56,7 +65,6 @@ def run_search(ctx: SearchContext, fresh: bool = False, kept: Path | None = None
     )
 
     summary = finish.summarize(ctx, base_row, screened, checked, measured, loss_limit)
-    del gates
     code = finish.write(ctx, summary)
     if not remembered and code != Exit.NOTHING_SCREENED:
         answers.remember(kept, ctx.state.data["fingerprint"], ctx.out, ctx.state.data["phases"])

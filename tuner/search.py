@@ -364,7 +364,7 @@ def _search(args: argparse.Namespace, argv: list[str], out: Path, session: RaySe
     if url:
         log(f"Ray dashboard: http://{url}")
     name = cache_server.server_name()  # trials on other nodes get the caches from the driver through it
-    server = cache_server.serve(env, name)  # held for the search's lifetime, as run_search holds the gates
+    server = cache_server.serve(env, name)  # held for the search's lifetime: the driver owns it
     say_where_results_go(out)
     ctx = open_context(
         cfg, out, resume=args.resume, command=command, compile_cache=compile_cache, workload=workload,
