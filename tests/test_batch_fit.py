@@ -102,8 +102,9 @@ def test_cuda_graphs_with_several_forward_passes_per_step_are_refused():
     fit = BatchFit(BASE)
     graphs = {"batch_size": 32, "micro_batch": 8, "compile": "reduce-overhead"}
     assert fit.refusal(graphs) == (
-        "refused compile=reduce-overhead with 4 forward passes per optimizer step (micro_batch / grad_accum): "
-        "CUDA graphs overwrite a pass's outputs with the next's (pytorch/pytorch#169545)"
+        "refused compile=reduce-overhead: reduce-overhead captures CUDA graphs, which overwrite a forward "
+        "pass's outputs with the next's when an optimizer step makes 4 (micro_batch, grad_accum): use default "
+        "or max-autotune-no-cudagraphs, or one pass per step (pytorch/pytorch#169545)"
     )
     assert fit.refusal({**graphs, "compile": "max-autotune-no-cudagraphs"}) is None
     assert fit.refusal({**graphs, "micro_batch": None}) is None  # one pass: CUDA graphs are fine

@@ -69,6 +69,11 @@ def test_a_bad_train_key_is_named_with_its_train_prefix(capsys, tmp_path, item, 
             "error: unknown config key 'train.batch_sise'; did you mean 'train.batch_size'?",
         ),
         ("train.micro_batch=3", "error: config key 'train.micro_batch': must divide batch_size 16"),
+        (  # the screen refuses such a pair it would propose; the user's own train config is refused too
+            "train={batch_size: 16, micro_batch: 8, compile: reduce-overhead}",
+            "error: config key 'train.compile': reduce-overhead captures CUDA graphs, which overwrite a forward "
+            "pass's outputs with the next's when an optimizer step makes 2 (micro_batch, grad_accum)",
+        ),
     ],
 )
 def test_a_bad_train_key_or_value_is_refused_as_the_config_is_read_before_ray_starts(

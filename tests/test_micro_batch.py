@@ -88,6 +88,35 @@ def test_a_micro_batch_that_does_not_divide_the_batch_is_refused(size):
     )
 
 
+@pytest.mark.parametrize(
+    "values, passes",
+    [
+        ({"batch_size": 32, "micro_batch": 8, "compile": "reduce-overhead"}, 4),
+        ({"batch_size": 16, "grad_accum": 2, "compile": "max-autotune"}, 2),
+        ({"batch_size": 16, "micro_batch": 8, "grad_accum": 3, "compile": "reduce-overhead"}, 6),
+    ],
+)
+def test_cuda_graph_modes_with_several_forward_passes_per_step_are_refused(values, passes):
+    """Run AA: batch 32 in pieces of 8 under reduce-overhead failed on the GPU (pytorch/pytorch#169545), a
+    config a user could write, or take from a screen that knew the rule only for its own proposals."""
+    with pytest.raises(ConfigError) as err:
+        make_config(values, section="train")
+    assert str(err.value).startswith(
+        f"config key 'train.compile': {values['compile']} captures CUDA graphs, which overwrite a forward "
+        f"pass's outputs with the next's when an optimizer step makes {passes} (micro_batch, grad_accum)"
+    ), str(err.value)
+
+
+def test_modes_without_cuda_graphs_or_one_pass_per_step_may_cut_the_batch():
+    for values in (
+        {"batch_size": 32, "micro_batch": 8, "compile": "max-autotune-no-cudagraphs"},
+        {"batch_size": 32, "micro_batch": 8, "compile": "default", "grad_accum": 2},
+        {"batch_size": 32, "micro_batch": 32, "compile": "reduce-overhead"},  # the whole batch in one pass
+        {"batch_size": 32, "compile": "max-autotune"},
+    ):
+        assert make_config(values).compile == values["compile"]
+
+
 def test_the_cli_refuses_it_in_one_line_before_any_work():
     proc = run_cli("--config", str(SMOKE), "--set", "micro_batch=6")  # smoke's batch is 16
     assert proc.returncode == 2, proc.stderr[-2000:]

@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, Field, ValidationInfo, field_validator
 
 from model import HybridConfig
-from trainables.micro_batches import splits
+from trainables.micro_batches import forwards_per_step, splits
 
 Precision = Literal["fp32", "tf32", "bf16", "fp16"]
 CompileMode = Literal["none", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]
@@ -26,6 +26,19 @@ LrScaling = Literal["none", "sqrt", "linear"]
 MAX_PROFILE_STEPS = 200  # the profiler keeps every event in memory: a summary needs a few steps, not a run
 # HybridConfig fields a config's `model:` may not set: the loop derives them from the run.
 _DERIVED_MODEL_FIELDS = frozenset({"vocab_size", "kernels", "seq_len", "activation_checkpointing"})
+
+
+def graphs_overwrite(compile_mode: str, forwards: int) -> str | None:
+    """Why a compile mode that captures CUDA graphs cannot run `forwards` passes per optimizer step, or None:
+    CUDA graph trees overwrite a pass's outputs with the next's before the backward reads them, an open
+    PyTorch bug (pytorch/pytorch#169545; run AA's 94M screen: batch 32 in pieces of 8, reduce-overhead)."""
+    if compile_mode not in CUDA_GRAPH_MODES or forwards <= 1:
+        return None
+    return (
+        f"{compile_mode} captures CUDA graphs, which overwrite a forward pass's outputs with the next's when "
+        f"an optimizer step makes {forwards} (micro_batch, grad_accum): use default or "
+        "max-autotune-no-cudagraphs, or one pass per step (pytorch/pytorch#169545)"
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -203,6 +216,17 @@ class ExecutionKnobs(BaseModel):
             return v
         fits = [d for d in range(1, batch) if batch % d == 0]
         raise ValueError(f"must divide batch_size {batch} (one of {fits}) or be at least it")
+
+    @field_validator("compile")
+    @classmethod
+    def _one_pass_under_cuda_graphs(cls, v: str, info: ValidationInfo) -> str:
+        batch = info.data.get("batch_size")  # LossKnobs' fields and micro_batch are validated first
+        if batch is None or "micro_batch" not in info.data:
+            return v
+        forwards = forwards_per_step(batch, info.data["micro_batch"], info.data.get("grad_accum", 1))
+        if why := graphs_overwrite(v, forwards):
+            raise ValueError(why)
+        return v
 
 
 class RunSettings(BaseModel):

@@ -14,6 +14,11 @@ def splits(batch: int, micro: int | None) -> bool:
     return micro is None or micro >= batch or batch % micro == 0
 
 
+def forwards_per_step(batch: int, micro: int | None, grad_accum: int = 1) -> int:
+    """How many forward passes one optimizer step makes: its batch's pieces, times its accumulated batches."""
+    return batch // min(micro or batch, batch) * grad_accum
+
+
 def examples_in(batch: Any) -> int:
     """The examples in a batch (its first tensor's dim 0): the weight of its mean loss."""
     while isinstance(batch, list | tuple | dict):

@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainables.config_fields import CUDA_GRAPH_MODES
-from trainables.micro_batches import splits
+from trainables.config_fields import graphs_overwrite
+from trainables.micro_batches import forwards_per_step, splits
 from tuner.records import ProbedBatch
 
 
@@ -54,11 +54,6 @@ def normalized(config: Mapping[str, Any], base: Mapping[str, Any]) -> dict[str, 
     return {**config, "micro_batch": None}
 
 
-def forwards_per_step(values: Mapping[str, Any]) -> int:
-    """How many forward passes one optimizer step makes: its batch's pieces, times its accumulated batches."""
-    return values["batch_size"] // forward_batch(values) * int(values.get("grad_accum") or 1)
-
-
 @dataclass(frozen=True)
 class BatchFit:
     """The screen's rules for a proposal's batch: one spelling per config, no micro_batch below its batch that
@@ -81,14 +76,12 @@ class BatchFit:
                 f"refused batch_size={values['batch_size']} micro_batch={values['micro_batch']}: a micro_batch "
                 "below the batch must divide it"
             )
-        if values.get("compile") in CUDA_GRAPH_MODES and forwards_per_step(values) > 1:
-            # Run AA's 94M screen: batch 32 in micro-batches of 8 under reduce-overhead failed ("accessing
-            # tensor output of CUDAGraphs that has been overwritten by a subsequent run"): CUDA graph trees
-            # with several forwards per optimizer step, an open PyTorch bug (pytorch/pytorch#169545).
+        forwards = forwards_per_step(
+            values["batch_size"], values.get("micro_batch"), values.get("grad_accum", 1)
+        )
+        if why := graphs_overwrite(values.get("compile", "none"), forwards):
             return (
-                f"refused compile={values['compile']} with {forwards_per_step(values)} forward passes per "
-                "optimizer step (micro_batch / grad_accum): CUDA graphs overwrite a pass's outputs with the "
-                "next's (pytorch/pytorch#169545)"
+                f"refused compile={values['compile']}: {why}"  # TrainConfig's rule: the trial would refuse it
             )
         found = self.probed.get(values.get("precision"))
         if found is None:
