@@ -118,7 +118,7 @@ def horizons_of(args, base_cfg, configs: list[dict]) -> list[LossHorizon]:
     found = []
     for given in args.horizons.split(","):
         budget = base_cfg.tokens * float(given[:-1]) / 100 if given.endswith("%") else float(given)
-        horizon = horizon_for(base_cfg.model_dump(), space, math.ceil(budget))
+        horizon = horizon_for(base_cfg, space, math.ceil(budget))
         if not horizon.is_prefix:
             raise ConfigError(f"--horizons {given}: reaches the planned run ({base_cfg.tokens:,} tokens)")
         found.append(horizon)

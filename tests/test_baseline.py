@@ -8,11 +8,19 @@ from types import SimpleNamespace
 import pytest
 from factories import make_row
 
+from trainables.config import TrainConfig
 from trainables.spec import TrialSpec
-from tuner.baseline import _twin_point, loss_case, room_beside, start_beside, start_seeds_beside, twins
+from tuner.baseline import (
+    _twin_point,
+    _with_execution,
+    loss_case,
+    room_beside,
+    start_beside,
+    start_seeds_beside,
+    twins,
+)
 from tuner.config import load_search_config
 from tuner.context import SearchContext, State
-from tuner.knobs import execution
 from tuner.records import BESIDE_PHASE, Hardware
 from tuner.runs.ledger import Ledger
 from tuner.runs.tasks import TaskRun
@@ -21,7 +29,7 @@ BASE = {"batch_size": 8, "precision": "fp32", "compile": "none", "loader": "data
 
 
 def ctx():
-    return SimpleNamespace(base=dict(BASE), notices=[], notice=lambda msg: None)
+    return SimpleNamespace(base=TrainConfig(**BASE), notices=[], notice=lambda msg: None)
 
 
 def test_a_twin_the_early_stopper_stopped_after_steady_steps_still_lends_its_execution():
@@ -49,7 +57,7 @@ def test_runs_that_failed_or_never_reached_steady_steps_are_no_twins():
 
 def test_without_a_twin_the_baseline_trains_as_configured():
     notes = []
-    c = SimpleNamespace(base=dict(BASE), notice=notes.append)
+    c = SimpleNamespace(base=TrainConfig(**BASE), notice=notes.append)
     case, twin = loss_case(c, [make_row("screen-0", config={"batch_size": 64}, tokens_per_s=1e5)])
     assert twin is None and case["compile"] == "none" and notes
 
@@ -65,14 +73,14 @@ def search_context(tmp_path, gpus: int, *overrides: str, **search) -> SearchCont
     )
     hw = Hardware(gpus=gpus, gpu_mem_mb=81_559)
     tmp_path.mkdir(parents=True, exist_ok=True)
-    return SearchContext(cfg, tmp_path, cfg.train.model_dump(), hw, 16 * max(1, gpus), State(tmp_path), "")
+    return SearchContext(cfg, tmp_path, cfg.train, hw, 16 * max(1, gpus), State(tmp_path), "")
 
 
 def test_the_default_configs_first_start_point_lends_the_baselines_loss_run_its_execution(tmp_path):
     ctx = search_context(tmp_path, gpus=1)
     point = _twin_point(ctx, to_space(ctx))
     assert point["compile"] == "reduce-overhead" and point["batch_size"] == 8 and point["precision"] == "fp32"
-    case = {**ctx.base, **execution({**ctx.base, **point})}
+    case = _with_execution(ctx, point)
     assert ctx.placement.beside_share(case) == pytest.approx(1 / 6)  # one of the GPU's six screen-run places
 
 
@@ -98,7 +106,7 @@ HORIZON = "quality.loss_horizon=1M"  # a prefix of the default config's 10,240,0
 def first_beside(ctx: SearchContext) -> TaskRun:
     """The first seed's run beside the screen as start_beside builds it (its task aside: none is started)."""
     point = _twin_point(ctx, to_space(ctx))
-    case = {**ctx.base, **execution({**ctx.base, **point}), "out_dir": None, "max_steps": 40}
+    case = {**_with_execution(ctx, point), "out_dir": None, "max_steps": 40}
     return TaskRun(None, TrialSpec.of({**case, "gpu_memory_fraction": 1 / 6}), point, 0.0)
 
 

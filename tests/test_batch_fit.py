@@ -5,6 +5,7 @@ micro_batch None). The screen's filter that applies them: tests/test_distinct.py
 
 from __future__ import annotations
 
+from trainables.config import TrainConfig
 from tuner.batch_fit import BatchFit, largest_anywhere, largest_forward, normalized
 from tuner.records import ProbedBatch
 from tuner.space import bound_batch, start_point
@@ -14,7 +15,7 @@ from tuner.space import bound_batch, start_point
 FP32 = ProbedBatch(batch=8, peak_mb=13_000.0, checkpointed={1: ProbedBatch(batch=24, checkpointing=1)})
 BF16 = ProbedBatch(batch=16, peak_mb=9_800.0, checkpointed={1: ProbedBatch(batch=48, checkpointing=1)})
 PROBED = {"fp32": FP32, "tf32": FP32, "bf16": BF16}
-BASE = {"batch_size": 8, "micro_batch": None, "precision": "fp32", "activation_checkpointing": 0}
+BASE = TrainConfig(batch_size=8, micro_batch=None, precision="fp32", activation_checkpointing=0)
 
 
 # --- reading a setting from the two probed -----------------------------------------------------------------
@@ -94,7 +95,7 @@ def test_a_micro_batch_below_its_batch_that_does_not_divide_it_is_refused_probed
         )
         assert fit.refusal({"batch_size": 16, "micro_batch": 8}) is None
         assert fit.refusal({"micro_batch": 3}) is not None  # the baseline's batch 8
-    assert BatchFit({**BASE, "micro_batch": 8}).refusal({"batch_size": 12}) is not None
+    assert BatchFit(TrainConfig(micro_batch=8)).refusal({"batch_size": 12}) is not None
 
 
 def test_cuda_graphs_with_several_forward_passes_per_step_are_refused():

@@ -86,7 +86,9 @@ def test_the_screen_skips_the_pairs_of_a_space_whose_micro_batch_does_not_divide
         config = searcher.suggest(f"t{n}")
         if config is None or config == DistinctConfigs.FINISHED:
             break
-        TrialSpec.of_tune({**TrialSpec.of(BASE).as_tune(), **config})  # what the trial reads: no ConfigError
+        TrialSpec.of_tune(
+            {**TrialSpec.of(BASE.model_dump()).as_tune(), **config}
+        )  # what the trial reads: no ConfigError
         handed.append(config)
         searcher.on_trial_complete(f"t{n}", result={"tokens_per_s": 10.0 + n})
     assert handed and {"batch_size": 12, "micro_batch": 8} not in handed
@@ -108,7 +110,7 @@ def test_a_ledger_written_in_both_spellings_counts_as_one_config():
 def test_a_screen_through_tune_runs_each_config_once_and_none_that_cannot_fit(tmp_path, one_cpu_ray):
     """run_proposals with real Tune on the toy workload: the probe found a forward of 4 fits, so batch 8 runs
     only in micro-batches of 4; batch 4 with micro_batch 8 is batch 4 in one pass, run once."""
-    base = make_config(TOY).model_dump()
+    base = make_config(TOY)
     points = [
         {"batch_size": 4, "micro_batch": 8},  # runs, as micro_batch None
         {"batch_size": 4, "micro_batch": None},  # the same config

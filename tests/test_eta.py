@@ -31,7 +31,7 @@ def eta_context(out: Path, *overrides: str, config: str = "default.yaml", gpus: 
     its space and its loss horizon from it."""
     cfg = load_search_config(str(CONFIGS / config), list(overrides))
     hw = Hardware(gpus=gpus, gpu_mem_mb=143_771)
-    return SearchContext(cfg, out, cfg.train.model_dump(), hw, 16 * gpus, State(out), "")
+    return SearchContext(cfg, out, cfg.train, hw, 16 * gpus, State(out), "")
 
 
 # configs/default.yaml's baseline: batch 8 of 256 tokens, fp32, eager, lr 3e-4, 10,240,000 tokens
@@ -101,7 +101,7 @@ def test_the_100m_configs_estimate_is_minutes_for_its_prefix_not_hours_for_its_p
     # configs/hybrid-100m.yaml: an 8M-token prefix of a 1B-token planned run. The baseline's compiled twin
     # at ~35K tok/s and a bf16 contender at ~120K (the issue's table), on one H200.
     ctx = eta_context(tmp_path, config="hybrid-100m.yaml")
-    assert ctx.base["tokens"] == 1_000_000_000 and baseline.loss_horizon(ctx).tokens == 8_028_160
+    assert ctx.base.tokens == 1_000_000_000 and baseline.loss_horizon(ctx).tokens == 8_028_160
     screen = [
         screened("twin", 35_000.0, 40.0, compile="default", compile_scope="blocks"),
         screened(

@@ -44,22 +44,22 @@ def test_a_duration_or_a_count_that_is_no_positive_number_is_one_line_naming_the
 
 def test_the_prefix_is_a_whole_number_of_steps_of_every_batch_in_the_space():
     cfg = load_search_config(SMOKE, ["train.tokens=1000000"])
-    base, space = cfg.train.model_dump(), cfg.search.space
+    base, space = cfg.train, cfg.search.space
     assert step_tokens(base, space) == 4096  # lcm of 8, 16, 32 and 64 sequences of 64 tokens
     horizon = horizon_for(base, space, 10_000)
     assert horizon.tokens == 12_288 and horizon.is_prefix and horizon.fraction == pytest.approx(0.012288)
     for batch in space["batch_size"]:
-        run = TrainConfig(**at_horizon({**base, "batch_size": batch}, horizon))
+        run = TrainConfig(**at_horizon({**base.model_dump(), "batch_size": batch}, horizon))
         assert run.total_steps * run.tokens_per_step == 12_288, "equal tokens for every batch"
         assert run.schedule_steps * run.tokens_per_step >= 1_000_000, "the planned run's lr schedule"
 
 
 def test_a_budget_at_or_past_the_planned_run_trains_the_planned_run():
     cfg = load_search_config(SMOKE)
-    base = cfg.train.model_dump()
-    for budget in (None, base["tokens"], 10 * base["tokens"], base["tokens"] - 1):  # -1: rounds up to it
+    base = cfg.train
+    for budget in (None, base.tokens, 10 * base.tokens, base.tokens - 1):  # -1: rounds up to it
         horizon = horizon_for(base, cfg.search.space, budget)
-        assert not horizon.is_prefix and at_horizon(base, horizon) == base
+        assert not horizon.is_prefix and at_horizon(base.model_dump(), horizon) == base.model_dump()
 
 
 def test_two_seeds_set_the_baselines_loss_and_widen_the_tolerance_by_their_difference():
@@ -83,11 +83,11 @@ def test_a_validation_is_cited_where_the_bench_wrote_one(tmp_path):
 
 def test_at_the_planned_run_the_baseline_trains_one_seed():
     cfg = load_search_config(SMOKE)
-    ctx = SimpleNamespace(cfg=cfg, base=cfg.train.model_dump())
-    assert baseline.noise_cases(ctx, ctx.base) == []
+    ctx = SimpleNamespace(cfg=cfg, base=cfg.train)
+    assert baseline.noise_cases(ctx, ctx.base.model_dump()) == []
     cfg = load_search_config(SMOKE, ["quality.loss_horizon=8192", "train.tokens=65536"])
-    ctx = SimpleNamespace(cfg=cfg, base=cfg.train.model_dump())
-    assert [c["seed"] for c in baseline.noise_cases(ctx, ctx.base)] == [ctx.base["seed"] + 1]
+    ctx = SimpleNamespace(cfg=cfg, base=cfg.train)
+    assert [c["seed"] for c in baseline.noise_cases(ctx, ctx.base.model_dump())] == [ctx.base.seed + 1]
 
 
 def test_loss_runs_stop_at_the_prefix_and_the_loss_limit_takes_both_seeds(tmp_path, one_cpu_ray):
@@ -96,7 +96,7 @@ def test_loss_runs_stop_at_the_prefix_and_the_loss_limit_takes_both_seeds(tmp_pa
     overrides = ["train.tokens=65536", "train.eval_tokens=2048", "search.loss_check_top=1",
                  "quality.loss_horizon=16K"]  # fmt: skip
     cfg = load_search_config(SMOKE, overrides)
-    ctx = SearchContext(cfg, tmp_path, cfg.train.model_dump(), Hardware(gpus=0), 1, State(tmp_path), "")
+    ctx = SearchContext(cfg, tmp_path, cfg.train, Hardware(gpus=0), 1, State(tmp_path), "")
     screen = [
         make_row("screen-0", config={"batch_size": 32}, tokens_per_s=3_000.0),
         make_row("screen-1", config={"loader": "device"}, tokens_per_s=2_000.0),  # the baseline's twin
@@ -158,8 +158,7 @@ def beside_context(out: Path, *overrides: str) -> SearchContext:
     """Two GPUs of two speed-run places each: room beside the screen for both of the baseline's seeds."""
     cfg = load_search_config(SMOKE, [*BESIDE_OVERRIDES, *overrides])
     cfg.search.start_points = [{"loader": "device"}]  # shares the baseline's loss knobs: its twin
-    return SearchContext(cfg, out, cfg.train.model_dump(), Hardware(gpus=2, gpu_mem_mb=81_559), 4,
-                         State(out), "")  # fmt: skip
+    return SearchContext(cfg, out, cfg.train, Hardware(gpus=2, gpu_mem_mb=81_559), 4, State(out), "")
 
 
 @pytest.fixture
@@ -227,7 +226,7 @@ def test_a_seed_whose_run_beside_the_screen_failed_trains_in_a_round_of_its_own(
     """A resumed search whose ledger holds the first seed's run beside the screen and the second seed's
     failed one: the second trains in the loss check (loss_check_baseline), the first is not trained again."""
     ctx = beside_context(tmp_path)
-    ledger, base = Ledger(tmp_path, BESIDE_PHASE), {**ctx.base, "max_steps": 16}
+    ledger, base = Ledger(tmp_path, BESIDE_PHASE), {**ctx.base.model_dump(), "max_steps": 16}
     ledger.append(make_row("x", train=base, val_loss=3.0, tokens=16_384).model_dump(exclude={"id", "phase"}))
     failed = make_row("x", train={**base, "seed": 1338}, status="error", error="RuntimeError: CUDA error")
     ledger.append(failed.model_dump(exclude={"id", "phase"}))

@@ -74,7 +74,9 @@ def test_every_batch_and_micro_batch_of_the_space_combine(search):
 
 def test_each_start_point_is_a_valid_config_and_the_first_is_the_baselines_twin(search):
     base = search.train.model_dump()
-    points = [start_point(p, search.search.space, base, pytest.fail) for p in search.search.start_points]
+    points = [
+        start_point(p, search.search.space, search.train, pytest.fail) for p in search.search.start_points
+    ]
     for point in points:
         make_config({**base, **point}, section="train")
     assert loss_key(points[0], base) == loss_key(base, base)  # its loss run stands for the baseline's

@@ -41,7 +41,7 @@ def started(ahead: RunsAhead) -> list[dict]:
 def smoke_context(tmp_path) -> SearchContext:
     cfg = load_search_config("configs/smoke.yaml", SMOKE_SHORT)
     hw = Hardware(gpus=2, gpu_mem_mb=81_559)
-    return SearchContext(cfg, tmp_path, cfg.train.model_dump(), hw, 4, State(tmp_path), "")
+    return SearchContext(cfg, tmp_path, cfg.train, hw, 4, State(tmp_path), "")
 
 
 def test_the_fastest_candidates_train_ahead_and_a_round_takes_their_rows(
@@ -79,7 +79,7 @@ def test_the_fastest_candidates_train_ahead_and_a_round_takes_their_rows(
     assert len(Ledger(tmp_path, AHEAD_PHASE).rows()) == 2
     resumed = loss_check.start_ahead(ctx)  # a resumed search reads the ledger
     assert started(resumed) == [screen[0].config, screen[1].config]
-    pick = {c.id: c for c in loss_check.loss_check_candidates(screen, ctx.base, 4)}["screen-0"]
+    pick = {c.id: c for c in loss_check.loss_check_candidates(screen, ctx.base.model_dump(), 4)}["screen-0"]
     assert resumed.loss_row(loss_check._request(ctx, pick)).screen_id == "screen-0"
 
 
@@ -100,5 +100,5 @@ def test_one_spare_trains_ahead_and_runs_no_round_asked_for_are_stopped(tmp_path
 
 def test_no_runs_ahead_on_cpus(tmp_path):
     cfg = load_search_config("configs/smoke.yaml", SMOKE_SHORT)
-    ctx = SearchContext(cfg, tmp_path, cfg.train.model_dump(), Hardware(gpus=0), 2, State(tmp_path), "")
+    ctx = SearchContext(cfg, tmp_path, cfg.train, Hardware(gpus=0), 2, State(tmp_path), "")
     assert loss_check.start_ahead(ctx) is None

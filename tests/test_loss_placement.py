@@ -82,7 +82,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def search_context(tmp_path, gpus: int, cpus: int, gpu_mem_mb: int = 81_559) -> SearchContext:
     cfg = load_search_config(str(ROOT / "configs" / "default.yaml"), [])
     hw = Hardware(gpus=gpus, gpu_mem_mb=gpu_mem_mb)
-    return SearchContext(cfg, tmp_path, cfg.train.model_dump(), hw, cpus, State(tmp_path), "")
+    return SearchContext(cfg, tmp_path, cfg.train, hw, cpus, State(tmp_path), "")
 
 
 def trial(case: int, batch: int = 8) -> dict:
@@ -215,7 +215,7 @@ def test_a_baseline_trained_beside_the_screen_needs_no_twin_of_its_own(tmp_path,
         make_row("screen-0", config=point, status="error"),
         make_row("screen-1", config={"batch_size": 32}, tokens_per_s=1_000.0),
     ]
-    beside = make_row("beside", "loss_check_beside", val_loss=1.5, train={**ctx.base, **point})
+    beside = make_row("beside", "loss_check_beside", val_loss=1.5, train={**ctx.base.model_dump(), **point})
     monkeypatch.setattr(baseline, "beside_row", lambda ctx, run: beside)
     trained = rounds_without_training(monkeypatch)
     rows = loss_check.run(ctx, screen, TaskRun(None, TrialSpec.of({}), point, 0.0))

@@ -87,7 +87,7 @@ def test_the_probe_phase_finds_the_largest_micro_batch_per_checkpointing_setting
     sets = [f"train.memory_cap_mb={CAP_MB}", "train.model.n_layers=4", f"search.max_batch={LIMIT}"]
     sets += [f"search.space={space}", *([f"train.data={SHAKESPEARE}"] if SHAKESPEARE.exists() else [])]
     cfg = load_search_config(str(ROOT / "configs" / "smoke.yaml"), sets)
-    ctx = SearchContext(cfg, tmp_path, cfg.train.model_dump(), Hardware(), 1, State(tmp_path), "")
+    ctx = SearchContext(cfg, tmp_path, cfg.train, Hardware(), 1, State(tmp_path), "")
     found = probe_phase.run(ctx, cfg.search.space)
     assert set(found) == {"fp32"}  # precision not searched: the baseline's
     plain, every_block = found["fp32"], found["fp32"].checkpointed[1]

@@ -25,15 +25,13 @@ def test_the_remeasure_profiles_its_runs_after_their_windows(tmp_path, one_cpu_r
         "search.screen_steps=4",
     ]
     cfg = load_search_config(SMOKE, overrides)
-    ctx = SearchContext(cfg, tmp_path, cfg.train.model_dump(), Hardware(gpus=0), 1, State(tmp_path), "")
+    ctx = SearchContext(cfg, tmp_path, cfg.train, Hardware(gpus=0), 1, State(tmp_path), "")
     screen = [make_row("screen-0", config={"batch_size": 8}, tokens_per_s=3_000.0, feasible=True)]
     rows = remeasure.run(ctx, screen)
     # (a window contended by this busy machine's other work is timed again: more rows than asked)
     assert {r.finalist for r in rows} == {BASELINE_ID, "screen-0"}
     for row in rows:
-        assert row.status == "ok" and row.steps == ctx.base["timing_warmup_steps"] + 4, (
-            "profiled steps counted"
-        )
+        assert row.status == "ok" and row.steps == ctx.base.timing_warmup_steps + 4, "profiled steps counted"
     profiled = [r for r in rows if r.profile is not None]
     assert {r.finalist for r in profiled} == {"screen-0"}  # the answer's candidates, not the baseline
     for row in profiled:

@@ -14,8 +14,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def context(tmp_path, gpus: int, *sets: str) -> SearchContext:
     cfg = load_search_config(str(ROOT / "configs" / "default.yaml"), list(sets))
-    return SearchContext(cfg, tmp_path, cfg.train.model_dump(), Hardware(gpus=gpus), 16 * max(1, gpus),
-                         State(tmp_path), "")  # fmt: skip
+    return SearchContext(
+        cfg, tmp_path, cfg.train, Hardware(gpus=gpus), 16 * max(1, gpus), State(tmp_path), ""
+    )
 
 
 @pytest.mark.parametrize(

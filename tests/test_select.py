@@ -540,7 +540,7 @@ def test_a_screen_that_finished_a_config_has_no_such_cause_and_counts_what_it_fi
 def smoke_context(out: Path) -> SearchContext:
     cfg = load_search_config(str(ROOT / "configs" / "smoke.yaml"), ["search.time_budget=45s"])
     hw = Hardware(cpus=2, cuda=False)
-    return SearchContext(cfg, out, cfg.train.model_dump(), hw, 2, State(out), "python -m tuner.search")
+    return SearchContext(cfg, out, cfg.train, hw, 2, State(out), "python -m tuner.search")
 
 
 def finished_search(out: Path, screen_rows: list) -> tuple[SearchContext, Summary]:
@@ -550,7 +550,7 @@ def finished_search(out: Path, screen_rows: list) -> tuple[SearchContext, Summar
     again = [make_row(f"remeasure-{i}", "remeasure", {}, tokens_per_s=t, finalist=BASELINE_ID)
              for i, t in enumerate((19000.0, 20000.0, 21000.0))]  # fmt: skip
     loss_limit = LossLimit.of(2.0, 0.05, "absolute")
-    screen_rows = with_feasibility(screen_rows, [], loss_limit, baseline=ctx.base)
+    screen_rows = with_feasibility(screen_rows, [], loss_limit, baseline=ctx.base.model_dump())
     return ctx, finish.summarize(ctx, base, screen_rows, [], again, loss_limit)
 
 
@@ -565,7 +565,7 @@ def test_a_search_whose_screen_finished_nothing_exits_6_with_its_cause_and_the_b
     )
     assert "no config passed the loss check" not in "\n".join(lines)  # only the baseline was checked
     assert lines[-1] == f"run it: python -m trainables.train --config {(tmp_path / 'best.yaml').resolve()}"
-    assert load_config(str(tmp_path / "best.yaml")).batch_size == ctx.base["batch_size"]
+    assert load_config(str(tmp_path / "best.yaml")).batch_size == ctx.base.batch_size
     saved = Summary.model_validate_json((tmp_path / "summary.json").read_text())
     assert saved.nothing_screened == summary.nothing_screened
     report = (tmp_path / "report.md").read_text()

@@ -44,12 +44,12 @@ def start_beside(ctx: SearchContext, space: dict[str, Knob]) -> TaskRun | None:
     point = _twin_point(ctx, space)
     if point is None:
         return None
-    case = {**ctx.base, **execution({**ctx.base, **point}), "out_dir": None}
+    case = {**_with_execution(ctx, point), "out_dir": None}
     share = ctx.placement.beside_share(case)
     spec = TrialSpec.of(at_horizon({**case, "gpu_memory_fraction": share}, loss_horizon(ctx)))
     run = _start_or_kept(ctx, spec, BESIDE_WHO, point)
     if run.ref is not None:
-        how = ", ".join(f"{k}={v}" for k, v in execution(case).items() if ctx.base.get(k) != v)
+        how = ", ".join(f"{k}={v}" for k, v in execution(case).items() if getattr(ctx.base, k) != v)
         log(f"[baseline] its loss run trains beside the screen ({how}), in its GPU's idle time")
     return run
 
@@ -103,9 +103,10 @@ def _kept(ctx: SearchContext, seed: int) -> list[TrialRow]:
 
 def _twin_point(ctx: SearchContext, space: dict[str, Knob]) -> dict[str, Any] | None:
     """The first start point (as the screen runs it) that shares the baseline's loss knobs."""
+    base = ctx.base.model_dump()
     for given in ctx.cfg.search.start_points:
         point = start_point(given, space, ctx.base, ctx.notice)
-        if point and loss_key(point, ctx.base) == loss_key({}, ctx.base):
+        if point and loss_key(point, base) == loss_key({}, base):
             return point
     return None
 
@@ -114,7 +115,7 @@ def beside_row(ctx: SearchContext, run: TaskRun) -> TrialRow | None:
     """The beside run's row, once it has finished (a line every WAIT_LINE_S while it trains on), recorded by
     the pool; None when it failed, and the loss check trains it itself."""
     pool, seed = RunPool(ctx), run.spec.train.seed
-    what = "the baseline's loss run" + ("" if seed == ctx.base["seed"] else f" at seed {seed}")
+    what = "the baseline's loss run" + ("" if seed == ctx.base.seed else f" at seed {seed}")
     kept = _kept(ctx, seed)[:1]  # recorded before a resume
     row = pool.record(Role.BESIDE, kept)[0] if kept else pool.task_row(run, what)
     if row.status != "ok":
@@ -126,10 +127,11 @@ def beside_row(ctx: SearchContext, run: TaskRun) -> TrialRow | None:
 def twins(ctx: SearchContext, screen: list[TrialRow]) -> dict[tuple, TrialRow]:
     """The fastest screen run of each loss key that trained steady steps without failing."""
     fastest: dict[tuple, TrialRow] = {}
+    base = ctx.base.model_dump()
     for row in screen:
         if row.status not in PROVEN or not row.tokens_per_s:
             continue
-        key = loss_key(row.config, ctx.base)
+        key = loss_key(row.config, base)
         if key not in fastest or row.tokens_per_s > fastest[key].tokens_per_s:
             fastest[key] = row
     return fastest
@@ -137,7 +139,7 @@ def twins(ctx: SearchContext, screen: list[TrialRow]) -> dict[tuple, TrialRow]:
 
 def twin(ctx: SearchContext, screen: list[TrialRow]) -> TrialRow | None:
     """The fastest screen run that shares the baseline's loss knobs (None: none screened)."""
-    return twins(ctx, screen).get(loss_key({}, ctx.base))
+    return twins(ctx, screen).get(loss_key({}, ctx.base.model_dump()))
 
 
 def loss_horizon(ctx: SearchContext) -> LossHorizon:
@@ -150,13 +152,19 @@ def loss_case(ctx: SearchContext, screen: list[TrialRow]) -> tuple[dict[str, Any
     twin_row = twin(ctx, screen)
     if twin_row is None:
         ctx.notice("no screened config shares the baseline's loss knobs: its loss run trains as configured")
-        return {**ctx.base, "out_dir": None}, None
-    return {**ctx.base, **execution({**ctx.base, **twin_row.config}), "out_dir": None}, twin_row
+        return {**ctx.base.model_dump(), "out_dir": None}, None
+    return {**_with_execution(ctx, twin_row.config), "out_dir": None}, twin_row
+
+
+def _with_execution(ctx: SearchContext, knobs: dict[str, Any]) -> dict[str, Any]:
+    """The baseline's config with the speed-only knobs `knobs` sets: what it trains, run as `knobs` runs."""
+    base = ctx.base.model_dump()
+    return {**base, **execution({**base, **knobs})}
 
 
 def loss_seeds(ctx: SearchContext) -> list[int]:
     """The seeds the baseline's loss runs train: its own, and at a prefix of the planned run one more."""
-    return [c["seed"] for c in [ctx.base, *noise_cases(ctx, ctx.base)]]
+    return [ctx.base.seed, *(c["seed"] for c in noise_cases(ctx, ctx.base.model_dump()))]
 
 
 def noise_cases(ctx: SearchContext, case: dict[str, Any]) -> list[dict[str, Any]]:
@@ -208,7 +216,7 @@ def checked(
             )
     loss_limit = loss_limit_of(ctx, baseline, seeds or [])
     baseline = baseline.with_verdict(loss_limit)
-    changed = {k: v for k, v in (baseline.execution or {}).items() if ctx.base.get(k) != v}
+    changed = {k: v for k, v in (baseline.execution or {}).items() if getattr(ctx.base, k) != v}
     how = ", ".join(f"{k}={v}" for k, v in changed.items())
     how = f"as its twin {baseline.twin_of} runs ({how})" if baseline.twin_of else f"with {how}"
     how = how if changed else "as configured"

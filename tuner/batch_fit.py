@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from trainables.config import TrainConfig
 from trainables.config_fields import graphs_overwrite
 from trainables.micro_batches import forwards_per_step, splits
 from tuner.records import ProbedBatch
@@ -45,10 +46,10 @@ def forward_batch(values: Mapping[str, Any]) -> int:
     return min(values.get("micro_batch") or batch, batch)
 
 
-def normalized(config: Mapping[str, Any], base: Mapping[str, Any]) -> dict[str, Any]:
+def normalized(config: Mapping[str, Any], base: TrainConfig) -> dict[str, Any]:
     """`config` with a micro_batch of at least its batch spelled None: both run the whole batch in one pass
     (no accumulation), so they are one config to the screen's distinctness and to the ledger."""
-    micro, batch = config.get("micro_batch"), config.get("batch_size", base.get("batch_size"))
+    micro, batch = config.get("micro_batch"), config.get("batch_size", base.batch_size)
     if micro is None or batch is None or micro < batch:
         return dict(config)
     return {**config, "micro_batch": None}
@@ -60,7 +61,7 @@ class BatchFit:
     does not divide it, and no config whose forward batch the probe found cannot fit at its precision and
     checkpointing setting."""
 
-    base: Mapping[str, Any]  # the values a proposal leaves out: the baseline's
+    base: TrainConfig  # the values a proposal leaves out: the baseline's
     probed: Mapping[str, ProbedBatch] = field(default_factory=dict)  # precision -> the probe's finding
 
     def normalized(self, config: Mapping[str, Any]) -> dict[str, Any]:
@@ -68,7 +69,7 @@ class BatchFit:
 
     def refusal(self, config: Mapping[str, Any]) -> str | None:
         """Why `config` cannot run or cannot fit, in one line; None when it may."""
-        values = {**self.base, **config}
+        values = {**self.base.model_dump(), **config}
         if not splits(values["batch_size"], values.get("micro_batch")):
             # A space's product pairs every batch with every micro-batch (batch_size [12, 16] x micro_batch
             # [8]): the trial would refuse 12 in 8s (TrainConfig), so it is refused here, at no cost.

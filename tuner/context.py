@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 from pydantic import TypeAdapter
 
-from trainables.config import ConfigError
+from trainables.config import ConfigError, TrainConfig
 from trainables.files import write_atomically
 from trainables.progress import log
 from trainables.workload import WorkloadInfo
@@ -81,7 +81,9 @@ class Telemetry:
 class SearchContext:
     cfg: SearchConfig
     out: Path
-    base: dict[str, Any]  # the baseline training config, with knobs fixed by the hardware applied
+    # the baseline training config, with the knobs the hardware leaves one choice applied (pipeline.with_fixed);
+    # as a mapping (to merge knobs over, or for the rules over knob dicts): base.model_dump()
+    base: TrainConfig
     hw: Hardware
     cluster_cpus: int
     state: State
@@ -138,11 +140,11 @@ class SearchContext:
         """A short exclusive speed run of baseline + knobs: a fixed number of steady steps, a token eval."""
         steps = self.cfg.search.screen_steps
         return {
-            **self.base,
+            **self.base.model_dump(),
             **knobs,
-            "max_steps": self.base["timing_warmup_steps"] + steps,
+            "max_steps": self.base.timing_warmup_steps + steps,
             "eval_interval": 0,
-            "eval_tokens": self.base["seq_len"] * self.base["eval_batch_size"],
+            "eval_tokens": self.base.seq_len * self.base.eval_batch_size,
             "log_interval": max(1, steps // 4),
             "out_dir": None,
         }

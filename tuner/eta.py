@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import statistics
 
-from trainables.config import TrainConfig, make_config
+from trainables.config import TrainConfig
 from trainables.progress import fmt_seconds
 from tuner import baseline
 from tuner.context import SearchContext, log
@@ -37,19 +37,20 @@ def loss_check_s(ctx: SearchContext, screen: list[TrialRow], pending: Pending = 
     mostly trained by its end). Each run trains the loss horizon's tokens (tuner/horizon.py: the planned
     run, or its prefix)."""
     beside_done = sum(run.done for run in pending.of(Role.BESIDE))
-    ahead = {loss_key(run.knobs, ctx.base) for run in pending.of(Role.AHEAD)}
+    base = ctx.base.model_dump()
+    ahead = {loss_key(run.knobs, base) for run in pending.of(Role.AHEAD)}
     tokens, top = baseline.loss_horizon(ctx).tokens, ctx.cfg.search.remeasure_top
     picks = [
         c.row
-        for c in loss_check_candidates(screen, ctx.base, top)
-        if not c.inherits and loss_key(c.config, ctx.base) not in ahead
+        for c in loss_check_candidates(screen, base, top)
+        if not c.inherits and loss_key(c.config, base) not in ahead
     ]
     twin = baseline.twin(ctx, screen)
     left = max(0, len(baseline.loss_seeds(ctx)) - beside_done)
     runs = [r for r in [*picks, *[twin] * left] if r is not None and r.tokens_per_s]
     if not runs:
         return 0.0
-    compile_s = max(cached_warmup(r, screen, ctx.base) or 0.0 for r in runs)
+    compile_s = max(cached_warmup(r, screen, base) or 0.0 for r in runs)
     gpu_work = sum(tokens / r.tokens_per_s for r in runs) / max(1, ctx.hw.gpus)
     return compile_s + max(max(tokens / r.tokens_per_s for r in runs), gpu_work)
 
@@ -59,16 +60,17 @@ def remeasure_s(ctx: SearchContext, screen: list[TrialRow]) -> float:
     finalists = _fastest(screen)[: s.remeasure_top]
     if not finalists:
         return 0.0
-    base = make_config(ctx.base)
-    held = s.screen_steps + base.timing_warmup_steps - 1  # the gate: from its second step to its last timed
+    # the gate: from its second step to its last timed
+    held = s.screen_steps + ctx.base.timing_warmup_steps - 1
     window = [held * (r.step_ms_median or 0.0) / 1000 for r in finalists]
-    step = _baseline_step_s(base, screen)
+    step = _baseline_step_s(ctx.base, screen)
     baseline_window = held * step if step else window[0]
     base_runs, runs = s.remeasure_runs(confirming=bool(ctx.state.data.get("remembered")))
     windows = [w for w in window for _ in range(runs)] + [baseline_window] * base_runs
     per_run = _run_overhead_s(screen)
     turns = sum(max(w, per_run) for w in windows)
-    return turns / max(1, ctx.hw.gpus) + max(cached_warmup(r, screen, ctx.base) or 0.0 for r in finalists)
+    base = ctx.base.model_dump()
+    return turns / max(1, ctx.hw.gpus) + max(cached_warmup(r, screen, base) or 0.0 for r in finalists)
 
 
 def _baseline_step_s(base: TrainConfig, screen: list[TrialRow]) -> float | None:

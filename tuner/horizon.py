@@ -22,6 +22,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from trainables.config import TrainConfig
+
 # What bench/horizon_agreement.py writes by default; a report cites it where it is present.
 VALIDATION_FILE = Path(__file__).resolve().parents[1] / "docs" / "results" / "horizon_agreement.json"
 _SUFFIX = {"": 1, "k": 10**3, "m": 10**6, "b": 10**9}
@@ -70,13 +72,13 @@ def parse_tokens(value: Any) -> int:
     return count
 
 
-def step_tokens(base: dict[str, Any], space: dict[str, Any]) -> int:
+def step_tokens(base: TrainConfig, space: dict[str, Any]) -> int:
     """The least common multiple of the tokens per step of every batch the space offers (a knob given as a
     range counts with the baseline's value: its steps are rounded up, see LossHorizon.max_steps)."""
 
     def choices(knob: str) -> list[int]:
         given = space.get(knob)
-        return [int(v) for v in given] if isinstance(given, list) else [int(base[knob])]
+        return [int(v) for v in given] if isinstance(given, list) else [int(getattr(base, knob))]
 
     sizes = {
         b * g * s
@@ -85,10 +87,10 @@ def step_tokens(base: dict[str, Any], space: dict[str, Any]) -> int:
     return math.lcm(*sizes)
 
 
-def horizon_for(base: dict[str, Any], space: dict[str, Any], budget: int | None) -> LossHorizon:
+def horizon_for(base: TrainConfig, space: dict[str, Any], budget: int | None) -> LossHorizon:
     """The horizon of a search: the planned run, or the prefix of `budget` tokens rounded up to whole steps
     of every searched batch (the planned run again when that reaches it)."""
-    planned, unit = int(base["tokens"]), step_tokens(base, space)
+    planned, unit = base.tokens, step_tokens(base, space)
     if budget is None or budget >= planned:
         return LossHorizon(planned_tokens=planned, tokens=planned, step_tokens=unit)
     return LossHorizon(

@@ -7,9 +7,11 @@ answer skip it."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import ray
 
+from trainables.config import ConfigError, TrainConfig, make_config
 from trainables.errors import EnvironmentFault
 from trainables.exit_codes import Exit
 from trainables.gate import open_gates, retire_idle_gates
@@ -59,7 +61,7 @@ def _pipeline(ctx: SearchContext, fresh: bool, kept: Path) -> int:
     if ahead is not None:
         ahead.cancel_rest()
     base_row, loss_limit, checked = baseline.split_checked(ctx, checked)  # the phase may be resumed
-    screened = with_feasibility(screened, checked, loss_limit, baseline=ctx.base)
+    screened = with_feasibility(screened, checked, loss_limit, baseline=ctx.base.model_dump())
     measured = ctx.phase(
         "remeasure", lambda: remeasure.run(ctx, screened, planned_remeasure_s), list[TrialRow]
     )
@@ -98,8 +100,8 @@ def recall_answer(ctx: SearchContext, fresh: bool, kept: Path) -> bool:
 def _space_for_hardware(ctx: SearchContext):
     """The space trimmed to what applies on the trials' hardware; knobs left with one choice are fixed."""
     space, fixed, notices = applicable(ctx.cfg.search.space, ctx.hw.model_dump())
-    ctx.base.update(fixed)
-    if ctx.base["kernels"] == "fused" and not ctx.hw.cuda:
+    ctx.base = with_fixed(ctx.base, fixed)
+    if ctx.base.kernels == "fused" and not ctx.hw.cuda:
         raise EnvironmentFault("config key 'train.kernels': 'fused' needs CUDA workers (use torch or auto)")
     for n in notices:
         ctx.notice(n)
@@ -110,6 +112,15 @@ def _space_for_hardware(ctx: SearchContext):
     for choice, why in ctx.cfg.search.left_out.items():
         ctx.notice(f"left out of the space: {choice}: {why}")
     return space
+
+
+def with_fixed(base: TrainConfig, fixed: dict[str, Any]) -> TrainConfig:
+    """The baseline with the knobs the hardware left one choice each, validated again: a fixed value that
+    cannot train with the rest is one line (exit 2) here, before any trial, as the user's own values are."""
+    try:
+        return make_config({**base.model_dump(), **fixed}, section="train")
+    except ConfigError as err:
+        raise ConfigError(f"{err}; the search space leaves one choice of each here: {fixed}") from None
 
 
 def open_context(
@@ -132,7 +143,7 @@ def open_context(
     ctx = SearchContext(
         cfg=cfg,
         out=out,
-        base=cfg.train.model_dump(),
+        base=cfg.train,
         hw=Hardware(),
         cluster_cpus=int(resources.get("CPU", 1)),
         node_cpus=max((int(n["Resources"].get("CPU", 0)) for n in ray.nodes() if n["Alive"]), default=0),

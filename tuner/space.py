@@ -11,7 +11,7 @@ import torch
 from ray import tune
 
 from model.ops import available_backends, tuning
-from trainables.config import is_file_spec
+from trainables.config import TrainConfig, is_file_spec
 from trainables.workload import WorkloadInfo
 from tuner.batch_fit import normalized
 from tuner.config import Knob, Range, SearchConfig
@@ -173,12 +173,12 @@ def autotune_notice(space: dict[str, Knob], hw: dict[str, Any]) -> str | None:
 
 
 def start_point(
-    point: dict[str, Any], space: dict[str, Knob], base: dict[str, Any], notice: Callable[[str], None]
+    point: dict[str, Any], space: dict[str, Knob], base: TrainConfig, notice: Callable[[str], None]
 ) -> dict[str, Any] | None:
     """A full point of the space: named knobs as given, the rest the baseline's value (or the first choice)."""
     full = {}
     for name, knob in space.items():
-        value = point.get(name, base[name])
+        value = point.get(name, getattr(base, name))
         ok = knob.low <= value <= knob.high if isinstance(knob, Range) else value in knob
         if not ok and name in point:
             notice(f"start point {point} skipped: {name}={value!r} does not apply here")

@@ -49,13 +49,13 @@ def summarize(
     remeasure: list[TrialRow],
     loss_limit: LossLimit,
 ) -> Summary:
-    tokens = ctx.base["tokens"]
-    finalists = _finalists(ctx.base, baseline, screen, remeasure, tokens, checked)
+    base, tokens = ctx.base.model_dump(), ctx.base.tokens
+    finalists = _finalists(base, baseline, screen, remeasure, tokens, checked)
     base_runs = next((f.runs for f in finalists if f.id == BASELINE_ID), [])
     base_median = spread(base_runs)[0] if base_runs else None
     # The baseline competes too: when nothing beats it beyond noise, the simplest (it) wins; and a planned
     # run too short to pay for a winner's compile goes to the config that finishes it first.
-    selection = finish_first(pick_winner(finalists, ctx.base), finalists, tokens)
+    selection = finish_first(pick_winner(finalists, base), finalists, tokens)
     untrusted = refuse_untrusted(selection, finalists)  # exit 4: the baseline stays, the figures said why
     winner = selection.winner
     if not any(f.feasible for f in finalists if f.id != BASELINE_ID):
@@ -64,7 +64,7 @@ def summarize(
     timings = _timings(ctx)
     return Summary(
         baseline=BaselineResult(
-            config=ctx.base,
+            config=base,
             tokens_per_s=base_median,
             tokens_per_s_full_run=baseline.tokens_per_s,
             val_loss=baseline.val_loss,
@@ -92,7 +92,7 @@ def summarize(
         planned_tokens=tokens,
         compile_cache=ctx.compile_cache,
         finalists=finalists,
-        break_even=costs.break_even(screen, finalists, ctx.base),
+        break_even=costs.break_even(screen, finalists, base),
         gpu_usage=_gpu_usage(ctx, timings, trials),
         gpu_population=gpu_population(remeasure),
         knobs_left_out=ctx.knobs_left_out,
@@ -104,7 +104,7 @@ def write(ctx: SearchContext, summary: Summary) -> int:
     on CPUs why the baseline usually stays, and the command that trains the answer."""
     best = summary.best
     config = {
-        **ctx.base,
+        **ctx.base.model_dump(),
         **(best.config if best else {}),
         "compile_cache": ctx.compile_cache,
         # on a GPU the trials' threads: more only spin between steps; on a CPU they are the compute, and
@@ -277,7 +277,7 @@ def _measurement(ctx: SearchContext) -> dict:
     base_runs, runs = ctx.cfg.search.remeasure_runs(confirming=bool(ctx.state.data.get("remembered")))
     return {
         "screen_steps": ctx.cfg.search.screen_steps,
-        "timing_warmup_steps": ctx.base["timing_warmup_steps"],
+        "timing_warmup_steps": ctx.base.timing_warmup_steps,
         "repeats": runs,
         "baseline_repeats": base_runs,
         "screen": timed,

@@ -43,7 +43,7 @@ def run(
     runs at other seeds, baseline.start_seeds_beside), round 0 trains none of those, and the verdicts wait
     for their rows. With `ahead`, a candidate whose loss run trained beside the screen takes that run's row."""
     s = ctx.cfg.search
-    picks = loss_check_candidates(screen, ctx.base, len(screen))
+    picks = loss_check_candidates(screen, ctx.base.model_dump(), len(screen))
     queue = [p for p in picks if not p.inherits]  # the baseline's own loss stands for the rest
     passed = [p for p in picks if p.inherits]
     # `loss_check_top` counts configs of a loss of their own that passed: the baseline's group, passed
@@ -138,10 +138,11 @@ def start_ahead(ctx: SearchContext) -> RunsAhead | None:
     those of the candidates round 0 would take if the screen ended now (tuner/runs/ahead.py runs them)."""
     if not baseline.room_beside(ctx):
         return None
+    base = ctx.base.model_dump()
     return RunsAhead(
         RunPool(ctx),
         plan=lambda screen: _wanted_ahead(ctx, screen),
-        key_of=lambda knobs: loss_key(knobs, ctx.base),
+        key_of=lambda knobs: loss_key(knobs, base),
         limit=run_budget(ctx),
         at_once=max(1, ctx.hw.gpus),
     )
@@ -153,7 +154,7 @@ def _wanted_ahead(ctx: SearchContext, screen: list[TrialRow]) -> list[RunRequest
     # one more than round 0 takes: if one of them fails the loss limit, the next has trained already (run O,
     # four H100s: batch 512 fp16 failed it, and a second round trained batch 16 tf32 for 58.5 s)
     top = ctx.cfg.search.loss_check_top + 1
-    picks = [c for c in loss_check_candidates(screen, ctx.base, top) if not c.inherits]
+    picks = [c for c in loss_check_candidates(screen, ctx.base.model_dump(), top) if not c.inherits]
     return [RunRequest(_beside_screen(ctx, _spec(ctx, pick)), Role.AHEAD) for pick in picks]
 
 
@@ -227,7 +228,8 @@ def _in_reach(ctx: SearchContext, pick: Candidate, passed: list[Candidate]) -> b
 
 def _spec(ctx: SearchContext, pick: Candidate) -> TrialSpec:
     """A candidate's loss run, labelled with the screen trial it checks, whose execution it trains with."""
-    case = {**ctx.base, **pick.config, "gpu_memory_fraction": _gpu_share(ctx, pick.row), "out_dir": None}
+    share = _gpu_share(ctx, pick.row)
+    case = {**ctx.base.model_dump(), **pick.config, "gpu_memory_fraction": share, "out_dir": None}
     case = at_horizon(case, baseline.loss_horizon(ctx))  # the same prefix as the baseline's, at a prefix
     return TrialSpec.of(
         case, knobs=pick.config, screen_id=pick.id, twin_of=pick.id, execution=execution(case)

@@ -23,13 +23,13 @@ def run(ctx: SearchContext, space: dict[str, Knob]) -> dict[str, ProbedBatch]:
     the probe does not apply."""
     if not ctx.cfg.search.probe_batch or not any(isinstance(space.get(k), list) for k in SIZES):
         return {}
-    if not ctx.on_gpu and not ctx.base.get("memory_cap_mb"):
+    if not ctx.on_gpu and not ctx.base.memory_cap_mb:
         ctx.notice("batch probe skipped on CPU without memory_cap_mb (the OS swaps rather than OOMs)")
         return {}
-    precisions = space.get("precision", [ctx.base["precision"]])
+    precisions = space.get("precision", [ctx.base.precision])
     classes = sorted({SAME_MEMORY.get(p, p) for p in precisions})
     batches = space.get("batch_size")
-    largest = max(batches) if isinstance(batches, list) else ctx.base["batch_size"]  # no forward is larger
+    largest = max(batches) if isinstance(batches, list) else ctx.base.batch_size  # no forward is larger
     limit = min(ctx.cfg.search.max_batch, largest)
     found = _probe(ctx, classes, limit, checkpointing_settings(space.get("activation_checkpointing")))
     bounds = {p: found[SAME_MEMORY.get(p, p)] for p in precisions}
@@ -53,12 +53,13 @@ def _probe(
 ) -> dict[str, ProbedBatch]:
     """Per memory class, the setting that keeps the most first, then, where that fell short of the limit,
     the one that keeps the least: two probes per class at most, whatever the settings between them."""
-    most = ctx.base if settings is None else {**ctx.base, "activation_checkpointing": settings[0]}
+    base = ctx.base.model_dump()
+    most = base if settings is None else {**base, "activation_checkpointing": settings[0]}
     found = probe_batches(most, classes, limit, ctx.inputs.corpus, ctx.on_gpu)
     short = [p for p in classes if found[p].batch < limit]
     if settings is None or not short:
         return found
-    least = {**ctx.base, "activation_checkpointing": settings[1]}
+    least = {**base, "activation_checkpointing": settings[1]}
     more = probe_batches(least, short, limit, ctx.inputs.corpus, ctx.on_gpu)
     return {
         p: b.model_copy(update={"checkpointed": {settings[1]: more[p]}}) if p in more else b
@@ -79,7 +80,7 @@ def _said(bounds: dict[str, ProbedBatch]) -> str:
 def bounded(ctx: SearchContext, space: dict[str, Knob], bounds: dict[str, ProbedBatch]) -> dict[str, Knob]:
     if not bounds:
         return space
-    space, notices = bound_batch(space, largest_anywhere(bounds), ctx.base.get("micro_batch"))
+    space, notices = bound_batch(space, largest_anywhere(bounds), ctx.base.micro_batch)
     for n in notices:
         ctx.notice(n)
     return space

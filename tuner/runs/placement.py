@@ -14,6 +14,7 @@ from typing import Any
 
 import ray
 
+from trainables.config import TrainConfig
 from trainables.spec import TrialSpec
 from tuner.config import ResourcesSection
 from tuner.records import Hardware, ProbedBatch
@@ -32,7 +33,7 @@ class PlacementPolicy:
     hw: Hardware
     cluster_cpus: int
     node_cpus: int = 0  # the CPUs of the largest node (0: as many as the cluster's): what one trial can take
-    base: dict[str, Any] = field(default_factory=dict)  # the baseline training config
+    base: TrainConfig = field(default_factory=TrainConfig)  # the baseline training config
     probed: dict[str, ProbedBatch] = field(default_factory=dict)  # precision -> the probe's largest batch
 
     @property
@@ -43,7 +44,7 @@ class PlacementPolicy:
         """Warm workers across trials on CPUs, except under a memory cap (an allocation failing inside
         oneDNN can leave the process unable to train again); on GPUs a fresh process per trial: CUDA-graph
         trees left by one compiled run fail an assertion in the next run's in the same process."""
-        return not self.on_gpu and not self.base.get("memory_cap_mb")
+        return not self.on_gpu and not self.base.memory_cap_mb
 
     # --- speed runs ---
     def speed(self) -> Placement:
@@ -141,8 +142,7 @@ class PlacementPolicy:
         so any `per_gpu` of them that Ray puts on one GPU do. Run N on one
         H200: shares rounded up to fifteenths (7.9 GB -> 2/15) summed to 18/15, and three of the 15 runs
         waited ~55 s for a place while the runs on the GPU needed 0.47 of its memory at most."""
-        batch = self.base["batch_size"]
-        base = self._probed_need(min(self.base.get("micro_batch") or batch, batch), self.base["precision"])
+        base = self._probed_need(self.base.forward_batch, self.base.precision)
         needs = [self._memory_need(p) if p else base for p in peaks_mb]  # no peak: the unscreened baseline
         if any(n is None for n in needs):
             return False
