@@ -3,8 +3,11 @@
 import pytest
 from ray.tune.search.sample import Categorical, Float, Integer
 
-from trainables.config import ConfigError
+from trainables.config import ConfigError, TrainConfig
 from tuner.config import Range, SearchSection, load_search_config, parse_duration
+from tuner.context import SearchContext, State
+from tuner.pipeline import _space_for_hardware
+from tuner.records import Hardware
 from tuner.space import applicable, bound_batch, to_tune
 
 CPU = {"cuda": False, "bf16": False, "cpus": 2, "backends": {"fla": "no CUDA", "mamba_ssm": "no CUDA"}}
@@ -35,6 +38,30 @@ def test_gpu_keeps_everything():
     assert space == SPACE and fixed == {} and notices == []
     no_kernels = {**GPU, "backends": {"fla": True, "mamba_ssm": "not importable"}}
     assert applicable(SPACE, no_kernels)[0]["kernels"] == ["torch", "auto"]
+
+
+def cpu_context(tmp_path, *overrides: str) -> SearchContext:
+    cfg = load_search_config("configs/smoke.yaml", list(overrides))
+    return SearchContext(cfg, tmp_path, cfg.train, Hardware(**CPU), 2, State(tmp_path), "")
+
+
+def test_the_knobs_left_one_choice_are_the_baselines_typed_and_as_the_dict_had_them(tmp_path):
+    ctx = cpu_context(tmp_path)
+    space = _space_for_hardware(ctx)
+    assert "precision" not in space and isinstance(ctx.base, TrainConfig)  # bf16 dropped: fp32 fixed
+    assert ctx.base.model_dump() == {**ctx.cfg.train.model_dump(), "precision": "fp32"}
+
+
+def test_a_knob_left_one_choice_that_cannot_train_with_the_baseline_is_one_line(tmp_path):
+    """The fixed values are checked with the baseline's, as the user's own are: batch 12 cannot train in
+    micro-batches of 8, the space's one micro_batch (which its batch sizes 8 to 64 all pair with)."""
+    ctx = cpu_context(tmp_path, "train.batch_size=12", "search.space.micro_batch=[8]")
+    with pytest.raises(ConfigError) as err:
+        _space_for_hardware(ctx)
+    assert str(err.value) == (
+        "config key 'train.micro_batch': must divide batch_size 12 (one of [1, 2, 3, 4, 6]) or be at least it "
+        "(got 8); the search space leaves one choice of each here: {'precision': 'fp32', 'micro_batch': 8}"
+    )
 
 
 def test_batch_bound():
