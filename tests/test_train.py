@@ -150,7 +150,7 @@ KNOB_VALUES = {
     "lr": 0.001,
     "lr_scaling": "sqrt",
     "precision": "fp16",
-    "compile": "max-autotune",
+    "compile": "max-autotune-no-cudagraphs",
     "kernels": "auto",
     "loader": "device",
     "num_workers": 3,
