@@ -19,6 +19,7 @@ from pydantic import ConfigDict, ValidationError
 
 from model import HybridConfig
 from trainables.config_fields import ExecutionKnobs, KnobClass, LossKnobs, RunSettings
+from trainables.micro_batches import forward_batch
 
 # Sections of a search config (tuner YAML) that the training CLI leaves to the tuner.
 TUNER_SECTIONS = ("search", "quality", "resources", "budget")
@@ -47,7 +48,7 @@ class TrainConfig(RunSettings, ExecutionKnobs, LossKnobs):
     @property
     def forward_batch(self) -> int:
         """Sequences per forward/backward pass, what must fit in memory: the micro-batch, or the batch."""
-        return min(self.micro_batch or self.batch_size, self.batch_size)
+        return forward_batch(self.batch_size, self.micro_batch)
 
     @property
     def tokens_per_step(self) -> int:

@@ -14,9 +14,14 @@ def splits(batch: int, micro: int | None) -> bool:
     return micro is None or micro >= batch or batch % micro == 0
 
 
+def forward_batch(batch: int, micro: int | None) -> int:
+    """Sequences per forward/backward pass, what must fit in memory: the micro-batch, or the batch."""
+    return min(micro or batch, batch)
+
+
 def forwards_per_step(batch: int, micro: int | None, grad_accum: int = 1) -> int:
     """How many forward passes one optimizer step makes: its batch's pieces, times its accumulated batches."""
-    return batch // min(micro or batch, batch) * grad_accum
+    return batch // forward_batch(batch, micro) * grad_accum
 
 
 def examples_in(batch: Any) -> int:

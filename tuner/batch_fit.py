@@ -15,7 +15,7 @@ from typing import Any
 
 from trainables.config import TrainConfig
 from trainables.config_fields import graphs_overwrite
-from trainables.micro_batches import forwards_per_step, splits
+from trainables.micro_batches import forward_batch, forwards_per_step, splits
 from tuner.records import ProbedBatch
 
 
@@ -38,12 +38,6 @@ def largest_forward(probed: ProbedBatch, checkpointing: int) -> int | None:
 def largest_anywhere(probed: Mapping[str, ProbedBatch]) -> int:
     """The largest forward batch the probe fit at any precision and setting: the space's bound."""
     return max(max([p.batch, *(c.batch for c in p.checkpointed.values())]) for p in probed.values())
-
-
-def forward_batch(values: Mapping[str, Any]) -> int:
-    """What one forward takes (TrainConfig.forward_batch, on plain values): the micro-batch, or the batch."""
-    batch = values["batch_size"]
-    return min(values.get("micro_batch") or batch, batch)
 
 
 def normalized(config: Mapping[str, Any], base: TrainConfig) -> dict[str, Any]:
@@ -88,7 +82,10 @@ class BatchFit:
         if found is None:
             return None
         k = int(values.get("activation_checkpointing") or 0)
-        largest, forward = largest_forward(found, k), forward_batch(values)
+        largest, forward = (
+            largest_forward(found, k),
+            forward_batch(values["batch_size"], values.get("micro_batch")),
+        )
         if largest is None or forward <= largest:
             return None
         probed_k = k == found.checkpointing or k in found.checkpointed or len(found.checkpointed) == 0
