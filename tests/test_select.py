@@ -15,7 +15,7 @@ from trainables.config import load_config
 from trainables.exit_codes import Exit
 from tuner.config import QualitySection, load_search_config
 from tuner.context import SearchContext, State
-from tuner.knobs import knob_diff, loss_key
+from tuner.knobs import knob_diff, loss_key, train_point
 from tuner.phases import finish
 from tuner.phases.loss_check import _in_reach, _round_picks
 from tuner.records import BASELINE_ID, Finalist, Hardware, LossLimit, Summary
@@ -67,6 +67,23 @@ def test_loss_key_ignores_speed_knobs_and_fills_missing_from_baseline():
     # nested model overrides are compared by value, whatever their key order
     assert loss_key({"model": {"n_layers": 8, "d_model": 128}}, BASELINE) == loss_key({}, BASELINE)
     assert loss_key({"model": {"d_model": 64, "n_layers": 8}}, BASELINE) != loss_key({}, BASELINE)
+
+
+def test_loss_key_compares_the_peak_lr_not_the_lr_labels():
+    # issue 43's nanoGPT case: at the baseline's batch, lr_scaling sqrt and none train the same numbers
+    base = {**BASELINE, "batch_size": 64, "lr": 1e-3, "lr_scaling": "none", "lr_base_batch": 64}
+    bf16 = {"precision": "bf16", "compile": "default"}
+    assert loss_key({**bf16, "lr_scaling": "sqrt"}, base) == loss_key(bf16, base)
+    assert loss_key({"lr_scaling": "linear"}, base) == loss_key({}, base)  # the baseline's own group
+    # the same peak lr written two ways: 5e-4 scaled linearly from batch 32 to 64 is 1e-3
+    assert loss_key({"lr": 5e-4, "lr_scaling": "linear", "lr_base_batch": 32}, base) == loss_key({}, base)
+    assert loss_key({"lr": 2.5e-4, "lr_scaling": "sqrt", "lr_base_batch": 4}, base) == loss_key({}, base)
+    # away from the base batch the scaling changes the lr, and so the key
+    assert loss_key({"batch_size": 128, "lr_scaling": "sqrt"}, base) != loss_key({"batch_size": 128}, base)
+    assert loss_key({"grad_accum": 2, "lr_scaling": "linear"}, base) != loss_key({"grad_accum": 2}, base)
+    assert loss_key({"lr": 2e-3}, base) != loss_key({}, base)
+    assert train_point({"batch_size": 256, "lr_scaling": "linear"}, base) == (256, 4e-3)
+    assert train_point({"grad_accum": 2, "lr_scaling": "sqrt", **bf16}, base) == (128, pytest.approx(2**0.5 * 1e-3))
 
 
 def test_loss_key_treats_unknown_fields_as_loss_relevant():

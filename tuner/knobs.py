@@ -42,9 +42,34 @@ def freeze(value: Any) -> Any:
     return value
 
 
+# The knobs whose values matter to the loss only through the peak lr they give (TrainConfig.peak_lr: lr scaled
+# by lr_scaling from lr_base_batch to the effective batch): at the baseline's batch, lr_scaling sqrt and none
+# train the same numbers, and one loss run stands for both (issue 43: batch-64 bf16 under each was its own key).
+LR_LABELS = frozenset({"lr", "lr_scaling", "lr_base_batch"})
+PEAK_LR_DIGITS = 12  # peak lrs equal to this many significant digits are one lr (sqrt(4) * 1e-3 vs 2e-3)
+
+
 def loss_key(config: dict, baseline: dict) -> tuple:
-    """The values of the loss-relevant knobs; equal keys mean one loss run stands for both configs."""
-    return _values(config, baseline, sorted(n for n in set(config) | set(baseline) if is_loss_knob(n)))
+    """The values of the loss-relevant knobs, with lr, lr_scaling and lr_base_batch as the one peak lr they
+    give; equal keys mean one loss run stands for both configs."""
+    names = sorted(n for n in set(config) | set(baseline) if is_loss_knob(n) and n not in LR_LABELS)
+    return (*_values(config, baseline, names), ("peak_lr", peak_lr(config, baseline)))
+
+
+def peak_lr(config: dict, baseline: dict) -> float:
+    """The peak lr the config trains at (TrainConfig.peak_lr), the baseline's values (or TrainConfig's
+    defaults) where the config does not set them."""
+    fields = ("lr", "lr_scaling", "lr_base_batch", "batch_size", "grad_accum")
+    values = {n: config[n] if n in config else baseline[n] for n in fields if n in config or n in baseline}
+    return float(f"{TrainConfig.model_construct(**values).peak_lr():.{PEAK_LR_DIGITS}g}")
+
+
+def train_point(config: dict, baseline: dict) -> tuple[int, float]:
+    """(effective batch, peak lr): where a config sits among what is trained, whatever its execution and
+    precision (the loss check spreads its candidates over these)."""
+    values = {n: config.get(n, baseline.get(n)) for n in ("batch_size", "grad_accum")}
+    made = TrainConfig.model_construct(**{n: v for n, v in values.items() if v is not None})
+    return made.batch_size * made.grad_accum, peak_lr(config, baseline)
 
 
 # TrainConfig fields that change the graph torch.compile builds (shapes, dtypes, modules, mode): two configs
