@@ -90,6 +90,24 @@ def test_ray_address_is_joined_and_named_but_local_wins_over_it(monkeypatch):
     assert not ray_target("local").joins
 
 
+def test_ray_address_local_and_auto_mean_what_they_mean_to_ray(monkeypatch, tmp_path):
+    monkeypatch.setenv("RAY_ADDRESS", "local")  # Ray's own convention: a new local instance
+    assert ray_target(None) == RayTarget(None, "RAY_ADDRESS local")
+    monkeypatch.setenv("RAY_ADDRESS", "auto")
+    monkeypatch.setattr("ray._common.utils.get_ray_address_file", lambda _: str(tmp_path / "none"))
+    monkeypatch.setattr("ray._private.services.find_gcs_addresses", lambda: ["10.0.0.7:6379"])
+    found = ray_target(None)
+    assert (found.address, found.auto, found.source) == (
+        "10.0.0.7:6379", True, "RAY_ADDRESS auto: a Ray cluster running on this host"
+    )  # fmt: skip
+    monkeypatch.setattr("ray._private.services.find_gcs_addresses", lambda: [])
+    with pytest.raises(EnvironmentFault, match="RAY_ADDRESS auto: no Ray cluster runs on this host"):
+        ray_target(None)
+    monkeypatch.setenv("RAY_ADDRESS", "bogus")
+    with pytest.raises(ConfigError, match="RAY_ADDRESS: expected auto, local or HOST:PORT, got 'bogus'"):
+        ray_target(None)
+
+
 @pytest.mark.parametrize("bad", ["bogus", "host:", ":6379", "host:port"])
 def test_a_malformed_address_is_bad_input(bad, monkeypatch):
     monkeypatch.delenv("RAY_ADDRESS", raising=False)

@@ -59,18 +59,22 @@ class RayTarget:
 
 def ray_target(flag: str | None) -> RayTarget:
     """`--address` first (`local` is the default spelled out), then RAY_ADDRESS (what `ray job submit` and
-    KubeRay give a job's driver), then a local instance. `auto` is resolved here, to name what it found."""
-    if flag == "local":
-        return RayTarget(None, "--address local")
-    if flag == "auto":
-        return _auto()
+    KubeRay give a job's driver; `local` and `auto` mean there what they mean to Ray and to --address), then
+    a local instance. `auto` is resolved here, to name what it found."""
     if flag:
-        _check_form(flag)
-        return RayTarget(flag, "--address")
+        return _named(flag, "--address")
     if env := os.environ.get("RAY_ADDRESS"):
-        _check_form(env, "RAY_ADDRESS")
-        return RayTarget(env, "RAY_ADDRESS")
+        return _named(env, "RAY_ADDRESS")
     return RayTarget()
+
+
+def _named(address: str, where: str) -> RayTarget:
+    if address == "local":
+        return RayTarget(None, f"{where} local")
+    if address == "auto":
+        return _auto(where)
+    _check_form(address, where)
+    return RayTarget(address, where)
 
 
 def _check_form(address: str, where: str = "--address") -> None:
@@ -81,23 +85,25 @@ def _check_form(address: str, where: str = "--address") -> None:
         raise ConfigError(f"{where}: expected auto, local or HOST:PORT, got {address!r}")
 
 
-def _auto() -> RayTarget:
+def _auto(where: str = "--address") -> RayTarget:
     """What `ray.init(address="auto")` would join, found the way Ray finds it, with its source named."""
     from ray._common.utils import get_ray_address_file
     from ray._private.services import find_gcs_addresses
 
-    if env := os.environ.get("RAY_ADDRESS"):
+    env = os.environ.get("RAY_ADDRESS")
+    if where == "--address" and env and env not in ("auto", "local"):
+        _check_form(env, "RAY_ADDRESS")
         return RayTarget(env, "RAY_ADDRESS, asked for by --address auto", auto=True)
     record = get_ray_address_file(None)
     if os.path.exists(record):
         with open(record) as f:
             if recorded := f.read().strip():
-                source = f"--address auto: Ray's record of this host's cluster, {record}"
+                source = f"{where} auto: Ray's record of this host's cluster, {record}"
                 return RayTarget(recorded, source, auto=True)
     if running := sorted(find_gcs_addresses()):
-        return RayTarget(running[0], "--address auto: a Ray cluster running on this host", auto=True)
+        return RayTarget(running[0], f"{where} auto: a Ray cluster running on this host", auto=True)
     raise EnvironmentFault(
-        "--address auto: no Ray cluster runs on this host (start one with `ray start --head`, "
+        f"{where} auto: no Ray cluster runs on this host (start one with `ray start --head`, "
         "or leave --address out to run on a private local instance)"
     )
 
