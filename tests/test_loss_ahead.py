@@ -19,6 +19,7 @@ from tuner.phases import loss_check
 from tuner.records import AHEAD_PHASE, Hardware
 from tuner.runs.ahead import RunsAhead
 from tuner.runs.ledger import Ledger
+from tuner.select import loss_check_candidates
 
 SMOKE_SHORT = ["train.tokens=16384", "train.eval_tokens=2048", "search.loss_check_top=2"]
 
@@ -55,7 +56,8 @@ def test_the_fastest_candidates_train_ahead_and_a_round_takes_their_rows(
         make_row("screen-0", config={"batch_size": 32}, tokens_per_s=3_000.0, peak_mem_mb=50_000.0),
         make_row("screen-1", config={"lr": 6e-3}, tokens_per_s=2_000.0),
         make_row("screen-2", config={"lr": 1e-3, "batch_size": 8}, tokens_per_s=1_000.0),
-        make_row("screen-3", config={"compile": "default"}, tokens_per_s=9_000.0),  # the baseline's loss
+        # the baseline's loss (its group passes with it: were it faster, none of the others would be checked)
+        make_row("screen-3", config={"compile": "default"}, tokens_per_s=900.0),
     ]
     ahead.consider(screen[:1])  # as the screen's first trial finishes
     ahead.consider(screen)  # then the rest: the top 2 that need a loss run of their own
@@ -63,7 +65,7 @@ def test_the_fastest_candidates_train_ahead_and_a_round_takes_their_rows(
     # time; the baseline's own loss run stands for screen-3
     assert started(ahead) == [screen[0].config, screen[1].config]
     trained = rounds_without_training(monkeypatch)  # the rounds' own runs reach val loss 1.5 at once
-    rows = loss_check.run(ctx, screen, None, ahead)
+    rows = loss_check.run(ctx, screen, None, ahead).rows
     assert trained[0] == [None], "round 0 trained only the baseline: its candidates had run ahead"
     by_screen = {r.screen_id: r for r in rows[1:]}
     for sid in ("screen-0", "screen-1"):
@@ -79,7 +81,7 @@ def test_the_fastest_candidates_train_ahead_and_a_round_takes_their_rows(
     assert len(Ledger(tmp_path, AHEAD_PHASE).rows()) == 2
     resumed = loss_check.start_ahead(ctx)  # a resumed search reads the ledger
     assert started(resumed) == [screen[0].config, screen[1].config]
-    pick = {c.id: c for c in loss_check.loss_check_candidates(screen, ctx.base.model_dump(), 4)}["screen-0"]
+    pick = {c.id: c for c in loss_check_candidates(screen, ctx.base.model_dump(), 4)}["screen-0"]
     assert resumed.loss_row(loss_check._request(ctx, pick)).screen_id == "screen-0"
 
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 from hypothesis import given, settings
@@ -16,8 +16,8 @@ from trainables.exit_codes import Exit
 from tuner.config import QualitySection, load_search_config
 from tuner.context import SearchContext, State
 from tuner.knobs import knob_diff, loss_key, train_point
+from tuner.loss_plan import Limits, LossPlan
 from tuner.phases import finish
-from tuner.phases.loss_check import _in_reach, _round_picks
 from tuner.records import BASELINE_ID, Finalist, Hardware, LossLimit, Summary
 from tuner.select import (
     ScreenOutcome,
@@ -83,7 +83,10 @@ def test_loss_key_compares_the_peak_lr_not_the_lr_labels():
     assert loss_key({"grad_accum": 2, "lr_scaling": "linear"}, base) != loss_key({"grad_accum": 2}, base)
     assert loss_key({"lr": 2e-3}, base) != loss_key({}, base)
     assert train_point({"batch_size": 256, "lr_scaling": "linear"}, base) == (256, 4e-3)
-    assert train_point({"grad_accum": 2, "lr_scaling": "sqrt", **bf16}, base) == (128, pytest.approx(2**0.5 * 1e-3))
+    assert train_point({"grad_accum": 2, "lr_scaling": "sqrt", **bf16}, base) == (
+        128,
+        pytest.approx(2**0.5 * 1e-3),
+    )
 
 
 def test_loss_key_treats_unknown_fields_as_loss_relevant():
@@ -170,21 +173,11 @@ def test_a_candidate_is_in_reach_until_enough_distinct_passed_configs_screened_f
     assert len(lr3.rows) == 2
     assert could_be_remeasured(picks["tf32"], [ro, lr3], top=4)  # 3 distinct, not 4
     assert not could_be_remeasured(picks["tf32"], [ro, lr3], top=3)
-    # The loss check's loop asks the same question and says why it stops.
-    notices: list[str] = []
-    ctx = SimpleNamespace(cfg=SimpleNamespace(search=SimpleNamespace(remeasure_top=3)), notice=notices.append)
-    assert _in_reach(ctx, picks["ro-lr3"], passed[:1]) and notices == []
-    assert not _in_reach(ctx, picks["tf32"], passed)
-    assert notices == [
-        "loss check: no further round: at least 3 feasible configs screened faster than the next candidate, "
-        "tf32 (267 tok/s), and the re-measure times only the fastest 3"
-    ]
 
 
 def test_a_round_takes_no_candidate_its_faster_members_would_put_out_of_reach():
     # Run M's shape (one H200): three fast groups and an eager batch-8 config at lr 6e-4 (its own loss key,
-    # 15K tok/s: ten minutes of loss run). Were the three to pass, the re-measure (top 3) would never time
-    # the fourth, so round 0 leaves it for a later round, needed only if one of them fails.
+    # 15K tok/s: ten minutes of loss run), and the baseline's twin (its loss group passes with the baseline).
     trials = [
         screen("fused128", 1_515_834.0, batch_size=128, precision="bf16", compile="reduce-overhead"),
         screen("fp16-128", 822_248.0, batch_size=128, precision="fp16", compile="reduce-overhead"),
@@ -192,13 +185,19 @@ def test_a_round_takes_no_candidate_its_faster_members_would_put_out_of_reach():
         screen("twin", 97_012.0, compile="reduce-overhead"),
         screen("eager-lr6", 15_285.0, lr=6e-4),
     ]
-    picks = loss_check_candidates(trials, BASELINE, top=4)
-    queue = [p for p in picks if not p.inherits]
-    passed = [p for p in picks if p.inherits]
-    assert [p.id for p in _round_picks(queue, passed, take=4, top=3)] == ["fused128", "fp16-128", "tf32-16"]
-    assert [p.id for p in _round_picks(queue, passed, take=2, top=3)] == ["fused128", "fp16-128"]
-    # after two of them failed, the eager one is within reach again
-    assert [p.id for p in _round_picks(queue[3:], [*passed, queue[0]], take=4, top=3)] == ["eager-lr6"]
+    limits = Limits(runs=8, time_s=math.inf, tokens=10**7, remeasure_top=2)
+    plan = LossPlan.of(trials, BASELINE, limits)
+    # spread over (batch, lr): batch 128's fastest, batch 16's, then batch 128's second
+    assert [p.id for p in plan.next_round(4)] == ["fused128", "tf32-16", "fp16-128"]
+    # slower than the twin, which passes with the baseline's own loss: never a loss run
+    assert plan.queue == [] and plan.ended_by is None
+    # a re-measure of one: were fused128 to pass, the re-measure could time neither of the others: they
+    # wait for a round after its failure
+    plan = LossPlan.of(trials, BASELINE, replace(limits, remeasure_top=1))
+    assert [p.id for p in plan.next_round(4)] == ["fused128"]
+    fused = next(c for c in loss_check_candidates(trials, BASELINE, 8) if c.id == "fused128")
+    plan.record(fused, False)
+    assert [p.id for p in plan.next_round(4)] == ["tf32-16", "fp16-128"]
 
 
 # --- the loss limit ---------------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from pydantic import (
     ValidationError,
     field_serializer,
     field_validator,
+    model_serializer,
     model_validator,
 )
 
@@ -75,7 +76,17 @@ class SearchSection(BaseModel):
     screen_steps: int = Field(20, gt=0, description="steady-state steps per screen trial")
     loss_check_top: int = Field(4, ge=0, description="fastest distinct-loss configs to loss-check")
     max_loss_checks: int | None = Field(
-        None, ge=0, description="cap on loss runs (default 2 x loss_check_top)"
+        None,
+        ge=0,
+        description="cap on loss runs (default 2 x loss_check_top) once a config faster than the baseline "
+        "passed; until one has, loss_check_time bounds them",
+    )
+    loss_check_time: str | None = Field(
+        None,
+        description="e.g. 5m: while no config faster than the baseline has passed, the loss check goes on "
+        "past max_loss_checks as long as its runs' estimated time (tokens / screened speed + warm-up) fits "
+        "this; default: as long as the baseline's own loss run took, at least 2 minutes (one more training "
+        "run of the baseline, the wait a user accepts to learn whether a faster config trains as well)",
     )
     remeasure_top: int = Field(2, gt=0, description="feasible configs re-measured exclusively")
     repeats: int = Field(3, gt=0, description="exclusive re-measurements per finalist")
@@ -145,7 +156,17 @@ class SearchSection(BaseModel):
     def compile_deadline_s(self) -> float | None:
         return parse_duration(self.compile_deadline) if self.compile_deadline else None
 
-    @field_validator("time_budget", "compile_deadline", mode="before")
+    @property
+    def loss_check_time_s(self) -> float | None:
+        return parse_duration(self.loss_check_time) if self.loss_check_time else None
+
+    @model_serializer(mode="wrap")
+    def _added_later_left_out(self, handler: Any) -> dict[str, Any]:
+        """Fields added after searches were remembered are not written while unset (None): a config that does
+        not set them dumps, and fingerprints (tuner/answers.py), as it did before they existed."""
+        return {k: v for k, v in handler(self).items() if not (k in ADDED_LATER and v is None)}
+
+    @field_validator("time_budget", "compile_deadline", "loss_check_time", mode="before")
     @classmethod
     def _duration(cls, v: Any) -> str | None:
         if isinstance(v, int | float) and not isinstance(v, bool):
@@ -169,6 +190,7 @@ class SearchSection(BaseModel):
         return self.baseline_runs, self.repeats
 
 
+ADDED_LATER = frozenset({"loss_check_time"})  # SearchSection fields written only where set
 CONFIRM_RUNS = (3, 2)  # a confirmation's re-measure: at most 3 runs of the baseline, 2 of each finalist
 
 

@@ -22,10 +22,10 @@ from tuner import baseline
 from tuner.context import SearchContext, log
 from tuner.costs import cached_warmup
 from tuner.knobs import loss_key
+from tuner.loss_plan import Limits, LossPlan
 from tuner.records import TrialRow
 from tuner.runs.request import Role
 from tuner.runs.tasks import Pending
-from tuner.select import loss_check_candidates
 
 NONE_BESIDE = Pending()  # no run beside the screen: on CPUs, or with no place to spare beside it
 
@@ -40,11 +40,8 @@ def loss_check_s(ctx: SearchContext, screen: list[TrialRow], pending: Pending = 
     base = ctx.base.model_dump()
     ahead = {loss_key(run.knobs, base) for run in pending.of(Role.AHEAD)}
     tokens, top = baseline.loss_horizon(ctx).tokens, ctx.cfg.search.remeasure_top
-    picks = [
-        c.row
-        for c in loss_check_candidates(screen, base, top)
-        if not c.inherits and loss_key(c.config, base) not in ahead
-    ]
+    order = LossPlan.of(screen, base, Limits(runs=top, time_s=0.0, tokens=tokens, remeasure_top=top)).queue
+    picks = [c.row for c in order[:top] if loss_key(c.config, base) not in ahead]  # in the loss check's order
     twin = baseline.twin(ctx, screen)
     left = max(0, len(baseline.loss_seeds(ctx)) - beside_done)
     runs = [r for r in [*picks, *[twin] * left] if r is not None and r.tokens_per_s]

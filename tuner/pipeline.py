@@ -19,6 +19,7 @@ from trainables.workload import WorkloadInfo
 from tuner import answers, baseline, eta, observe
 from tuner.config import SearchConfig
 from tuner.context import SearchContext, State, log
+from tuner.loss_plan import LossCheck
 from tuner.phases import finish, loss_check, probe, remeasure, screen
 from tuner.records import Hardware, ProbedBatch, TrialRow
 from tuner.runs.ahead import pending
@@ -55,18 +56,19 @@ def _pipeline(ctx: SearchContext, fresh: bool, kept: Path) -> int:
     besides = [beside, *seeds_beside] if beside is not None else []
     planned_remeasure_s = eta.after_screen(ctx, screened, pending(besides, ahead))  # as the pool says
 
-    checked = ctx.phase(
-        "loss_check", lambda: loss_check.run(ctx, screened, beside, ahead, seeds_beside), list[TrialRow]
+    done = ctx.phase(
+        "loss_check", lambda: loss_check.run(ctx, screened, beside, ahead, seeds_beside), LossCheck
     )
     if ahead is not None:
         ahead.cancel_rest()
-    base_row, loss_limit, checked = baseline.split_checked(ctx, checked)  # the phase may be resumed
+    base_row, checked = done.baseline, done.candidates
+    loss_limit = baseline.loss_limit_of(ctx, base_row, done.seeds)  # as it was set: the phase may be resumed
     screened = with_feasibility(screened, checked, loss_limit, baseline=ctx.base.model_dump())
     measured = ctx.phase(
         "remeasure", lambda: remeasure.run(ctx, screened, planned_remeasure_s), list[TrialRow]
     )
 
-    summary = finish.summarize(ctx, base_row, screened, checked, measured, loss_limit)
+    summary = finish.summarize(ctx, base_row, screened, checked, measured, loss_limit, done.outcome)
     code = finish.write(ctx, summary)
     if not remembered and code != Exit.NOTHING_SCREENED:
         answers.remember(kept, ctx.state.data["fingerprint"], ctx.out, ctx.state.data["phases"])

@@ -18,6 +18,7 @@ from trainables.cache_use import CacheUse
 from trainables.profile import Profile
 from tuner.gpu_records import GpuPopulation, GpuUsage, TelemetrySummary
 from tuner.horizon import LossHorizon, seed_noise, validation_note
+from tuner.loss_outcome import LossCheckOutcome
 from tuner.record_base import Record
 
 Status = Literal["ok", "oom", "nan", "error", "timeout", "stopped"]
@@ -395,6 +396,9 @@ class Summary(Record):
         None, description="the search's Inductor/Triton caches (best.yaml uses them)"
     )
     finalists: list[Finalist] = Field(default_factory=list)
+    loss_check: LossCheckOutcome | None = Field(
+        None, description="how the loss check ended, and the faster configs a cap left unchecked"
+    )
     break_even: list[BreakEven] = Field(default_factory=list)
     gpu_usage: list[GpuUsage] = Field(default_factory=list, description="each GPU's use, per phase")
     gpu_population: list[GpuPopulation] = Field(

@@ -14,6 +14,7 @@ from tuner import baseline, costs
 from tuner.context import SearchContext, log
 from tuner.gpu_records import GpuUsage, TelemetrySummary
 from tuner.gpus import gpu_population, gpu_usage, phase_spans
+from tuner.loss_outcome import LossCheckOutcome
 from tuner.ratio import one_run_ratio_range, too_few_runs
 from tuner.records import (
     BASELINE_ID,
@@ -48,6 +49,7 @@ def summarize(
     checked: list[TrialRow],
     remeasure: list[TrialRow],
     loss_limit: LossLimit,
+    loss_check: LossCheckOutcome | None = None,
 ) -> Summary:
     base, tokens = ctx.base.model_dump(), ctx.base.tokens
     finalists = _finalists(base, baseline, screen, remeasure, tokens, checked)
@@ -76,6 +78,7 @@ def summarize(
         remembered=ctx.state.data.get("remembered"),
         trials=_without_timelines(trials),
         loss_limit=loss_limit,
+        loss_check=loss_check,
         hardware=ctx.hw.model_dump(),
         versions=_versions(leave_out=KERNEL_DISTS if "kernels" in ctx.knobs_left_out else ()),
         timings=timings,

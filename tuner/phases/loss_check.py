@@ -2,9 +2,11 @@
 the full token budget, several at once on a GPU (fractions, each with a memory cap), since only their val
 loss is used. Each trains with the fastest execution the screen found for its loss key (for a candidate,
 itself; for the baseline, its twin). Round 0 holds the baseline, whose loss sets the loss limit every verdict
-comes from (tuner.records.LossLimit); later rounds go on until `loss_check_top` configs pass,
-`max_loss_checks` runs are spent, or the next candidate could no longer be re-measured (`remeasure_top`
-passed configs screened faster).
+comes from (tuner.records.LossLimit). Which candidates train, in what order, and when it stops is
+tuner/loss_plan.py's: never one screened slower than the baseline or a passing config, the baseline's (batch,
+lr) first, then spread over the others; `max_loss_checks` runs once a faster config passed, else as long as
+`loss_check_time` allows. How it ended (LossCheckOutcome) goes to summary.json, and a cap or budget that left
+faster configs unchecked is a notice and a line of report.md.
 
 On GPUs the rounds need not wait for the screen: as its trials finish, the candidates round 0 would take if it
 ended then train their loss runs beside it, in its GPUs' idle time, as the baseline's does. This phase only
@@ -23,12 +25,17 @@ from tuner import baseline
 from tuner.context import SearchContext
 from tuner.horizon import at_horizon
 from tuner.knobs import execution, loss_key
+from tuner.loss_plan import Limits, LossCheck, LossPlan
 from tuner.records import LossLimit, TrialRow
 from tuner.runs.ahead import RunsAhead
 from tuner.runs.pool import RunPool
 from tuner.runs.request import Role, RunRequest
 from tuner.runs.tasks import TaskRun
-from tuner.select import Candidate, could_be_remeasured, loss_check_candidates
+from tuner.select import Candidate
+
+# The shortest default of search.loss_check_time: a baseline whose loss run takes seconds still leaves time
+# to check a few fast candidates past max_loss_checks while none has passed.
+MIN_LOSS_CHECK_S = 120.0
 
 
 def run(
@@ -37,37 +44,28 @@ def run(
     beside: TaskRun | None = None,
     ahead: RunsAhead | None = None,
     seeds_beside: Sequence[TaskRun] = (),
-) -> list[TrialRow]:
-    """The baseline's loss row first (then, at a prefix of the planned run, its other seeds'), then every
-    candidate's. With `beside` (the baseline's loss run, started with the screen) and `seeds_beside` (its
-    runs at other seeds, baseline.start_seeds_beside), round 0 trains none of those, and the verdicts wait
-    for their rows. With `ahead`, a candidate whose loss run trained beside the screen takes that run's row."""
+) -> LossCheck:
+    """The baseline's loss row (then, at a prefix of the planned run, its other seeds'), every candidate's,
+    and how the check ended. With `beside` (the baseline's loss run, started with the screen) and
+    `seeds_beside` (its runs at other seeds, baseline.start_seeds_beside), round 0 trains none of those, and
+    the verdicts wait for their rows. With `ahead`, a candidate whose loss run trained beside the screen
+    takes that run's row. Which candidates train, in what order, and when it stops: tuner/loss_plan.py."""
     s = ctx.cfg.search
-    picks = loss_check_candidates(screen, ctx.base.model_dump(), len(screen))
-    queue = [p for p in picks if not p.inherits]  # the baseline's own loss stands for the rest
-    passed = [p for p in picks if p.inherits]
-    # `loss_check_top` counts configs of a loss of their own that passed: the baseline's group, passed
-    # without a run, would otherwise fill a top of 1 and no faster config would ever be checked (the
-    # Hugging Face example on an H200: batch 32 screened 1.86x the baseline, its loss never checked)
+    plan = LossPlan.of(screen, ctx.base.model_dump(), limits(ctx))
+    if s.loss_check_top == 0:
+        plan.stop("loss_check_top")
     feasible = 0
-    budget = run_budget(ctx)
     # the baseline's loss runs round 0 trains: its own and (at a prefix of the planned run) its other seeds',
     # less those trained beside the screen (asked for again only if they failed there)
     besides = [beside, *seeds_beside] if beside is not None else []
     base_specs, twin = _baseline_specs(ctx, screen, _seeds_to_train(ctx, beside, seeds_beside))
     base_row, loss_limit, rows, seed_rows, round_no = None, None, [], [], 0
-    while base_row is None or (
-        queue and feasible < s.loss_check_top and len(rows) < budget and _in_reach(ctx, queue[0], passed)
-    ):
+    while base_row is None or plan.ended_by is None:
         extra = len(base_specs) if base_row is None else 0  # round 0 also trains the baseline
-        take = max(
-            0,
-            min(
-                ctx.placement.loss_round().concurrent - extra, s.loss_check_top - feasible, budget - len(rows)
-            ),
-        )
-        batch = _round_picks(queue, passed, take, s.remeasure_top)
-        queue = queue[len(batch) :]
+        # a round of at most loss_check_top less those passed (at least one: a config faster than every
+        # passing one is still worth its run)
+        take = max(0, min(ctx.placement.loss_round().concurrent - extra, max(1, s.loss_check_top - feasible)))
+        batch = plan.next_round(take) if plan.ended_by is None else []
         done_ahead = _rows_ahead(ctx, batch, ahead)  # first: a resumed round then sees the same cases
         own = [p for p in batch if p.id not in done_ahead]
         cases = (base_specs if extra else []) + [_spec(ctx, p) for p in own]
@@ -86,13 +84,31 @@ def run(
         if base_row is None:
             own_base, new = new[: len(base_specs)], new[len(base_specs) :]
             base_row, seed_rows, loss_limit = _baseline_checked(ctx, screen, besides, own_base, twin)
+            plan.limits = limits(ctx, base_row)  # its default time budget: the baseline's loss run's time
         trained = iter(new)
         new = [done_ahead[p.id] if p.id in done_ahead else next(trained) for p in batch]
         new = [row.with_verdict(loss_limit) for row in new]  # in case order: the batch's order
-        passed += [pick for pick, row in zip(batch, new, strict=True) if row.feasible]
+        for pick, row in zip(batch, new, strict=True):
+            plan.record(pick, bool(row.feasible))
         feasible += sum(bool(row.feasible) for row in new)
         rows += new
-    return [base_row, *seed_rows, *rows]
+    outcome = plan.outcome()
+    if line := outcome.line():
+        ctx.notice(line)
+    return LossCheck(baseline=base_row, seeds=seed_rows, candidates=rows, outcome=outcome)
+
+
+def limits(ctx: SearchContext, base_row: TrialRow | None = None) -> Limits:
+    """What bounds the candidates' loss runs: max_loss_checks, and loss_check_time (by default as long as
+    the baseline's loss run took, `base_row`, at least MIN_LOSS_CHECK_S)."""
+    s = ctx.cfg.search
+    own = base_row.wall_s if base_row is not None and base_row.wall_s else 0.0
+    return Limits(
+        runs=run_budget(ctx),
+        time_s=s.loss_check_time_s or max(MIN_LOSS_CHECK_S, own),
+        tokens=baseline.loss_horizon(ctx).tokens,
+        remeasure_top=s.remeasure_top,
+    )
 
 
 def _seeds_to_train(ctx: SearchContext, beside: TaskRun | None, seeds_beside: Sequence[TaskRun]) -> list[int]:
@@ -153,8 +169,9 @@ def _wanted_ahead(ctx: SearchContext, screen: list[TrialRow]) -> list[RunRequest
     train beside the screen."""
     # one more than round 0 takes: if one of them fails the loss limit, the next has trained already (run O,
     # four H100s: batch 512 fp16 failed it, and a second round trained batch 16 tf32 for 58.5 s)
+    # (issue 43: in the loss check's order, never one screened slower than the baseline or a passing config)
     top = ctx.cfg.search.loss_check_top + 1
-    picks = [c for c in loss_check_candidates(screen, ctx.base.model_dump(), top) if not c.inherits]
+    picks = LossPlan.of(screen, ctx.base.model_dump(), limits(ctx)).queue[:top]
     return [RunRequest(_beside_screen(ctx, _spec(ctx, pick)), Role.AHEAD) for pick in picks]
 
 
@@ -198,32 +215,6 @@ def _beside_or_own(
     pairs = [(row, point_twin) if row is not None else (again.get(run.spec.train.seed), twin)
              for run, row in zip(besides, found, strict=True)]  # fmt: skip
     return pairs[:1] + [(row, t) for row, t in pairs[1:] if row is not None]  # a seed's row lost: no noise
-
-
-def _round_picks(queue: list[Candidate], passed: list[Candidate], take: int, top: int) -> list[Candidate]:
-    """Up to `take` candidates, fastest first, each one the re-measure could still time even if every faster
-    one of the round passes: a slower one waits for a later round, where it is needed only if some fail. A
-    round lasts as long as its slowest run (run M, one H200: the fourth of a round of four was an eager batch-8
-    config, 16,826 tok/s, ten minutes for its full budget, behind three that made it unreachable)."""
-    batch: list[Candidate] = []
-    for pick in queue[:take]:
-        if not could_be_remeasured(pick, [*passed, *batch], top):
-            break
-        batch.append(pick)
-    return batch
-
-
-def _in_reach(ctx: SearchContext, pick: Candidate, passed: list[Candidate]) -> bool:
-    """Another round only for a candidate the re-measure could still time (tuner.select)."""
-    top = ctx.cfg.search.remeasure_top
-    if could_be_remeasured(pick, passed, top):
-        return True
-    ctx.notice(
-        f"loss check: no further round: at least {top} feasible configs screened faster than the next "
-        f"candidate, {pick.id} ({pick.row.tokens_per_s:,.0f} tok/s), and the re-measure times only the "
-        f"fastest {top}"
-    )
-    return False
 
 
 def _spec(ctx: SearchContext, pick: Candidate) -> TrialSpec:

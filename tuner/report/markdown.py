@@ -115,6 +115,7 @@ def render_markdown(summary: Summary | Mapping[str, Any]) -> str:
     report = view.View.of(summary)
     summary = report.summary
     out = ["# Tuning report", "", report.answer, "", *answer_lines(summary)]
+    out += [f"Note: {capped}.", ""] if summary.loss_check and (capped := summary.loss_check.line()) else []
     out += _section("Configs compared", _table(report) + _changes(report))
     out += _bullets(HORIZON_HEAD, horizon_lines(summary))
     changes = [f"{k}: {old} -> {new}" for k, (old, new) in report.changes.items()]

@@ -1,0 +1,49 @@
+"""How the loss check ended (tuner/loss_plan.py decides it): summary.json's `loss_check`, its own module so
+that tuner/records.py's Summary carries it without growing past its size."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from tuner.record_base import Record
+
+LossCheckEnd = Literal["all_checked", "max_loss_checks", "loss_check_time", "loss_check_top"]
+CAPPED = ("max_loss_checks", "loss_check_time")
+
+
+class LossCheckOutcome(Record):
+    """How the loss check ended (tuner/loss_plan.py): summary.json's `loss_check`."""
+
+    ended_by: LossCheckEnd = Field(
+        description="all_checked: every candidate screened faster than the best passing config (or the "
+        "baseline) was checked; max_loss_checks: the cap on runs, once a config faster than the baseline "
+        "passed; loss_check_time: the estimated time of its runs, while none had; loss_check_top: set to 0"
+    )
+    runs: int = Field(description="candidates' loss runs (the baseline's not counted)")
+    max_runs: int | None = Field(None, description="search.max_loss_checks as applied")
+    estimated_s: float | None = Field(
+        None, description="those runs' estimated time (tokens / screened speed)"
+    )
+    time_budget_s: float | None = Field(None, description="search.loss_check_time as applied, in seconds")
+    unchecked_faster: list[str] = Field(
+        default_factory=list,
+        description="screen configs faster than the best passing one (or the baseline) whose loss no run "
+        "checked, fastest first",
+    )
+
+    def line(self) -> str | None:
+        """One line where a cap or the time budget ended the check with faster configs unchecked."""
+        if self.ended_by not in CAPPED or not self.unchecked_faster:
+            return None
+        cap = (
+            f"its cap of {self.max_runs} runs (search.max_loss_checks)"
+            if self.ended_by == "max_loss_checks"
+            else f"its time budget of {self.time_budget_s:.0f} s (search.loss_check_time)"
+        )
+        names = ", ".join(self.unchecked_faster)
+        return (
+            f"the loss check ended at {cap} after {self.runs} runs, leaving {len(self.unchecked_faster)} "
+            f"config(s) screened faster than its best passing one unchecked: {names}"
+        )
