@@ -386,7 +386,8 @@ def test_answer_names_the_executions_and_the_time_to_train():
     answer = rendered(CURRENT).split("\n\n")[1]
     assert answer.startswith("**cfg-7** is the fastest config within tolerance: 55,200 tok/s")
     assert (
-        "Its validation loss is 1.5200 against the baseline's 1.5007 (limit 1.5500: absolute tolerance 0.05); "
+        "Its validation loss is 1.5200 against the baseline's 1.5007 (limit 1.5500 = baseline 1.5000 + 0.05, "
+        "the absolute tolerance); "
         "the winner's was trained with compile=default, the baseline's was trained with "
         "compile=reduce-overhead (as cfg-11 runs)."
     ) in answer

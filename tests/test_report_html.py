@@ -218,7 +218,7 @@ def test_every_number_says_how_it_was_measured(page):
     assert "BackendCompilerFailed: triton autotune &lt;failed&gt;" in cell_attr(page, "screen-9", 12, "title")
     measured = section(page, "measured")
     assert "20 steady-state steps" in measured and "3 runs each" in measured
-    assert "val loss &lt;= 1.5500" in measured
+    assert "val loss &lt;= the limit 1.5500 = baseline " in measured
     assert 'class="how"' in section(page, "table")
 
 
@@ -434,7 +434,7 @@ def test_a_summary_json_that_named_its_loss_limit_loss_gate_rebuilds_the_same_re
     markdown = (out / "report.md").read_text()
     assert markdown == render_markdown(full) and (out / "report.html").read_text() == render_html(full)
     limit = fmt_loss(full["loss_limit"]["limit"])
-    assert f"Feasible: val loss <= {limit}" in markdown and "limit —" not in markdown
+    assert f"Feasible: val loss <= the limit {limit} = baseline " in markdown and "limit —" not in markdown
 
 
 def test_write_reports_writes_the_html_next_to_the_markdown(tmp_path, full):

@@ -32,7 +32,7 @@ from trainables.config import (
 )
 from trainables.micro_batches import splits
 from tuner.horizon import LossHorizon, parse_tokens
-from tuner.records import LossLimit
+from tuner.loss_limit import LossLimit, ToleranceFrom
 
 
 class Range(BaseModel):
@@ -195,9 +195,26 @@ CONFIRM_RUNS = (3, 2)  # a confirmation's re-measure: at most 3 runs of the base
 
 
 class QualitySection(BaseModel):
+    """The loss rule's settings (the rule itself: tuner/loss_limit.py). When the config sets neither
+    `tolerance` nor `mode`, the workload's `loss_tolerance` ('relative', 0.05) stands in for them where it
+    declares one (`with_workload_default`), else 0.05 absolute; a config that sets either owns both."""
+
     model_config = ConfigDict(extra="forbid")
-    tolerance: float = Field(0.05, ge=0, description="allowed val-loss increase over the baseline")
-    mode: Literal["absolute", "relative"] = "absolute"
+    tolerance: float = Field(
+        0.05,
+        ge=0,
+        description="allowed val-loss increase over the baseline: in the loss's units (nats for a "
+        "cross-entropy) when mode is absolute, a fraction of the baseline's loss when relative",
+    )
+    mode: Literal["absolute", "relative"] = Field(
+        "absolute",
+        description="absolute: limit = baseline + tolerance; relative: limit = baseline x (1 + tolerance)",
+    )
+    tolerance_from: ToleranceFrom = Field(
+        "default",
+        description="where tolerance and mode came from: config (it sets either), workload (its "
+        "loss_tolerance, the config setting neither), default; the search sets it, state.json keeps it",
+    )
     loss_horizon: int | None = Field(
         None,
         description="the loss budget, in tokens (20000000, '20M'): when train.tokens is longer, the baseline "
@@ -210,12 +227,26 @@ class QualitySection(BaseModel):
     def _tokens(cls, value: Any) -> int | None:
         return None if value is None else parse_tokens(value)
 
+    @model_validator(mode="after")
+    def _set_by_the_config(self):
+        if {"tolerance", "mode"} & self.model_fields_set and "tolerance_from" not in self.model_fields_set:
+            self.tolerance_from = "config"
+        return self
+
+    def with_workload_default(self, declared: tuple[str, float] | None) -> QualitySection:
+        """These settings with the workload's declared (mode, tolerance) in place of the defaults, where
+        the config set neither (trainables/workload.py:WorkloadInfo.loss_tolerance); as they are else."""
+        if declared is None or self.tolerance_from != "default":
+            return self
+        mode, tolerance = declared
+        return self.model_copy(update={"mode": mode, "tolerance": tolerance, "tolerance_from": "workload"})
+
     def loss_limit(
         self, baseline_loss: float, horizon: LossHorizon | None = None, more_seeds: list[float] | None = None
     ) -> LossLimit:
         """The loss limit the baseline's val loss sets (at `horizon`, with its other seeds' losses there):
         every loss verdict of the search is its verdict."""
-        return LossLimit.of(baseline_loss, self.tolerance, self.mode, horizon, more_seeds)
+        return LossLimit.of(baseline_loss, self.tolerance, self.mode, horizon, more_seeds, self.tolerance_from)
 
 
 class ResourcesSection(BaseModel):

@@ -17,6 +17,7 @@ import itertools
 import json
 import math
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -108,19 +109,42 @@ def seed_noise(losses: list[float]) -> float | None:
     """The seed-to-seed noise of the baseline's loss at the horizon: the spread (max - min) of its seeds'
     val losses (None: fewer than two). With two seeds it is one draw of |L1 - L2|, whose mean is ~1.13 sigma
     of one run's loss; a contender (one seed) against the baseline's two-seed mean differs by noise of
-    ~1.22 sigma, so widening the tolerance by it lets about one standard deviation of that noise through."""
+    ~1.22 sigma. The report shows it beside the limit, for the reader to judge a near miss; the limit does
+    not include it (tuner/loss_limit.py)."""
     return max(losses) - min(losses) if len(losses) >= 2 else None
 
 
-def validation_note(path: Path = VALIDATION_FILE) -> str | None:
-    """One line of the recorded validation (bench/horizon_agreement.py's JSON), or None where none is."""
+def validation_note(
+    path: Path = VALIDATION_FILE, limit_of: Callable[[list[float], float, str], float] | None = None
+) -> str | None:
+    """One line of the recorded validation (bench/horizon_agreement.py's JSON), or None where none is. With
+    `limit_of` (seed losses, tolerance, mode -> limit: the loss rule now), the first horizon's recorded
+    losses are judged again by it, so the line speaks of the rule the search applies, not the one the
+    bench ran under."""
     try:
         data = json.loads(path.read_text())
         agreed, total = int(data["agreed"]), int(data["total"])
+        if limit_of is not None:
+            agreed, total = _judged_again(data["horizons"][0], limit_of)
         where = ", ".join(str(data[k]) for k in ("config", "device", "date") if data.get(k))
         return (
             f"on {where}: the verdict at a prefix of {float(data['fraction']):.0%} of the planned run agreed "
             f"with the full run's for {agreed}/{total} configs (bench/horizon_agreement.py)"
         )
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, IndexError):
         return None
+
+
+def _judged_again(
+    horizon: dict[str, Any], limit_of: Callable[[list[float], float, str], float]
+) -> tuple[int, int]:
+    """(agreed, total) of a recorded horizon's verdicts, its prefix losses judged by `limit_of`."""
+    recorded = horizon.get("loss_limit") or horizon["gate"]  # the bench's JSON before the limit had its name
+    limit = limit_of(
+        [float(s) for s in recorded["seed_losses"]], float(recorded["tolerance"]), recorded["mode"]
+    )
+    trained = [v for v in horizon["verdicts"] if v["status"] == "ok"]
+    agreed = sum(
+        (v["short_loss"] is not None and v["short_loss"] <= limit) == v["full_pass"] for v in trained
+    )
+    return agreed, len(trained)

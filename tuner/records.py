@@ -8,7 +8,6 @@ and the reports read a `Summary` only, so a report can be rebuilt from a saved s
 from __future__ import annotations
 
 import json
-import math
 import re
 from typing import Any, Literal
 
@@ -17,7 +16,7 @@ from pydantic import ConfigDict, Field, model_validator
 from trainables.cache_use import CacheUse
 from trainables.profile import Profile
 from tuner.gpu_records import GpuPopulation, GpuUsage, TelemetrySummary
-from tuner.horizon import LossHorizon, seed_noise, validation_note
+from tuner.loss_limit import LossLimit
 from tuner.loss_outcome import LossCheckOutcome
 from tuner.record_base import Record
 
@@ -279,57 +278,6 @@ class Best(Record):
     )
     warmup_s: float | None = Field(None, description="compile + warm-up with the search's caches")
     time_to_train_s: float | None = Field(None, description="the planned run, compile + warm-up included")
-
-
-class LossLimit(Record):
-    """The loss limit, the one home of the rule: a run passes when it trained (status ok) to a finite val loss
-    at most `limit`, the baseline's val loss plus the tolerance (tuner/config.py:QualitySection.loss_limit).
-
-    At a prefix of the planned run (`horizon`, tuner/horizon.py) the baseline trains two seeds: its loss is
-    their mean, and the limit also allows their difference (`noise`), the seed-to-seed noise a contender's
-    one run carries at a horizon where the planned run's differences have not yet settled."""
-
-    baseline_loss: float = Field(description="the baseline's val loss at the horizon (the mean of its seeds)")
-    tolerance: float = Field(ge=0, description="allowed val-loss increase over the baseline")
-    mode: Literal["absolute", "relative"] = Field(description="relative: tolerance times the baseline loss")
-    limit: float = Field(description="the highest val loss that passes")
-    horizon: LossHorizon | None = Field(None, description="where losses were compared (None: the full run)")
-    seed_losses: list[float] = Field(default_factory=list, description="the baseline's val loss per seed")
-    noise: float | None = Field(None, ge=0, description="the seeds' spread, added to the allowance")
-    validation: str | None = Field(None, description="how short-horizon verdicts agreed with full runs")
-
-    @classmethod
-    def of(
-        cls,
-        baseline_loss: float,
-        tolerance: float,
-        mode: Literal["absolute", "relative"],
-        horizon: LossHorizon | None = None,
-        more_seeds: list[float] | None = None,
-    ) -> LossLimit:
-        """`more_seeds`: the baseline's val losses at other seeds, same horizon (their mean is its loss)."""
-        seeds = [baseline_loss, *more_seeds] if more_seeds else []
-        noise = seed_noise(seeds)
-        loss = sum(seeds) / len(seeds) if seeds else baseline_loss
-        extra = tolerance if mode == "absolute" else tolerance * abs(loss)
-        return cls(
-            baseline_loss=loss,
-            tolerance=tolerance,
-            mode=mode,
-            limit=loss + extra + (noise or 0.0),
-            horizon=horizon,
-            seed_losses=seeds,
-            noise=noise,
-            validation=validation_note() if horizon is not None and horizon.is_prefix else None,
-        )
-
-    def passes(self, val_loss: float | None) -> bool:
-        """Whether a val loss is within the limit (None or NaN never is)."""
-        return isinstance(val_loss, int | float) and math.isfinite(val_loss) and val_loss <= self.limit
-
-    def verdict(self, run: TrialRow) -> bool:
-        """A loss run's verdict: it trained without failing, to a loss that passes."""
-        return run.status == "ok" and self.passes(run.val_loss)
 
 
 # How select.finish_first began the rejection of the faster finalist, in summaries from before

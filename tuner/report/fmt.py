@@ -60,8 +60,9 @@ def as_summary(summary: Summary | Mapping[str, Any]) -> Summary:
     return summary if isinstance(summary, Summary) else Summary.model_validate(summary)
 
 
-def tolerance_text(loss_limit: LossLimit | None) -> str:
-    return f"{loss_limit.mode} tolerance {loss_limit.tolerance}" if loss_limit else f"tolerance {DASH}"
+def limit_text(loss_limit: LossLimit | None) -> str:
+    """The loss rule with its numbers (LossLimit.sentence, the one wording every output uses)."""
+    return loss_limit.sentence() if loss_limit else f"limit {DASH}"
 
 
 def over_limit(loss: float | None, loss_limit: LossLimit | None) -> bool:

@@ -39,16 +39,15 @@ def budget_text(horizon: LossHorizon | None) -> str:
 def _noise(loss_limit: LossLimit) -> str:
     if loss_limit.noise is None:
         return (
-            "Seed noise: not measured (the baseline's run at its second seed failed), so the limit is the "
-            f"tolerance as configured: {fmt_loss(loss_limit.limit)}."
+            "Seed noise: not measured (the baseline's run at its second seed failed); the "
+            f"{loss_limit.sentence()}."
         )
     seeds = " and ".join(fmt_loss(loss) for loss in loss_limit.seed_losses)
-    tolerance = f"the {loss_limit.mode} tolerance {loss_limit.tolerance}"
     return (
         f"Seed noise: the baseline at two seeds reached {seeds} (difference {loss_limit.noise:.4f}); the "
-        f"limit is their mean {fmt_loss(loss_limit.baseline_loss)} + {tolerance} + that difference = "
-        f"{fmt_loss(loss_limit.limit)}. A difference from two runs is itself a rough figure: a loss "
-        "within it of the limit is within the noise either way."
+        f"{loss_limit.sentence()}. The difference is shown for judging, not added to the limit: a loss "
+        "within it of the limit is within the noise either way (a difference from two runs is itself a "
+        "rough figure)."
     )
 
 

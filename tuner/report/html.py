@@ -162,7 +162,7 @@ def _cards(view: View) -> list[tuple[str, str]]:
         ),
         (
             f"val loss {fmt_loss(pick.loss)}",
-            f"limit {fmt_loss(facts.limit)} · baseline {fmt_loss(facts.base_loss)}",
+            facts.loss_limit.sentence(seeds=False) if facts.loss_limit else "limit —",
         ),
     ]
     if pick.jpt is not None:

@@ -24,8 +24,8 @@ from tuner.report.fmt import (
     fmt_warmup,
     is_num,
     knobs_text,
+    limit_text,
     over_limit,
-    tolerance_text,
 )
 from tuner.report.horizon_section import budget_text
 from tuner.report.rows import ConfigRow
@@ -380,6 +380,6 @@ def measurement_notes(summary: Summary) -> list[str]:
         "median, a screen run over the baseline config's own screen run (— where it has none: figures taken "
         "under different conditions are not divided).",
         *_warmup_note(summary),
-        f"Feasible: val loss <= {fmt_loss(facts.limit)} (baseline + {tolerance_text(facts.loss_limit)}).",
+        f"Feasible: val loss <= the {limit_text(facts.loss_limit)}.",
         *(f"{key}: {value}" for key, value in m.items()),
     ]

@@ -24,10 +24,10 @@ from tuner.report.fmt import (
     fmt_warmup,
     is_num,
     knobs_text,
+    limit_text,
     one_run_text,
     over_limit,
     short_ids,
-    tolerance_text,
 )
 from tuner.report.gpu_section import Gpus, gpus
 from tuner.report.measured import Facts, Trained, hows
@@ -376,7 +376,7 @@ class View:
         """The reports' first sentences, with markdown emphasis: the winner against the baseline, or no
         change; which execution trained each loss figure; what the planned run takes."""
         summary, base, loss_limit = self.summary, self.baseline, self.summary.loss_limit
-        limit = f"limit {fmt_loss(loss_limit.limit if loss_limit else None)}: {tolerance_text(loss_limit)}"
+        limit = limit_text(loss_limit)
         base_tps, base_loss = fmt_tps(base.tps), fmt_loss(summary.baseline.val_loss)
         after = planned_run(summary)
         if summary.remembered:

@@ -1,0 +1,144 @@
+"""The loss rule, its one home: which val loss passes, and the one sentence that says so.
+
+    limit = baseline loss + tolerance                 (quality.mode: absolute; in the loss's units, nats)
+    limit = baseline loss + tolerance x |baseline loss|   (quality.mode: relative; baseline x (1 + tolerance))
+
+The baseline loss is its val loss, or the mean of its seeds' where it trained several (at a prefix of the
+planned run, tuner/horizon.py, two). Nothing else moves the limit: the seeds' spread is recorded and shown
+beside it, so a reader can judge how much of a gap is noise, but it is not added to it. A hidden widening
+made the limit say more than the tolerance the user set (the 100M answer passed at +0.065 over the
+baseline the report printed, "within 0.05"); a user who wants room for the noise sets a larger tolerance,
+and sees it. tuner/records.py re-exports LossLimit, a field of summary.json.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Literal
+
+from pydantic import Field
+
+from tuner.horizon import LossHorizon, seed_noise, validation_note
+from tuner.record_base import Record
+
+if TYPE_CHECKING:
+    from tuner.records import TrialRow
+
+Mode = Literal["absolute", "relative"]
+# Where the tolerance and its mode came from (tuner/config.py:QualitySection.tolerance_from).
+ToleranceFrom = Literal["config", "workload", "default"]
+FROM_TEXT: dict[str, str] = {
+    "config": "set in the config",
+    "workload": "the workload declared (its loss_tolerance)",
+    "default": "by default",
+}
+SHOWN = 1e-4  # a loss is shown to 4 decimals (tuner/report/fmt.py:fmt_loss)
+
+
+class LossLimit(Record):
+    """The loss limit: a run passes when it trained (status ok) to a finite val loss at most `limit`, the
+    baseline's val loss plus the tolerance (the module's docstring; tuner/config.py:QualitySection makes it).
+    `sentence()` is how every output states it."""
+
+    baseline_loss: float = Field(description="the baseline's val loss at the horizon (the mean of its seeds)")
+    tolerance: float = Field(
+        ge=0,
+        description="allowed val-loss increase over the baseline: in the loss's units (absolute), or a "
+        "fraction of the baseline's loss (relative)",
+    )
+    mode: Mode = Field(
+        description="absolute: limit = baseline + tolerance; relative: baseline x (1 + tolerance)"
+    )
+    limit: float = Field(
+        description="the highest val loss that passes: baseline_loss plus the tolerance, no more"
+    )
+    horizon: LossHorizon | None = Field(None, description="where losses were compared (None: the full run)")
+    seed_losses: list[float] = Field(default_factory=list, description="the baseline's val loss per seed")
+    noise: float | None = Field(
+        None, ge=0, description="the seeds' spread (max - min): shown beside the limit, not added to it"
+    )
+    validation: str | None = Field(None, description="how short-horizon verdicts agreed with full runs")
+    tolerance_from: ToleranceFrom | None = Field(
+        None,
+        description="where the tolerance and mode came from: config (quality.tolerance / quality.mode), "
+        "workload (its loss_tolerance), default (0.05 absolute); None in summaries from before it was kept",
+    )
+
+    @classmethod
+    def of(
+        cls,
+        baseline_loss: float,
+        tolerance: float,
+        mode: Mode,
+        horizon: LossHorizon | None = None,
+        more_seeds: list[float] | None = None,
+        tolerance_from: ToleranceFrom | None = None,
+    ) -> LossLimit:
+        """`more_seeds`: the baseline's val losses at other seeds, same horizon (their mean is its loss)."""
+        seeds = [baseline_loss, *more_seeds] if more_seeds else []
+        loss = sum(seeds) / len(seeds) if seeds else baseline_loss
+        prefix = horizon is not None and horizon.is_prefix
+        return cls(
+            baseline_loss=loss,
+            tolerance=tolerance,
+            mode=mode,
+            limit=loss + allowance(loss, tolerance, mode),
+            horizon=horizon,
+            seed_losses=seeds,
+            noise=seed_noise(seeds),
+            validation=validation_note(limit_of=_limit_of) if prefix else None,
+            tolerance_from=tolerance_from,
+        )
+
+    @property
+    def allowance(self) -> float:
+        """How far above the baseline's loss the limit is, by the rule."""
+        return allowance(self.baseline_loss, self.tolerance, self.mode)
+
+    def passes(self, val_loss: float | None) -> bool:
+        """Whether a val loss is within the limit (None or NaN never is)."""
+        return isinstance(val_loss, int | float) and math.isfinite(val_loss) and val_loss <= self.limit
+
+    def verdict(self, run: TrialRow) -> bool:
+        """A loss run's verdict: it trained without failing, to a loss that passes."""
+        return run.status == "ok" and self.passes(run.val_loss)
+
+    def sentence(self, seeds: bool = True) -> str:
+        """The rule with its numbers, as every output says it: 'limit 1.7912 = baseline 1.7412 + 0.05, the
+        absolute tolerance set in the config', 'limit 0.0643 = baseline 0.0612 x (1 + 0.05), the relative
+        tolerance the workload declared (its loss_tolerance)'; where the baseline trained two seeds, their
+        losses and spread follow (`seeds`)."""
+        base, tol = f"{self.baseline_loss:.4f}", f"{self.tolerance:g}"
+        if self.mode == "absolute":
+            arithmetic = f"baseline {base} + {tol}"
+        elif self.baseline_loss >= 0:
+            arithmetic = f"baseline {base} x (1 + {tol})"
+        else:
+            arithmetic = f"baseline {base} + {tol} x {abs(self.baseline_loss):.4f}"
+        extra = self.limit - self.baseline_loss - self.allowance
+        widened = abs(extra) >= SHOWN / 2  # a summary from before this rule: its limit held the seeds' spread
+        if widened:
+            arithmetic += f" + {extra:.4f} (the seeds' spread, which searches added to the limit then)"
+        source = " ".join(
+            filter(None, [f"the {self.mode} tolerance", FROM_TEXT.get(self.tolerance_from or "")])
+        )
+        return f"limit {self.limit:.4f} = {arithmetic}, {source}{self._seeds(widened) if seeds else ''}"
+
+    def _seeds(self, widened: bool) -> str:
+        if len(self.seed_losses) < 2 or self.noise is None:
+            return ""
+        each = " and ".join(f"{loss:.4f}" for loss in self.seed_losses)
+        return (
+            f"; the baseline's is the mean of its {len(self.seed_losses)} seeds' {each}, whose spread "
+            f"{self.noise:.4f}{'' if widened else ' is shown, not added'}"
+        )
+
+
+def _limit_of(seed_losses: list[float], tolerance: float, mode: str) -> float:
+    """The limit this rule gives seeds' losses (a recorded validation is judged again by it)."""
+    return LossLimit.of(seed_losses[0], tolerance, mode, None, seed_losses[1:]).limit  # type: ignore[arg-type]
+
+
+def allowance(baseline_loss: float, tolerance: float, mode: Mode) -> float:
+    """The rule's room above the baseline's loss: the tolerance, or that fraction of the loss (relative)."""
+    return tolerance if mode == "absolute" else tolerance * abs(baseline_loss)
