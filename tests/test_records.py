@@ -115,6 +115,8 @@ def _distinct(name: str, kind: str, n: int):
         return "partial"
     if kind.startswith("tuple"):
         return ({"step": n},)
+    if kind.startswith("dict"):
+        return {name: 1000.5 + n}
     if kind.startswith("Profile"):
         return Profile("memory", f"{name}-value", n, 1.5, 0.5, 0.25, (TopOp("aten::mul", 0.5, "memory"),))
     if kind.startswith("int"):

@@ -51,8 +51,14 @@ class TrainConfig(RunSettings, ExecutionKnobs, LossKnobs):
         return forward_batch(self.batch_size, self.micro_batch)
 
     @property
+    def example_units(self) -> int:
+        """Units of the workload's (tokens, images, ...) in one example: what `tokens` and speeds count."""
+        return self.units_per_example or self.seq_len
+
+    @property
     def tokens_per_step(self) -> int:
-        return self.batch_size * self.grad_accum * self.seq_len
+        """Units (tokens for an LM) trained per optimizer step."""
+        return self.batch_size * self.grad_accum * self.example_units
 
     @property
     def total_steps(self) -> int:

@@ -88,14 +88,23 @@ class LossKnobs(BaseModel):
         "node of a cluster trains on the text its driver resolved (None = no check)",
     )
     seq_len: Annotated[int, LOSS_GRAPH] = Field(256, gt=1)
+    units_per_example: Annotated[int | None, LOSS] = Field(
+        None,
+        gt=0,
+        description="the workload's units (its `unit`: tokens, images, ...) in one example, what tokens, "
+        "eval_tokens and the speeds count; None = seq_len, a language model's tokens per window. The "
+        "workload declares it (trainables/workload.py); the checks before any work set it here",
+    )
 
     # --- budget and evals ---
-    tokens: Annotated[int, LOSS] = Field(5000 * 8 * 256, gt=0, description="training token budget")
+    tokens: Annotated[int, LOSS] = Field(
+        5000 * 8 * 256, gt=0, description="training budget in the workload's units (tokens for an LM)"
+    )
     eval_interval: Annotated[int, LOSS] = Field(
         500, ge=0, description="optimizer steps between val evals; 0 = only at the end"
     )
     eval_tokens: Annotated[int, LOSS] = Field(
-        64 * 256, gt=0, description="val tokens per eval (fixed windows)"
+        64 * 256, gt=0, description="val units (tokens for an LM) per eval (fixed examples)"
     )
     eval_batch_size: Annotated[int, LOSS] = Field(16, gt=0)
 

@@ -196,8 +196,9 @@ def on_the_device(dataset: Dataset, device: torch.device) -> Gatherable:
 
 
 def val_example_batches(dataset: Dataset, cfg, device: torch.device, held_out: bool = False) -> list[Any]:
-    """The fixed val set: at most eval_tokens // seq_len examples, in batches of eval_batch_size."""
-    want = max(1, cfg.eval_tokens // cfg.seq_len)
+    """The fixed val set: at most eval_tokens // example_units examples (eval_tokens counts the workload's
+    units), in batches of eval_batch_size."""
+    want = max(1, cfg.eval_tokens // cfg.example_units)
     if held_out:
         start = train_size(dataset, True)
         idx = torch.linspace(start, len(dataset) - 1, min(want, len(dataset) - start)).round().long().unique()

@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from trainables.progress import one_of, per_second
 from trainables.result import RunResult
 
 FROM_WORKLOAD = "workload"  # flops_source: the workload's own flops_per_token(model)
@@ -120,6 +121,7 @@ def mfu_line(run: RunResult, precision: str) -> str:
     if run.mfu is None:
         return ""
     return (
-        f"MFU {run.mfu:.1%}: {run.flops_per_token:.3g} training FLOPs per token ({run.flops_source}) x "
-        f"{run.tokens_per_s:,.0f} tok/s against a dense {precision} peak of {run.peak_flops / 1e12:g} TFLOP/s"
+        f"MFU {run.mfu:.1%}: {run.flops_per_token:.3g} training FLOPs per {one_of(run.unit)} "
+        f"({run.flops_source}) x {run.tokens_per_s:,.0f} {per_second(run.unit)} against a dense {precision} "
+        f"peak of {run.peak_flops / 1e12:g} TFLOP/s"
     )

@@ -104,21 +104,30 @@ def lr_at(cfg: TrainConfig, step: int) -> float:
     return floor + 0.5 * (peak - floor) * (1 + math.cos(math.pi * progress))
 
 
-@torch.no_grad()
 def evaluate(model: torch.nn.Module, workload: Job, batches) -> float:
-    """Mean val loss over the fixed val windows, in fp32 and eager mode so it reflects the weights only
-    (through the workload's `evaluation` scope where it has one: the hybrid LM's reference ops)."""
+    """Mean val loss over the fixed val examples (eval_figures)."""
+    return eval_figures(model, workload, batches)[0]
+
+
+@torch.no_grad()
+def eval_figures(model: torch.nn.Module, workload: Job, batches) -> tuple[float, dict[str, float]]:
+    """Mean val loss over the fixed val examples, and the workload's own metrics (metrics(model, batch),
+    each averaged over them too), in fp32 and eager mode so they reflect the weights only (through the
+    workload's `evaluation` scope where it has one: the hybrid LM's reference ops)."""
     was_training = model.training
     model.eval()
-    total, count = 0.0, 0
+    total, count, sums = 0.0, 0, {}
+    own = getattr(workload, "metrics", None)
     # force_eager: blocks compiled in place (compile_scope: blocks) run eagerly too, as the whole model does
     with torch.compiler.set_stance("force_eager"), workload.evaluation(model):
         for batch in batches:
             n = examples_in(batch)
             total += workload.loss(model, batch).float().item() * n
+            for name, value in (own(model, batch) if own else {}).items():
+                sums[name] = sums.get(name, 0.0) + float(value) * n
             count += n
     model.train(was_training)
-    return total / max(count, 1)
+    return total / max(count, 1), {name: value / max(count, 1) for name, value in sums.items()}
 
 
 def fp32_fused_note(precision: str, kernels: str, on_cuda: bool, triton_f32: str | None) -> str | None:
@@ -134,9 +143,10 @@ def fp32_fused_note(precision: str, kernels: str, on_cuda: bool, triton_f32: str
     )
 
 
-def _placed(device: torch.device) -> RunResult:
-    """A run's result before it trains: where it runs (the rest is filled in as it is measured)."""
+def _placed(device: torch.device, unit: str) -> RunResult:
+    """A run's result before it trains: where it runs, what it counts (the rest is filled in as measured)."""
     return RunResult(
+        unit=unit,
         device=str(device),
         gpu=device.index if device.type == "cuda" else None,
         node=platform.node(),
@@ -233,6 +243,7 @@ def train(
     device = resolve_device(cfg)
     started = time.time()
     workload = as_job(workload or load_workload(cfg), cfg)
+    cfg = workload.fit(cfg)  # counting its units per example (the checks before a run did it already)
     log(f"workload: {workload.describe()}")
     deadline_s = cfg.compile_deadline_s
     if cfg.kernels == "fused":
@@ -243,7 +254,7 @@ def train(
     state: dict[str, Any] = {}  # the run's model, optimizer and data: dropped before memory is measured
     cache = CacheCount()
     status, error = "ok", None
-    state["training"] = _Training(cfg, workload, device, log, _placed(device))
+    state["training"] = _Training(cfg, workload, device, log, _placed(device, workload.unit))
     try:
         with memory.MemoryCap(cfg, device):
             state["training"].run(report, timing_gate, step_hook, deadline_s)
@@ -339,13 +350,14 @@ def _recomputed(call: Callable) -> Callable:
     return run
 
 
-def _progress_line(cfg: TrainConfig, point: dict[str, Any], rate: float) -> str:
+def _progress_line(cfg: TrainConfig, point: dict[str, Any], rate: float, unit: str = "tokens") -> str:
     done = point["step"]
     eta = (cfg.total_steps - done) * cfg.tokens_per_step / rate
+    more = "".join(f" | {name} {value:.4f}" for name, value in point.get("val_metrics", {}).items())
     return (
-        f"step {done}/{cfg.total_steps} | tokens {point['tokens']:,} | loss {point['train_loss']:.4f}"
+        f"step {done}/{cfg.total_steps} | {unit} {point['tokens']:,} | loss {point['train_loss']:.4f}"
         + (f" | val {point['val_loss']:.4f}" if "val_loss" in point else "")
-        + f" | {rate:,.0f} tok/s | ETA {progress.fmt_seconds(eta)}"
+        + f"{more} | {rate:,.0f} {progress.per_second(unit)} | ETA {progress.fmt_seconds(eta)}"
     )
 
 
@@ -381,7 +393,7 @@ class _Training:
         self.window = ExitStack()  # holds the timing gate, if any, from the first steady step to the last
         self.last_log = time.monotonic()
         log(
-            f"training {cfg.total_steps} steps x {cfg.tokens_per_step} tokens on {device} "
+            f"training {cfg.total_steps} steps x {cfg.tokens_per_step} {workload.unit} on {device} "
             f"({cfg.precision}, compile={cfg.compile}, kernels={cfg.kernels}, loader={cfg.loader})"
         )
         on_cuda = device.type == "cuda"
@@ -474,13 +486,18 @@ class _Training:
             "train_loss": train_loss,
         }
         if is_eval:
-            val_loss = evaluate(self.model, self.workload, self.val)
+            val_loss, found = eval_figures(self.model, self.workload, self.val)
             if not math.isfinite(val_loss):
                 raise NonFiniteLoss(f"val loss is {val_loss} at step {done}")
             point["val_loss"] = round(val_loss, 5)
+            metrics = {name: round(value, 5) for name, value in found.items()} or None
+            if metrics:
+                point["val_metrics"] = metrics
             self.history.append(point)
-            self.result = replace(self.result, val_loss=point["val_loss"], history=tuple(self.history))
-        self.log(_progress_line(self.cfg, point, self.timer.rate(now)))
+            self.result = replace(
+                self.result, val_loss=point["val_loss"], val_metrics=metrics, history=tuple(self.history)
+            )
+        self.log(_progress_line(self.cfg, point, self.timer.rate(now), self.result.unit))
         if report:
             # The steady window so far travels with each interim report: a trial the search stops
             # early still gets its GPU figures for the part it ran.

@@ -23,12 +23,13 @@ from trainables.workload import HybridLMWorkload, Workload, WorkloadInfo, check_
 
 @dataclass(frozen=True)
 class Preflight:
-    """What the checks found: the workload, ready to train, what it implements, and the device (None: not
-    checked here)."""
+    """What the checks found: the workload, ready to train, what it implements, the device (None: not
+    checked here), and the config as it trains it (counting the workload's units per example)."""
 
     workload: Workload
     info: WorkloadInfo
     device: torch.device | None
+    cfg: TrainConfig
 
 
 def preflight(cfg: TrainConfig, *, local: bool = True, section: str = "") -> Preflight:
@@ -48,7 +49,7 @@ def preflight(cfg: TrainConfig, *, local: bool = True, section: str = "") -> Pre
         device = resolve_device(cfg)
     if isinstance(workload, HybridLMWorkload):  # the built-in LM's corpus; a user's workload sizes its own
         check_sizes(cfg, workload.data, section)
-    return Preflight(workload, info, device)
+    return Preflight(workload, info, device, info.fit(cfg, section))
 
 
 def _load_workload(cfg: TrainConfig, section: str) -> Workload:

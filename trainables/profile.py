@@ -144,7 +144,10 @@ def classify(ops: Sequence[OpTime], busy: float | None, host_busy: float | None 
         return "launch", f"the device was busy {busy:.0%} of a step: it waits for the host (Python, launches)"
     share = compute_share(ops) or 0.0
     if share >= COMPUTE_SHARE_AT_LEAST:
-        return "compute", f"matmul/attention-like ops take {share:.0%} of the device's time"
+        return (
+            "compute",
+            f"compute ops (matmuls, convolutions, attention) take {share:.0%} of the device's time",
+        )
     return "memory", f"elementwise, copy, norm and reduction ops take {1 - share:.0%} of the device's time"
 
 

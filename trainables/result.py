@@ -37,11 +37,22 @@ class RunResult:
     gpu: int | None = figure("its CUDA device index (a Ray trial reports Ray's GPU id instead)")
     node: str | None = figure("the host name it ran on", interim=True)
     pid: int | None = figure("its process id (telemetry tells its GPU use from others' by it)", interim=True)
-    tokens_per_s: float | None = figure(
-        "steady-state tokens/s over the timed window (the whole run's rate when too short to have one)",
+    unit: str = figure(
+        "what its speeds and counts count, the workload's unit: tokens (an LM), images, examples ...; every "
+        "field named for tokens (tokens_per_s, tokens, window_tokens, flops_per_token) counts it",
+        "tokens",
         interim=True,
     )
-    val_loss: float | None = figure("mean loss over the fixed validation windows at the last eval")
+    tokens_per_s: float | None = figure(
+        "steady-state units (tokens for an LM)/s over the timed window (the whole run's rate when too short "
+        "to have one)",
+        interim=True,
+    )
+    val_loss: float | None = figure("mean loss over the fixed validation examples at the last eval")
+    val_metrics: dict[str, float] | None = figure(
+        "the workload's own figures at the last eval (its metrics(model, batch), e.g. accuracy), each "
+        "averaged over the validation examples (None: it declares none)"
+    )
     train_loss: float | None = figure("mean training loss since the previous log point")
     peak_mem_mb: float | None = figure("this run's peak memory, MB (CUDA: allocated; CPU: peak RSS)")
     steps: int = figure("optimizer steps taken", 0)
@@ -77,7 +88,9 @@ class RunResult:
     profile: Profile | None = figure(
         "where a step's time goes, from profile_steps steps after the timed window (trainables/profile.py)"
     )
-    history: tuple[dict[str, Any], ...] = figure("each eval point: step, tokens, train_loss, val_loss", ())
+    history: tuple[dict[str, Any], ...] = figure(
+        "each eval point: step, tokens, train_loss, val_loss (and the workload's metrics)", ()
+    )
     wall_s: float | None = figure("seconds from the call of train() to its return")
 
     def as_json(self) -> dict[str, Any]:

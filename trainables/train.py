@@ -59,19 +59,20 @@ def main(argv: list[str] | None = None) -> int:
         cfg = load_config(args.config, args.overrides, data=args.data)
         if args.out:
             cfg.out_dir = args.out
-        workload = preflight(cfg).workload  # the search runs the same checks (tuner/search.py)
+        found = preflight(cfg)  # the search runs the same checks (tuner/search.py)
     except (ConfigError, DataError) as err:
         print(f"error: {err}", file=sys.stderr)
         return Exit.BAD_INPUT
     except EnvironmentFault as err:
         print(f"error: {err}", file=sys.stderr)
         return Exit.ENVIRONMENT
-    result = train(cfg, workload=workload)
+    result = train(found.cfg, workload=found.workload)
     if args.json:
         print(json.dumps(result.metrics()))
     else:
+        more = "".join(f" | {name} {value:.4f}" for name, value in (result.val_metrics or {}).items())
         print(
-            f"{result.status}: val_loss {result.val_loss} | {result.tokens_per_s} tok/s | "
+            f"{result.status}: val_loss {result.val_loss}{more} | {result.tokens_per_s} {result.unit}/s | "
             f"peak {result.peak_mem_mb} MB | {result.steps} steps"
         )
     return Exit.OK if result.status == "ok" else Exit.FAILED

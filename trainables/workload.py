@@ -26,13 +26,22 @@ Everything else has a default:
     supports                       the workload knobs it implements, of WORKLOAD_KNOBS (default: none; a
                                    Dataset workload gets the loader knobs from the loop); it reads their
                                    values from the TrainConfig its factory was given (cfg.kernels, ...)
+    unit                           what it counts, plural: "images", "examples" (default "tokens"); every
+                                   speed line and report says images/s, and tokens / eval_tokens count it
+    units_per_example              units in one example (default: seq_len for "tokens", else 1)
+    reads_corpus                   True where it trains on the char corpus the search resolves, pins and
+                                   ships (load_char_data(cfg.data, expect_sha256=cfg.data_sha256)); default
+                                   False: nothing is resolved, and train.data is refused
+    metrics(model, batch)          more val figures, {"accuracy": ...}, each the batch's mean (a float or a
+                                   scalar tensor), averaged over the val examples (default: none)
 
 The factory takes the TrainConfig, and, when it has a second parameter, the model's settings
 (`train.model`): as the mapping given, or validated into that parameter's annotation when it is a
 dataclass or a pydantic model (`def make_workload(cfg, model: GPTConfig)`), so
 `--set train.model.n_layer=2` reaches the model and a typo is one line. Contracts of the loop: evals run
-the uncompiled model in fp32 under torch.no_grad(); tok/s counts batch_size x seq_len tokens per
-micro-batch; a batch is a tensor or a tuple/list/dict of tensors with the batch on dim 0.
+the uncompiled model in fp32 under torch.no_grad(); a speed counts batch_size x units_per_example units
+per batch (the internal names say tokens: tokens_per_s, tokens, eval_tokens, whatever the unit); a batch
+is a tensor or a tuple/list/dict of tensors with the batch on dim 0.
 `check_workload` checks all this before any expensive work (ConfigError: one line, exit 2).
 docs/workloads.md is the user's guide; its table of TrainConfig fields is `python -m trainables.workload`.
 """
@@ -59,6 +68,7 @@ from trainables.char_batches import val_window_batches, window_batches
 from trainables.config import ConfigError, TrainConfig, unknown_key
 from trainables.data import DataError, load_char_data
 from trainables.user_code import WorkloadSpec, load_factory, needs_path, parse_spec
+from trainables.workload_probe import TOKENS, check_declared, checked_forward, first_examples
 
 Batch = Any  # a tensor, or a tuple / list / dict of tensors, batch on dim 0
 
@@ -76,6 +86,15 @@ LOADER_KNOBS = frozenset({"num_workers", "pin_memory"})  # what the loop applies
 # What the loop applies to the blocks a workload names (compile_regions), so a workload offers these by
 # naming its blocks, never by declaring them in supports.
 REGION_KNOBS = frozenset({"compile_scope", "activation_checkpointing"})
+OPTIONAL_METHODS = (
+    "val_dataset",
+    "describe",
+    "lr_multiplier",
+    "save",
+    "evaluation",
+    "flops_per_token",
+    "metrics",
+)
 
 
 class Workload(Protocol):
@@ -90,6 +109,7 @@ class HybridLMWorkload:
     """The hybrid RWKV6+Mamba2 character LM on a char corpus."""
 
     supports = frozenset(WORKLOAD_KNOBS)
+    reads_corpus = True
 
     def __init__(self, cfg: TrainConfig):
         if cfg.eval_tokens < cfg.seq_len:  # refused here, before any work, not when the first eval comes
@@ -171,6 +191,28 @@ class Job:
 
     def loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
         return self.workload.loss(model, batch)
+
+    def metrics(self, model: nn.Module, batch: Batch) -> dict[str, Any]:
+        own = getattr(self.workload, "metrics", None)
+        return own(model, batch) if own else {}
+
+    @property
+    def unit(self) -> str:
+        return getattr(self.workload, "unit", TOKENS)
+
+    @property
+    def units_per_example(self) -> int:
+        own = getattr(self.workload, "units_per_example", None)
+        return own if own is not None else (self.cfg.seq_len if self.unit == TOKENS else 1)
+
+    @property
+    def reads_corpus(self) -> bool:
+        return getattr(self.workload, "reads_corpus", False) is True
+
+    def fit(self, cfg: TrainConfig) -> TrainConfig:
+        """`cfg` counting this workload's units per example (with_units); the job trains by it from here."""
+        self.cfg = with_units(cfg, self.units_per_example, self.unit, cfg.workload)
+        return self.cfg
 
     def lr_multiplier(self, param_name: str) -> float:
         own = getattr(self.workload, "lr_multiplier", None)
@@ -346,10 +388,31 @@ class WorkloadInfo:
     description: str
     supports: frozenset[str]
     code_root: str | None = None  # where its code is imported from, when a run elsewhere needs that folder
+    unit: str = TOKENS  # what its speeds and budgets count (plural: tokens, images)
+    units_per_example: int | None = None  # None: seq_len (an LM's window)
+    reads_corpus: bool = True  # it trains on the corpus the search resolves (and pins, and ships)
 
     @property
     def unsupported(self) -> list[str]:
         return sorted(set(WORKLOAD_KNOBS) - self.supports)
+
+    def fit(self, cfg: TrainConfig, section: str = "") -> TrainConfig:
+        """`cfg` counting this workload's units per example (with_units)."""
+        return with_units(cfg, self.units_per_example or cfg.seq_len, self.unit, self.spec, section)
+
+
+def with_units(cfg: TrainConfig, units: int, unit: str, name: str, section: str = "") -> TrainConfig:
+    """`cfg` counting `units` of the workload's per example (units_per_example; left unset where they are
+    seq_len, an LM's tokens); ConfigError (one line) where the config says another count."""
+    if cfg.units_per_example not in (None, units):
+        key = ".".join(filter(None, (section, "units_per_example")))
+        raise ConfigError(
+            f"config key {key!r}: {cfg.units_per_example} but workload {name!r} counts {units} {unit} per "
+            "example (leave the key out: the workload declares it)"
+        )
+    if cfg.units_per_example is not None or units == cfg.seq_len:
+        return cfg
+    return cfg.model_copy(update={"units_per_example": units})
 
 
 def check_workload(cfg: TrainConfig, section: str = "", workload: Any = None) -> WorkloadInfo:
@@ -359,16 +422,29 @@ def check_workload(cfg: TrainConfig, section: str = "", workload: Any = None) ->
     if cfg.workload == "hybrid":
         # its compile_regions are its blocks, n_layers of them: known without building it
         check_checkpointing(cfg.activation_checkpointing, HybridConfig(**cfg.model).n_layers, section)
-        return WorkloadInfo("hybrid", "the hybrid RWKV6+Mamba2 LM", HybridLMWorkload.supports)
+        info = WorkloadInfo("hybrid", "the hybrid RWKV6+Mamba2 LM", HybridLMWorkload.supports)
+        info.fit(cfg, section)
+        return info
     spec = parse_spec(cfg.workload)
     job = as_job(workload if workload is not None else load_workload(cfg, section), cfg)
     name = spec.text
     _check_methods(job, name)
+    check_declared(job, name, section)
     supports = _check_supports(job, cfg, name, section)
     batch = _first_batch(job, name)
     _check_model_and_loss(job, batch, name, section)
     root = spec.code_root
-    return WorkloadInfo(name, job.describe(), supports, str(root) if needs_path(root) else None)
+    info = WorkloadInfo(
+        name,
+        job.describe(),
+        supports,
+        str(root) if needs_path(root) else None,
+        job.unit,
+        None if job.units_per_example == cfg.seq_len else job.units_per_example,
+        job.reads_corpus,
+    )
+    info.fit(cfg, section)
+    return info
 
 
 def _check_methods(job: Job, name: str) -> None:
@@ -378,7 +454,7 @@ def _check_methods(job: Job, name: str) -> None:
         if not callable(getattr(w, method, None)):
             hint = " (or give train_dataset() and let the loop batch it)" if method != "loss" else ""
             raise ConfigError(f"workload {name!r}: {type(w).__name__} has no method {method}(){hint}")
-    for method in ("val_dataset", "describe", "lr_multiplier", "save", "evaluation", "flops_per_token"):
+    for method in OPTIONAL_METHODS:
         if getattr(w, method, None) is not None and not callable(getattr(w, method)):
             raise ConfigError(f"workload {name!r}: {type(w).__name__}.{method} is not a method")
 
@@ -436,14 +512,29 @@ def _first_batch(job: Job, name: str) -> Batch:
 
 
 def _check_model_and_loss(job: Job, batch: Batch, name: str, section: str) -> None:
-    """build_model and loss on the meta device: their types, and activation_checkpointing against the
-    blocks it names, at no cost. A model or a forward that cannot run there is left to the run itself
-    (only a wrong type is refused; the loop checks the blocks again as it checkpoints them)."""
+    """build_model, loss and metrics: their types, and activation_checkpointing against the blocks it names.
+    On the meta device first (no memory, no compute); where the model or its forward cannot run there (a
+    loss that calls .item() cannot), the model is built for real on the CPU and given two examples. What
+    cannot run on the CPU either is left to the run itself (only a wrong type is refused; the loop checks
+    the blocks again as it checkpoints them)."""
     try:
         with torch.device("meta"):
             model = job.build_model()
-    except Exception:  # noqa: BLE001 - not buildable on meta: the run builds it for real
+    except Exception:  # noqa: BLE001 - not buildable on meta: built for real below
+        model = None
+    if model is not None:
+        _check_built(job, model, name, section)
+        if checked_forward(job, model, batch, torch.device("meta"), name):
+            return
+    try:
+        model = job.build_model()
+    except Exception:  # noqa: BLE001 - not buildable on this CPU: the run itself will tell
         return
+    _check_built(job, model, name, section)
+    checked_forward(job, model, first_examples(batch, 2), torch.device("cpu"), name)
+
+
+def _check_built(job: Job, model: Any, name: str, section: str) -> None:
     if not isinstance(model, nn.Module):
         raise ConfigError(
             f"workload {name!r}: build_model() returned {type(model).__name__}, expected a torch.nn.Module"
@@ -456,19 +547,6 @@ def _check_model_and_loss(job: Job, batch: Batch, name: str, section: str) -> No
         raise
     except Exception:  # noqa: BLE001 - a count the meta model cannot give: the run itself will tell
         pass
-    try:
-        loss = job.loss(model, datasets.to_device(batch, torch.device("meta")))
-    except Exception:  # noqa: BLE001 - a forward meta tensors cannot run: the run itself will tell
-        return
-    if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
-        got = (
-            f"a tensor of shape {tuple(loss.shape)}"
-            if isinstance(loss, torch.Tensor)
-            else type(loss).__name__
-        )
-        raise ConfigError(
-            f"workload {name!r}: loss(model, batch) returned {got}, expected a scalar tensor (the batch's mean loss)"
-        )
 
 
 if __name__ == "__main__":  # regenerates docs/workloads.md's table: python -m trainables.workload

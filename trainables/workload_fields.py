@@ -13,11 +13,13 @@ _BY_WORKLOAD = "your workload, when it declares it in supports (the loop only ch
 # Who acts on a field a workload may read; every other field the loop applies itself.
 WORKLOAD_READS = {
     "model": "your factory's second parameter (its settings, validated into its annotation)",
-    "data": "your workload: load_char_data(cfg.data, expect_sha256=cfg.data_sha256), or your own data",
+    "data": "a workload that declares reads_corpus: load_char_data(cfg.data, expect_sha256=cfg.data_sha256)",
     "data_sha256": "your workload: pass it to load_char_data so every trial trains on the search's corpus",
-    "seq_len": "your workload (an example's length); the loop counts batch_size x seq_len tokens a step",
+    "seq_len": "your workload (an LM's window); where its unit is tokens, the loop counts batch_size x seq_len "
+    "tokens a step",
+    "units_per_example": "the checks before any work, from your workload's units_per_example (or unit)",
     "batch_size": "the loop, for a train_dataset workload; train_batches makes batches of it",
-    "eval_tokens": "the loop, for a train_dataset workload; val_batches holds about this many tokens",
+    "eval_tokens": "the loop, for a train_dataset workload; val_batches holds about this many of its units",
     "eval_batch_size": "the loop, for a train_dataset workload; val_batches makes batches of it",
     "seed": "the loop (init, batch draws); train_batches draws batch k from (seed, k)",
     "loader": _BY_LOADER,

@@ -144,7 +144,7 @@ class SearchContext:
             **knobs,
             "max_steps": self.base.timing_warmup_steps + steps,
             "eval_interval": 0,
-            "eval_tokens": self.base.seq_len * self.base.eval_batch_size,
+            "eval_tokens": self.base.example_units * self.base.eval_batch_size,  # one val batch
             "log_interval": max(1, steps // 4),
             "out_dir": None,
         }

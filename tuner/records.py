@@ -55,8 +55,11 @@ class TrialRow(Record):
     # outcome, from the training loop
     status: Status = "ok"
     error: str | None = None
-    tokens_per_s: float | None = Field(None, description="steady-state tokens/s")
+    tokens_per_s: float | None = Field(None, description="steady-state units/s (summary.json's unit)")
     val_loss: float | None = None
+    val_metrics: dict[str, float] | None = Field(
+        None, description="the workload's own val figures at its last eval (its metrics(), e.g. accuracy)"
+    )
     train_loss: float | None = None
     peak_mem_mb: float | None = None
     compile_s: float | None = Field(None, description="one-off cost of the warm-up steps over steady ones")
@@ -256,6 +259,9 @@ class BaselineResult(Record):
     tokens_per_s: float | None = Field(None, description="median of its re-measure runs (its own config)")
     tokens_per_s_full_run: float | None = Field(None, description="speed of its loss run (its twin's)")
     val_loss: float | None = None
+    val_metrics: dict[str, float] | None = Field(
+        None, description="the workload's own val figures of its loss run (its metrics(): accuracy, ...)"
+    )
     loss_execution: dict[str, Any] | None = Field(
         None, description="the speed-only knobs its loss run trained with (None: its own)"
     )
@@ -267,6 +273,9 @@ class Best(Record):
     tokens_per_s: float | None = None
     tokens_per_s_spread: list[float] = Field(default_factory=list, description="[min, max] of its runs")
     val_loss: float | None = None
+    val_metrics: dict[str, float] | None = Field(
+        None, description="the workload's own val figures of the loss run that judged it (accuracy, ...)"
+    )
     speedup: float | None = None
     speedup_one_run: list[float] = Field(
         default_factory=list,
@@ -313,6 +322,11 @@ class Summary(Record):
 
     baseline: BaselineResult = Field(default_factory=BaselineResult)
     best: Best | None = None
+    unit: str = Field(
+        "tokens",
+        description="what the workload counts (tokens for an LM; images, examples, ...): every figure named "
+        "for tokens (tokens_per_s, tokens, planned_tokens, joules_per_token, flops_per_token) counts it",
+    )
     untrusted: bool = Field(
         False,
         description="the re-measure could not get uncontended figures for every feasible finalist: no "

@@ -155,10 +155,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def read_config(
     args: argparse.Namespace, out: Path, target: RayTarget | None = None
-) -> tuple[SearchConfig, Corpus, WorkloadInfo]:
+) -> tuple[SearchConfig, Corpus | None, WorkloadInfo]:
     """The validated config (a resumed search keeps the one it started with), the corpus the trials train
-    on (resolved here, once, for every workload) and what the workload implements; ConfigError on bad
-    input. Every check runs here, before Ray starts and before OUT is made, so bad input leaves nothing."""
+    on (resolved here, once, for every trial; None for a workload that reads none: reads_corpus) and what
+    the workload implements; ConfigError on bad input. Every check runs here, before Ray starts and before
+    OUT is made, so bad input leaves nothing."""
     target = target or ray_target(args.address)
     overrides = list(args.overrides)
     if args.trials is not None:
@@ -174,17 +175,27 @@ def read_config(
         if not Path(data).exists():
             raise ConfigError(f"data path not found: {data}")
         cfg = cfg.with_train(data=str(Path(data).resolve()))  # trials run in other working directories
-    try:  # say which corpus the trials will train on
-        corpus = resolve_corpus(cfg.train.data)
+    local = not target.joins  # the device is checked only where the trials run on this machine
+    corpus = None
+    if cfg.train.workload != "hybrid":  # a workload of the user's says whether it reads the corpus
+        found = preflight(cfg.train, local=local, section="train")
+    if cfg.train.workload == "hybrid" or found.info.reads_corpus:
+        corpus = _resolve_corpus(cfg.train.data)
+        with shipped_corpus(corpus):  # the checks `python -m trainables.train` makes, on the trials' text
+            found = preflight(
+                cfg.train.model_copy(update={"data_sha256": corpus.sha256}), local=local, section="train"
+            )
+    if found.cfg.units_per_example != cfg.train.units_per_example:  # counting the workload's units
+        cfg = cfg.with_train(units_per_example=found.cfg.units_per_example)
+    return fit_to_workload(cfg, found.info), corpus, found.info
+
+
+def _resolve_corpus(data: str | None) -> Corpus:
+    """The corpus the trials train on, resolved once here (ConfigError: one line)."""
+    try:
+        return resolve_corpus(data)
     except DataError as err:
         raise ConfigError(str(err)) from None
-    with shipped_corpus(corpus):  # the checks `python -m trainables.train` makes, on the trials' text
-        found = preflight(
-            cfg.train.model_copy(update={"data_sha256": corpus.sha256}),
-            local=not target.joins,  # the device only where the trials run on this machine
-            section="train",
-        )
-    return fit_to_workload(cfg, found.info), corpus, found.info
 
 
 def connect_timeout(args: argparse.Namespace) -> float:
@@ -195,7 +206,12 @@ def connect_timeout(args: argparse.Namespace) -> float:
 
 
 def claim_out(
-    args: argparse.Namespace, out: Path, lock: OutLock, command: str, cfg: SearchConfig, corpus: Corpus
+    args: argparse.Namespace,
+    out: Path,
+    lock: OutLock,
+    command: str,
+    cfg: SearchConfig,
+    corpus: Corpus | None,
 ) -> SearchConfig:
     """OUT made and held by this driver alone (a second driver is refused, --resume or not, naming the
     first); then its earlier search is continued (the config that started it) or refused, and repaired."""
@@ -206,9 +222,9 @@ def claim_out(
             f"--out: {out} holds an earlier search; pass --resume to continue it or pick a new OUT"
         )
     if args.resume:  # a damaged state.json is rebuilt from this command and OUT's trials, under the lock
-        rebuild_state(out, cfg, corpus.sha256, log)
+        rebuild_state(out, cfg, corpus.sha256 if corpus else None, log)
         cfg = _resumable(out, cfg)  # exactly the settings that started it
-    if "data_sha256" not in cfg.train.model_fields_set:  # a resumed search keeps its own
+    if corpus and "data_sha256" not in cfg.train.model_fields_set:  # a resumed search keeps its own
         cfg = cfg.with_train(data_sha256=corpus.sha256)
     if args.resume and (out / "state.json").exists():
         repair_state_files(out, log)  # a record cut by the crash is dropped, never appended onto
@@ -356,7 +372,8 @@ def _search(args: argparse.Namespace, argv: list[str], out: Path, session: RaySe
     target = ray_target(args.address)
     cfg, corpus, workload = read_config(args, out, target)
     log(f"Ray: {target}")
-    log(f"data: {corpus.source}")
+    if corpus is not None:  # a workload that reads no corpus has no data line
+        log(f"data: {corpus.source}")
     command = "python -m tuner.search " + shlex.join(argv)
     env, compile_cache = trial_env(cfg, args.cache_dir)  # before OUT: a bad cache root leaves nothing
     cfg = claim_out(args, out, lock, command, cfg, corpus)

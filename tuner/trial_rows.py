@@ -32,6 +32,7 @@ NOT_IN_ROW = {
     "params": "the model's parameter count: printed by the run, never compared by the search",
     "history": "the eval curve: in the run's own result.json, not reported to Ray",
     "cache_sync": "what a node's compile-cache sync did: a notice in the trial's log and Ray result",
+    "unit": "what the speeds count: the workload's, one for the whole search (summary.json's unit)",
 }
 # What a row keeps of a trial's last report, besides its status and speed (which need care: CAREFUL).
 CAREFUL = ("status", "tokens_per_s")

@@ -25,6 +25,7 @@ class Settings:  # train.model: LlamaConfig fields that `--set train.model.<key>
 
 class HFLlama:
     # loader=device comes with CharWindows; compile_scope and activation_checkpointing with compile_regions.
+    reads_corpus = True  # the search resolves the corpus once, pins it (cfg.data_sha256) and ships it
 
     def __init__(self, cfg, settings: Settings):
         self.cfg, self.settings = cfg, settings

@@ -21,6 +21,8 @@ class Settings:  # train.model: what `--set train.model.<key>=...` changes
 
 
 class NanoGPT:
+    reads_corpus = True  # the search resolves the corpus once, pins it (cfg.data_sha256) and ships it
+
     def __init__(self, cfg, settings: Settings):
         self.cfg, self.settings = cfg, settings
         self.data = load_char_data(cfg.data, expect_sha256=cfg.data_sha256)  # the search's pinned corpus

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from trainables.config import dump_config, make_config
 from trainables.exit_codes import Exit
+from trainables.progress import metrics_text, per_second
 from tuner import baseline, costs
 from tuner.context import SearchContext, log
 from tuner.gpu_records import GpuUsage, TelemetrySummary
@@ -34,9 +35,13 @@ from tuner.telemetry import fetch_usage
 
 # Said when the baseline stays the answer of a search on CPUs: the usual outcome there, not a failure.
 CPU_BASELINE_NOTE = (
-    "on a CPU the baseline staying is the usual outcome: bf16 costs loss at a token budget as small as the "
-    "smoke config's, the loader knobs buy nothing without a GPU to feed, and CUDA graphs and fused kernels "
+    "on a CPU the baseline staying is the usual outcome: bf16 costs loss at a budget as small as a CPU "
+    "search trains, the loader knobs buy nothing without a GPU to feed, and CUDA graphs and fused kernels "
     "need a GPU; the search pays off on one"
+)
+# The same for a workload without fused kernels (kernels left out): nothing it does not have is named.
+CPU_BASELINE_NOTE_NO_KERNELS = CPU_BASELINE_NOTE.replace(
+    "CUDA graphs and fused kernels need", "CUDA graphs need"
 )
 VERSIONED = ("torch", "ray", "optuna", "hybrid-tuner", "fla-core", "mamba-ssm", "causal-conv1d")
 KERNEL_DISTS = ("fla-core", "mamba-ssm", "causal-conv1d")  # only where the workload has fused kernels
@@ -70,9 +75,11 @@ def summarize(
             tokens_per_s=base_median,
             tokens_per_s_full_run=baseline.tokens_per_s,
             val_loss=baseline.val_loss,
+            val_metrics=baseline.val_metrics,
             loss_execution=baseline.execution,
         ),
-        best=_best(winner, base_runs) if winner else None,
+        unit=ctx.workload.unit if ctx.workload else "tokens",
+        best=_best(winner, base_runs, _val_metrics(winner.id, baseline, screen, checked)) if winner else None,
         untrusted=untrusted,
         nothing_screened=nothing_screened(ScreenOutcome.of(screen), wall_budget_s(ctx)),
         remembered=ctx.state.data.get("remembered"),
@@ -124,7 +131,7 @@ def write(ctx: SearchContext, summary: Summary) -> int:
         code == Exit.OK and best is not None and best.id == BASELINE_ID
     )
     if baseline_won and not ctx.on_gpu:
-        log(CPU_BASELINE_NOTE)
+        log(CPU_BASELINE_NOTE_NO_KERNELS if "kernels" in ctx.knobs_left_out else CPU_BASELINE_NOTE)
     # absolute: best.yaml names the workload by absolute path too, so the command runs from any folder
     log(f"run it: python -m trainables.train --config {Path(summary.best_yaml).resolve()}")
     return code
@@ -149,8 +156,9 @@ def _say_outcome(summary: Summary) -> Exit:
         return Exit.NO_FEASIBLE
     if best.id == BASELINE_ID:
         log(
-            f"the baseline stays the answer ({best.tokens_per_s:,.0f} tok/s): no config that passed the loss "
-            "check was faster beyond the noise of the re-measured runs (best.yaml is the baseline)"
+            f"the baseline stays the answer ({best.tokens_per_s:,.0f} {per_second(summary.unit)}): no config "
+            "that passed the loss check was faster beyond the noise of the re-measured runs (best.yaml is "
+            "the baseline)"
         )
         return Exit.OK
     one_run = f"; {text}" if (text := one_run_text(best)) else ""
@@ -158,9 +166,9 @@ def _say_outcome(summary: Summary) -> Exit:
     beside = next((f.warmup_beside for f in summary.finalists if f.id == best.id), None)
     takes = "at most " if beside else "~"
     log(
-        f"best: {best.id} {best.config} -> {best.tokens_per_s:,.0f} tok/s "
-        f"({best.speedup}x baseline{one_run}), val loss {best.val_loss}; the planned run "
-        f"({summary.planned_tokens:,} tokens) takes {takes}{best.time_to_train_s:,.0f} s, compile included"
+        f"best: {best.id} {best.config} -> {best.tokens_per_s:,.0f} {per_second(summary.unit)} "
+        f"({best.speedup}x baseline{one_run}), val loss {best.val_loss}{metrics_text(best.val_metrics)}; the "
+        f"planned run ({summary.planned_tokens:,} {summary.unit}) takes {takes}{best.time_to_train_s:,.0f} s, compile included"
     )
     return Exit.OK
 
@@ -211,7 +219,16 @@ def _finalists(
     return out
 
 
-def _best(winner: Finalist, base_runs: list[float]) -> Best:
+def _val_metrics(
+    fid: str, baseline: TrialRow, screen: list[TrialRow], checked: list[TrialRow]
+) -> dict[str, float] | None:
+    """The workload's own val figures (accuracy, ...) of the loss run whose verdict finalist `fid` carries."""
+    by = next((t.loss_checked_by for t in screen if t.id == fid), BASELINE_ID)
+    run = baseline if by == BASELINE_ID else next((c for c in checked if c.id == by), None)
+    return run.val_metrics if run else None
+
+
+def _best(winner: Finalist, base_runs: list[float], val_metrics: dict[str, float] | None = None) -> Best:
     median, lo, hi = spread(winner.runs)
     base_median = spread(base_runs)[0] if base_runs else None
     speedup = round(median / base_median, 3) if base_median else None
@@ -222,6 +239,7 @@ def _best(winner: Finalist, base_runs: list[float]) -> Best:
         tokens_per_s=median,
         tokens_per_s_spread=[lo, hi],
         val_loss=winner.val_loss,
+        val_metrics=val_metrics,
         speedup=speedup,
         speedup_one_run=[round(v, 3) for v in one_run] if one_run else [],
         speedup_one_run_note=too_few_runs(winner.runs, base_runs) if speedup else None,

@@ -18,7 +18,7 @@ from typing import Any
 from ray.tune import Callback
 
 from trainables.config import ConfigError
-from trainables.progress import fmt_seconds, log
+from trainables.progress import fmt_seconds, log, per_second
 from trainables.spec import TrialSpec
 from tuner.node_loss import died_with_node
 from tuner.records import TrialRow, short_node_id
@@ -110,6 +110,7 @@ class LedgerCallback(Callback):
         self.lost: list[str] = []  # the Ray trials lost with their nodes, left to rerun
         self.best = max((r.tokens_per_s or 0 for r in ledger.rows() if r.status == "ok"), default=0)
         self.started, self.new = time.time(), 0
+        self.unit = "tokens"  # what the speeds count, as the trials report it (a failed one may not)
         self.last_line = self.last_told = self.started
         self.trial_started: dict[str, float] = {}
         self.failure: Exception | None = None  # the first error of its own; _fit raises it after the run
@@ -170,7 +171,9 @@ class LedgerCallback(Callback):
         if not tokens or not speed or not total:
             return f"{label} warming up {fmt_seconds(now - self.trial_started.get(trial.trial_id, now))}"
         eta = max(0.0, total - tokens) / speed
-        return f"{label} {tokens / 1e6:.2f}M/{total / 1e6:.2f}M tokens, {speed:,.0f} tok/s, ETA {fmt_seconds(eta)}"
+        unit = result.get("unit") or "tokens"  # the workload's, as the run reports it
+        done = f"{tokens / 1e6:.2f}M/{total / 1e6:.2f}M {unit}"
+        return f"{label} {done}, {speed:,.0f} {per_second(unit)}, ETA {fmt_seconds(eta)}"
 
     def _say(self, line: str) -> None:
         log(line)
@@ -220,10 +223,12 @@ class LedgerCallback(Callback):
         running = sum(1 for t in trials if t.status == "RUNNING" and t is not trial)
         left = max(0, self.total - self.done - running)
         eta = self._eta(time.time())
-        speed = f" {row.tokens_per_s:,.0f} tok/s" if row.tokens_per_s else ""
+        self.unit = (trial.last_result or {}).get("unit") or self.unit  # the workload's, as its runs report
+        unit = per_second(self.unit)
+        speed = f" {row.tokens_per_s:,.0f} {unit}" if row.tokens_per_s else ""
         self._say(
             f"[{self.ledger.phase}] {self.done}/{self.total} done, {running} running, {left} left | "
-            f"last {row.status}{speed} | best {self.best:,.0f} tok/s | ETA {fmt_seconds(eta)}"
+            f"last {row.status}{speed} | best {self.best:,.0f} {unit} | ETA {fmt_seconds(eta)}"
         )
 
     def _eta(self, now: float) -> float:
