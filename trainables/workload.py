@@ -23,6 +23,9 @@ Everything else has a default:
                                    (compile_scope: blocks) and checkpoints every k-th (activation_checkpointing)
     flops_per_token(model)         training FLOPs per token, forward + backward, for the report's MFU
                                    (default: 6 x trainable parameters, said as such: trainables/flops.py)
+    loss_tolerance                 ("relative", 0.05) or ("absolute", 0.02): the loss rule's tolerance for
+                                   its loss's scale, where the search config sets none (default: 0.05
+                                   absolute; trainables/loss_tolerance.py)
     supports                       the workload knobs it implements, of WORKLOAD_KNOBS (default: none; a
                                    Dataset workload gets the loader knobs from the loop); it reads their
                                    values from the TrainConfig its factory was given (cfg.kernels, ...)
@@ -67,6 +70,7 @@ from trainables import datasets, flops
 from trainables.char_batches import val_window_batches, window_batches
 from trainables.config import ConfigError, TrainConfig, unknown_key
 from trainables.data import DataError, load_char_data
+from trainables.loss_tolerance import declared_tolerance
 from trainables.user_code import WorkloadSpec, load_factory, needs_path, parse_spec
 from trainables.workload_probe import TOKENS, check_declared, checked_forward, first_examples
 
@@ -391,6 +395,7 @@ class WorkloadInfo:
     unit: str = TOKENS  # what its speeds and budgets count (plural: tokens, images)
     units_per_example: int | None = None  # None: seq_len (an LM's window)
     reads_corpus: bool = True  # it trains on the corpus the search resolves (and pins, and ships)
+    loss_tolerance: tuple[str, float] | None = None  # its (mode, tolerance): trainables/loss_tolerance.py
 
     @property
     def unsupported(self) -> list[str]:
@@ -442,6 +447,7 @@ def check_workload(cfg: TrainConfig, section: str = "", workload: Any = None) ->
         job.unit,
         None if job.units_per_example == cfg.seq_len else job.units_per_example,
         job.reads_corpus,
+        loss_tolerance=declared_tolerance(job.workload, name),
     )
     info.fit(cfg, section)
     return info

@@ -47,6 +47,15 @@ EPILOG = """\
 phases: hardware -> batch probe -> speed screen -> loss check (the baseline's too) -> re-measure ->
   answer; docs/architecture.md says what each one measures.
 
+loss rule: a config passes when it trains to a val loss <= the limit (tuner/loss_limit.py), where
+  quality.mode absolute (default): limit = baseline + quality.tolerance (0.05: in the loss's units, nats)
+  quality.mode relative:           limit = baseline x (1 + quality.tolerance) (0.05: 5% above it)
+  The baseline's loss is the mean of its seeds where it trains two (at a quality.loss_horizon prefix);
+  their spread is reported beside the limit, not added to it. Where the config sets neither
+  quality.tolerance nor quality.mode, the workload's loss_tolerance (e.g. ("relative", 0.05)) stands in
+  for the default; e.g. --set quality.mode=relative --set quality.tolerance=0.05. report.md states the
+  limit with its arithmetic and where the tolerance came from.
+
 outputs, in OUT: summary.json, report.md, report.html (rebuild: python -m tuner.report OUT),
   best.yaml (train it: python -m trainables.train --config OUT/best.yaml), trials/<phase>.jsonl (every
   finished trial), state.json (finished phases), optuna.journal (the study), ray/<phase>/ (Ray Tune
@@ -187,6 +196,8 @@ def read_config(
             )
     if found.cfg.units_per_example != cfg.train.units_per_example:  # counting the workload's units
         cfg = cfg.with_train(units_per_example=found.cfg.units_per_example)
+    # the workload's loss_tolerance, where the config sets no tolerance (tuner/config.py:QualitySection)
+    cfg = cfg.model_copy(update={"quality": cfg.quality.with_workload_default(found.info.loss_tolerance)})
     return fit_to_workload(cfg, found.info), corpus, found.info
 
 
