@@ -18,6 +18,7 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, MaxNLocator, NullLocator
 
 from tuner.records import TrialRow
+from tuner.report import units
 from tuner.report.canvas import Canvas, canvas, si
 from tuner.report.fmt import DASH, fmt_jpt, fmt_loss, fmt_tps, is_num
 from tuner.report.measured import Facts
@@ -134,15 +135,24 @@ class Styles:
         c.legend([colors, shapes + rest] if len(shapes + rest) <= 4 else [colors, shapes, rest])
 
 
+def in_unit(text: str, entries: list[Entry]) -> str:
+    """`text`, one of this module's titles, captions or axis labels, in the entries' unit (units.in_unit)."""
+    return units.in_unit(text, entries[0].unit if entries else units.TOKENS)
+
+
 def plot_batch(entries: list[Entry], styles: Styles, facts: Facts) -> Plot:
     fast = [e for e in entries if e.tps is not None and is_num(e.config.get("batch_size"))]
     failed = [e for e in entries if e.failed and e.tps is None and is_num(e.config.get("batch_size"))]
-    plot = Plot("plot-batch", "Tokens/s against batch size", "No config has both a batch size and a speed.")
+    title = in_unit("Tokens/s against batch size", entries)
+    plot = Plot("plot-batch", title, "No config has both a batch size and a speed.")
     if fast:
         plot.svg = _draw_batch(fast, failed, styles, plot)
         crosses = "; red crosses on the axis: configs that failed at that batch size" if failed else ""
-        plot.caption = BATCH_CAPTION.format(
-            timed_steps=facts.timed_steps, timed_windows=facts.timed_windows, crosses=crosses
+        plot.caption = in_unit(
+            BATCH_CAPTION.format(
+                timed_steps=facts.timed_steps, timed_windows=facts.timed_windows, crosses=crosses
+            ),
+            entries,
         )
     return plot
 
@@ -150,6 +160,7 @@ def plot_batch(entries: list[Entry], styles: Styles, facts: Facts) -> Plot:
 def _draw_batch(fast: list[Entry], failed: list[Entry], styles: Styles, plot: Plot) -> Markup:
     with canvas(plot.id, 560, 400) as c:
         _batch_axes(c.ax, sorted({float(e.config["batch_size"]) for e in fast + failed}))
+        c.ax.set(ylabel=in_unit("tokens/s", fast))
         c.ax.set_ylim(0, max(e.tps for e in fast) * 1.15)
         _fastest_lines(c.ax, fast, styles)
         for e in fast:
@@ -210,13 +221,18 @@ def _pareto_front(points: list[tuple[float, float]]) -> list[tuple[float, float]
 
 def plot_pareto(entries: list[Entry], styles: Styles, facts: Facts) -> Plot:
     shown = [e for e in entries if e.tps is not None and e.loss is not None]
-    title = "Validation loss against tokens/s (the Pareto view)"
+    title = in_unit("Validation loss against tokens/s (the Pareto view)", entries)
     plot = Plot("plot-pareto", title, "No config has both a speed and a checked loss.")
     if shown:
         plot.svg = _draw_pareto(shown, styles, facts, plot)
         twins = ", each trained with the fastest execution screened for its loss knobs (the table says which)"
-        plot.caption = PARETO_CAPTION.format(
-            budget=facts.budget, shared_loss_runs=facts.shared_loss_runs, twins=twins if facts.twins else ""
+        plot.caption = in_unit(
+            PARETO_CAPTION.format(
+                budget=facts.budget,
+                shared_loss_runs=facts.shared_loss_runs,
+                twins=twins if facts.twins else "",
+            ),
+            entries,
         )
     return plot
 
@@ -228,6 +244,7 @@ def _draw_pareto(shown: list[Entry], styles: Styles, facts: Facts, plot: Plot) -
         for e in shown:
             styles.draw(c, e, e.tps, e.loss)
         _pareto_axes(c.ax, [e.tps for e in shown])
+        c.ax.set(xlabel=in_unit("tokens/s", shown))
         styles.legend(c)
         c.place_labels([(e.tps, e.loss) for e in shown])
         return c.svg(plot.title)
@@ -331,9 +348,9 @@ def _bar(c: Canvas, i: int, entry: Entry, value: float | None, show: Callable[[f
 
 def plot_speedup(entries: list[Entry], facts: Facts) -> Plot:
     plot = Plot("plot-speedup", "Speed-up against the baseline")
-    axis = _BarAxis(plot, "× baseline tokens/s", lambda v: f"{v:g}×", reference=1.0)
+    axis = _BarAxis(plot, in_unit("× baseline tokens/s", entries), lambda v: f"{v:g}×", reference=1.0)
     plot.svg = _hbars([(e, e.speedup) for e in entries], lambda v: f"{v:.2f}×", axis)
-    plot.caption = SPEEDUP_CAPTION.format(base_tps=fmt_tps(facts.base_tps))
+    plot.caption = in_unit(SPEEDUP_CAPTION.format(base_tps=fmt_tps(facts.base_tps)), entries)
     return plot
 
 
@@ -342,8 +359,10 @@ def plot_energy(entries: list[Entry]) -> Plot | None:
     rows = [(e, e.jpt) for e in entries if e.jpt is not None]
     if not rows:
         return None
-    plot = Plot("plot-energy", "Energy per token", caption=ENERGY_CAPTION)
-    plot.svg = _hbars(rows, fmt_jpt, _BarAxis(plot, "energy per token", fmt_jpt, entries[0].jpt))
+    plot = Plot("plot-energy", in_unit("Energy per token", entries), caption=in_unit(ENERGY_CAPTION, entries))
+    plot.svg = _hbars(
+        rows, fmt_jpt, _BarAxis(plot, in_unit("energy per token", entries), fmt_jpt, entries[0].jpt)
+    )
     return plot
 
 

@@ -19,6 +19,7 @@ import jinja2
 from markupsafe import Markup, escape
 
 import tuner.report.charts as charts
+from trainables.progress import metrics_text
 from tuner.records import BASELINE_ID, Summary, TrialRow
 from tuner.report.cost_section import BREAK_EVEN_HEAD, FINALIST_HEAD, costs, planned_cost
 from tuner.report.fmt import (
@@ -37,6 +38,7 @@ from tuner.report.gpu_section import USAGE_HEAD
 from tuner.report.measured import Facts, measurement_notes
 from tuner.report.mfu import fmt_mfu
 from tuner.report.profile import answer_line
+from tuner.report.units import in_unit
 from tuner.report.view import (
     COLUMN_KNOBS,
     TABLE_COLUMNS,
@@ -87,6 +89,7 @@ _ENV = jinja2.Environment(
     lstrip_blocks=True,
 )
 _ENV.filters["inline"] = _inline
+_ENV.filters["in_unit"] = in_unit  # the report's own sentences in the workload's unit (tuner/report/units.py)
 
 
 # --- the table ----------------------------------------------------------------------------------------------
@@ -132,6 +135,8 @@ def _row(e: Entry, facts: Facts, columns: tuple[str, ...]) -> Row:
         Cell(fmt_jpt(e.jpt), _sort_key(e.jpt), e.how["jpt"] if e.jpt is not None else None),
         Cell(e.verdict, e.verdict, e.reason or None, "text"),
     ]
+    for cell in cells:  # the hover texts in the workload's unit
+        cell.title = in_unit(cell.title, e.unit) if cell.title else cell.title
     by_column = dict(zip(TABLE_HEAD, cells))
     return Row(
         e.role if e.role != "other" else ("failed" if e.failed else ""), [by_column[c] for c in columns]
@@ -153,26 +158,38 @@ def _cards(view: View) -> list[tuple[str, str]]:
     pick = winner or base
     cards = [
         (pick.label if winner else "the baseline stays", "answer"),
-        (f"{fmt_tps(pick.tps)} tok/s", _speed_note(spread or f"baseline {fmt_tps(base.tps)} tok/s", pick)),
+        (
+            f"{fmt_tps(pick.tps)} {pick.per_s}",
+            _speed_note(spread or f"baseline {fmt_tps(base.tps)} {base.per_s}", pick),
+        ),
         (
             f"{pick.speedup:.2f}×" if winner and pick.speedup else "1.00×",
             " · ".join(
-                filter(None, [f"vs baseline {fmt_tps(base.tps)} tok/s", one_run_text(view.summary.best)])
+                filter(
+                    None, [f"vs baseline {fmt_tps(base.tps)} {base.per_s}", one_run_text(view.summary.best)]
+                )
             ),
         ),
         (
-            f"val loss {fmt_loss(pick.loss)}",
+            f"val loss {fmt_loss(pick.loss)}{metrics_text(_metrics_of(view, pick))}",
             facts.loss_limit.sentence(seeds=False) if facts.loss_limit else "limit —",
         ),
     ]
     if pick.jpt is not None:
-        cards.append((f"{fmt_jpt(pick.jpt)}/token", f"baseline {fmt_jpt(base.jpt)}/token"))
+        per = view.heading("J/token").removeprefix("J")  # /token, or the workload's unit: /image
+        cards.append((f"{fmt_jpt(pick.jpt)}{per}", f"baseline {fmt_jpt(base.jpt)}{per}"))
     _, seconds, _ = planned_cost(view.summary)
     if seconds is not None:
         tokens = view.summary.planned_tokens
-        run = f"{tokens:,} tokens" if tokens else "the planned run"
+        run = f"{tokens:,} {view.summary.unit}" if tokens else "the planned run"
         cards.append((fmt_seconds(seconds), f"to train {run}, compile + warm-up included"))
     return cards
+
+
+def _metrics_of(view: View, pick: Entry) -> dict[str, float] | None:
+    """The workload's own val figures (accuracy, ...) of the answer: the winner's, else the baseline's."""
+    best = view.summary.best
+    return best.val_metrics if pick.role == "winner" and best else view.summary.baseline.val_metrics
 
 
 def _speed_note(note: str, pick: Entry) -> str:
@@ -296,19 +313,21 @@ def _sections(view: View) -> dict[str, Any]:
     """The lists and key/value tables below the plots."""
     summary = view.summary
     rejected = [
-        Markup("<strong>{}</strong>: {}").format(e.label, e.reason) for e in view.entries[1:] if e.reason
+        Markup("<strong>{}</strong>: {}").format(e.label, in_unit(e.reason, e.unit))
+        for e in view.entries[1:]
+        if e.reason
     ]
     return {
         "rejected": rejected,
         "notices": view.notices,
         "gpus": view.gpus,
         "usage_head": USAGE_HEAD,
-        "measured": [_inline(line) for line in measurement_notes(summary)],
+        "measured": [_inline(in_unit(line, summary.unit)) for line in measurement_notes(summary)],
         "run_command": view.run_command,
         "cache_note": _inline(view.cache_note) if view.cache_note else "",
         "command": summary.command,
         "timings": [(phase, fmt_seconds(s)) for phase, s in summary.timings.items()],
-        "hardware": list(summary.hardware.items()),
+        "hardware": view.hardware,
         "versions": list(summary.versions.items()),
     }
 
@@ -338,10 +357,11 @@ def render_html(summary: Summary | Mapping[str, Any]) -> str:
     return _ENV.get_template("report.html.j2").render(
         css=Markup((HERE / "static" / "report.css").read_text()),
         js=Markup((HERE / "static" / "report.js").read_text()),
-        head=[(h, "text" if h in TEXT_COLUMNS else "") for h in columns],
+        head=[(view.heading(h), "text" if h in TEXT_COLUMNS else "") for h in columns],
         rows=[_row(e, view.facts, columns) for e in view.entries],
         trust_notes=trust_notes(view.entries),
         facts=view.facts,
+        unit=view.summary.unit,
         **_answer(view),
         **_plots(view),
         **_telemetry(view.summary, view.facts),

@@ -16,6 +16,7 @@ from tuner.report.horizon_section import horizon_lines
 from tuner.report.measured import measurement_notes
 from tuner.report.mfu import fmt_mfu
 from tuner.report.profile import answer_lines
+from tuner.report.units import in_unit
 
 
 def _cell(value: Any) -> str:
@@ -49,7 +50,8 @@ def _table(report: view.View) -> list[str]:
     columns = report.columns(view.TABLE_COLUMNS)
     rows = [_cells(e, report) for e in report.entries]
     notes = [line for note in view.trust_notes(report.entries) for line in ("", note)]
-    return _grid(columns, [[cells[c] for c in columns] for cells in rows]) + notes
+    head = tuple(report.heading(c) for c in columns)  # in the workload's unit: Images/s
+    return _grid(head, [[cells[c] for c in columns] for cells in rows]) + notes
 
 
 def _changes(report: view.View) -> list[str]:
@@ -114,16 +116,20 @@ def _timings(summary: Summary) -> list[str]:
 def render_markdown(summary: Summary | Mapping[str, Any]) -> str:
     report = view.View.of(summary)
     summary = report.summary
-    out = ["# Tuning report", "", report.answer, "", *answer_lines(summary)]
+
+    def said(lines: list[str]) -> list[str]:  # the report's own sentences, in the workload's unit
+        return [in_unit(line, summary.unit) for line in lines]
+
+    out = ["# Tuning report", "", *said([report.answer, "", *answer_lines(summary)])]
     out += [f"Note: {capped}.", ""] if summary.loss_check and (capped := summary.loss_check.line()) else []
-    out += _section("Configs compared", _table(report) + _changes(report))
-    out += _bullets(HORIZON_HEAD, horizon_lines(summary))
+    out += _section("Configs compared", said(_table(report)) + _changes(report))
+    out += _bullets(HORIZON_HEAD, said(horizon_lines(summary)))
     changes = [f"{k}: {old} -> {new}" for k, (old, new) in report.changes.items()]
-    out += _bullets("What the winner changes", changes) + _chosen(summary) + _costs(summary)
-    out += _bullets("Why others were rejected", [f"{e.label}: {e.reason}" for e in report.losers])
+    out += _bullets("What the winner changes", changes) + said(_chosen(summary) + _costs(summary))
+    out += _bullets("Why others were rejected", said([f"{e.label}: {e.reason}" for e in report.losers]))
     out += _bullets("Notices", report.notices) + _gpus(report)
-    out += _bullets("How each number was measured", measurement_notes(summary))
+    out += _bullets("How each number was measured", said(measurement_notes(summary)))
     out += _run_it(report) + _timings(summary)
-    out += _bullets("Hardware", [f"{key}: {value}" for key, value in summary.hardware.items()])
+    out += _bullets("Hardware", [f"{key}: {value}" for key, value in report.hardware])
     out += _bullets("Versions", [f"{key}: {value}" for key, value in summary.versions.items()])
     return "\n".join(out).rstrip() + "\n"

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
+from trainables.progress import metrics_text, one_of, per_second
 from tuner.records import BASELINE_ID, FAILED_STATUSES, Summary, TrialRow
 from tuner.report.cost_section import planned_run
 from tuner.report.fmt import (
@@ -54,6 +55,9 @@ COLUMN_KNOBS = ("batch_size", "num_workers", "precision", "compile", "kernels")
 GPU_COLUMNS = ("VRAM", "J/token")  # left out of a search on CPUs: no GPU memory, no GPU energy
 MFU_COLUMN = "MFU"  # left out too where no run counted its FLOPs (summaries from before MFU)
 FAILED_IN = {"loss_check": " in its loss check", "remeasure": " while re-measured"}
+# Hardware entries about the hybrid's fused kernels (their libraries, their autotune set): listed only for a
+# workload that implements `kernels`.
+KERNEL_HARDWARE = ("backends", "autotune_set")
 
 
 CONTENDED = " (contended)"  # after a speed taken while other processes used the CPUs or the GPU
@@ -122,6 +126,7 @@ def rejection(row: ConfigRow, summary: Summary) -> str:
     if row.failure:
         return _failure_reason(row, row.failure)
     loss_limit, tps = summary.loss_limit, fmt_tps(row.median("tokens_per_s"))
+    per_s = per_second(summary.unit)
     via = f" (loss run of {row.checked_by})" if row.checked_by and row.checked_by not in row.ids else ""
     if row.feasible is False:
         loss = row.val_loss
@@ -137,15 +142,15 @@ def rejection(row: ConfigRow, summary: Summary) -> str:
         # the early stop needs a speed: this one was ended by the screen's time budget (or the search's stop)
         return "stopped before its first timed step, while it compiled or warmed up: never measured"
     if row.status == "stopped":
-        return f"stopped early: slower than the early-stop threshold ({tps} tok/s)"
+        return f"stopped early: slower than the early-stop threshold ({tps} {per_s})"
     if row.feasible is None:
         best = summary.best.tokens_per_s if summary.best else None
         if best and (row.median("tokens_per_s") or 0) > best:  # faster, but never loss-checked
-            return f"its loss was never checked (search.loss_check_top reached): {tps} tok/s in the screen"
-        return f"slower ({tps} tok/s in the screen): its loss was never checked"
+            return f"its loss was never checked (search.loss_check_top reached): {tps} {per_s} in the screen"
+        return f"slower ({tps} {per_s} in the screen): its loss was never checked"
     if any(t.phase_name == "remeasure" for t in row.trials):
-        return f"re-measured at {tps} tok/s but not chosen"
-    return f"slower ({tps} tok/s in the screen): not among the re-measured finalists"
+        return f"re-measured at {tps} {per_s} but not chosen"
+    return f"slower ({tps} {per_s} in the screen): not among the re-measured finalists"
 
 
 # --- the entries both reports list --------------------------------------------------------------------------
@@ -174,6 +179,12 @@ class Entry:
     how: dict[str, str]  # "tps", "warmup", "loss", "mem", "jpt" -> how that number was measured
     reason: str  # why it lost ("" for the winner and for a baseline that stays)
     same_as: list[str]  # other screen trials that proposed this same config
+    unit: str = "tokens"  # what its speed counts: the workload's unit (summary.json's)
+
+    @property
+    def per_s(self) -> str:
+        """Its speed's unit as the reports write it: tok/s, images/s."""
+        return per_second(self.unit)
 
     @property
     def failed(self) -> bool:
@@ -198,7 +209,7 @@ class Entry:
     @property
     def tooltip(self) -> str:
         changes = ", ".join(f"{k}: {old} → {new}" for k, (old, new) in self.changes.items())
-        parts = [self.label, changes or "the baseline's config", f"{fmt_tps(self.tps)} tok/s"]
+        parts = [self.label, changes or "the baseline's config", f"{fmt_tps(self.tps)} {self.per_s}"]
         parts += [f"val loss {fmt_loss(self.loss)}", self.verdict]
         parts.append(f"same config as {', '.join(self.same_as)}" if self.same_as else "")
         return " · ".join(p for p in parts if p)
@@ -242,11 +253,11 @@ def _ratio(summary: Summary, row: ConfigRow, base_row: ConfigRow, judging: bool)
     own = row.speed_trust(judging)
     if phases == ("remeasure",):
         base_tps, base_trust = summary.baseline.tokens_per_s, base_row.speed_trust(judging, phases)
-        versus = f"the baseline's re-measured median ({fmt_tps(base_tps)} tok/s)"
+        versus = f"the baseline's re-measured median ({fmt_tps(base_tps)} {per_second(summary.unit)})"
     else:
         base_tps = base_row.median("tokens_per_s", phases) if phases else None
         base_trust = base_row.speed_trust(judging, phases) if phases else "trusted"
-        versus = f"the baseline config's own screen run ({fmt_tps(base_tps)} tok/s)"
+        versus = f"the baseline config's own screen run ({fmt_tps(base_tps)} {per_second(summary.unit)})"
     if not (is_num(tps) and is_num(base_tps) and base_tps > 0):
         what = "re-measured" if phases == ("remeasure",) else "screened"
         return Ratio(None, "trusted", f"no ratio: the baseline config was not {what} as this config was")
@@ -292,6 +303,7 @@ def _entry(
         how={**how, "speedup": f"{how['tps']}; {ratio.versus}", "mfu": mfu_how(speed_runs, how["tps"])},
         reason=reason,
         same_as=[t.id for t in row.trials[1:] if t.phase_name == "screen"],
+        unit=summary.unit,
     )
 
 
@@ -324,6 +336,22 @@ class View:
         off |= set() if self.facts.gpu_columns else set(GPU_COLUMNS)
         off |= set() if shown(self.summary, self.facts.gpu_columns) else {MFU_COLUMN}
         return tuple(c for c in head if c not in off)
+
+    def heading(self, column: str) -> str:
+        """A column's heading in the workload's unit: Tok/s -> Images/s, J/token -> J/image."""
+        unit = self.summary.unit
+        if unit == "tokens":
+            return column
+        return {"Tok/s": f"{unit[:1].upper()}{unit[1:]}/s", "J/token": f"J/{one_of(unit)}"}.get(
+            column, column
+        )
+
+    @property
+    def hardware(self) -> list[tuple[str, Any]]:
+        """The hardware as both reports list it, the fused kernels' libraries only where the workload has
+        fused kernels."""
+        off = KERNEL_HARDWARE if "kernels" in self.summary.knobs_left_out else ()
+        return [(key, value) for key, value in self.summary.hardware.items() if key not in off]
 
     @cached_property
     def gpus(self) -> Gpus | None:
@@ -377,11 +405,17 @@ class View:
         change; which execution trained each loss figure; what the planned run takes."""
         summary, base, loss_limit = self.summary, self.baseline, self.summary.loss_limit
         limit = limit_text(loss_limit)
-        base_tps, base_loss = fmt_tps(base.tps), fmt_loss(summary.baseline.val_loss)
+        # the speed with its unit (tok/s, images/s: the workload's)
+        base_tps, base_loss = f"{fmt_tps(base.tps)} {base.per_s}", fmt_loss(summary.baseline.val_loss)
         after = planned_run(summary)
         if summary.remembered:
             return f"{self._confirmed()} {self._answer(base_tps, base_loss, limit, after)}"
         return self._answer(base_tps, base_loss, limit, after)
+
+    @property
+    def _base_metrics(self) -> str:
+        """', accuracy 0.9861': the workload's own val figures of the baseline ("" where it has none)."""
+        return metrics_text(self.summary.baseline.val_metrics)
 
     def _confirmed(self) -> str:
         was = self.summary.remembered
@@ -396,18 +430,21 @@ class View:
         if summary.nothing_screened:
             return (
                 f"**{summary.nothing_screened[0].upper()}{summary.nothing_screened[1:]}.** Only the baseline "
-                f"was loss-checked and re-measured; it ({base_tps} tok/s, val loss {base_loss}) stays the "
+                f"was loss-checked and re-measured; it ({base_tps}, val loss {base_loss}{self._base_metrics}) "
+                "stays the "
                 "answer (exit 6)."
             )
         if summary.untrusted:
             return (
-                f"{UNTRUSTED_ANSWER} The baseline ({base_tps} tok/s, val loss {base_loss}) stays the answer."
+                f"{UNTRUSTED_ANSWER} The baseline ({base_tps}, val loss {base_loss}{self._base_metrics}) stays "
+                "the answer."
             )
         if not best or not changed(best.config, summary.baseline.config):
             trained = f" Its loss run was {base.trained.sentence}." if base.trained else ""
             return (
                 "No config beat the baseline within tolerance; the baseline "
-                f"({base_tps} tok/s{mfu_text(base)}, val loss {base_loss}) stays the answer ({limit}).{trained} "
+                f"({base_tps}{mfu_text(base)}, val loss {base_loss}{self._base_metrics}) stays the answer "
+                f"({limit}).{trained} "
                 f"{after}"
             ).rstrip()
         lo_hi = best.tokens_per_s_spread
@@ -415,18 +452,30 @@ class View:
         versus = f"{best.speedup:.2f}x the baseline's" if is_num(best.speedup) else "against the baseline's"
         one_run = f" ({text})" if (text := one_run_text(best)) else ""
         return (
-            f"**{best.id}** {_is_the(summary)}: {fmt_tps(best.tokens_per_s)} tok/s{spread}{mfu_text(winner)}, "
-            f"{versus} "
-            f"{base_tps} tok/s{one_run}. Its validation loss is {fmt_loss(best.val_loss)} against the baseline's "
-            f"{base_loss} ({limit}){_trained_clause(winner, base)}. {after}"
+            f"**{best.id}** {_is_the(summary)}: {fmt_tps(best.tokens_per_s)} {base.per_s}{spread}"
+            f"{mfu_text(winner)}, {versus} "
+            f"{base_tps}{one_run}. Its validation loss is {fmt_loss(best.val_loss)} against the baseline's "
+            f"{base_loss} ({limit}){_trained_clause(winner, base)}.{_metrics_sentence(best.val_metrics, summary)}"
+            f" {after}"
         ).rstrip()
+
+
+def _metrics_sentence(mine: dict[str, float] | None, summary: Summary) -> str:
+    """' Its accuracy is 0.9833 against the baseline's 0.9861.': the workload's own val figures, beside the
+    loss ("" where it reports none)."""
+    theirs = summary.baseline.val_metrics or {}
+    parts = [
+        f"{name} is {value:.4g}" + (f" against the baseline's {theirs[name]:.4g}" if name in theirs else "")
+        for name, value in (mine or {}).items()
+    ]
+    return f" Its {', '.join(parts)}." if parts else ""
 
 
 def _is_the(summary: Summary) -> str:
     loser = summary.selection.finishes_later
     if loser is None:
         return "is the fastest config within tolerance"
-    tokens = f" ({summary.planned_tokens:,} tokens)" if summary.planned_tokens else ""
+    tokens = f" ({summary.planned_tokens:,} {summary.unit})" if summary.planned_tokens else ""
     return (
         f"finishes the planned run{tokens} first among the configs within tolerance ({loser} runs faster "
         "once warmed up, but does not earn back its longer compile + warm-up within the run)"
