@@ -77,7 +77,9 @@ exit codes:
   1    the search failed (e.g. the baseline itself does not train, or Ray Tune ended a phase on its
        own); the last lines say the cause and what to run next
   2    bad input, found before any trial ran: one line names the key or option (or an OUT in use)
-  3    nothing passed the loss check: the baseline is the answer (best.yaml is the baseline)
+  3    nothing passed the loss check: the baseline is the answer (best.yaml is the baseline); as a Ray
+       Job (ray job submit, a KubeRay RayJob) this answer exits 0, so the job succeeds, and the last
+       lines and summary.json (best: null) say the baseline stays
   4    the speed figures are not trusted: other processes contended for the machine during the
        re-measure, also when its windows were timed again, so no winner was crowned on them; the
        baseline is the answer (best.yaml), and the report says so at the top
@@ -117,8 +119,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--time-budget", help="e.g. 20m: stop proposing screen trials after this")
     p.add_argument(
         "--address",
-        help="join a Ray cluster: auto (this host's) or HOST:PORT; default: a private local Ray "
-        "(RAY_ADDRESS, where set, is joined instead)",
+        help="where Ray runs: local (a private local Ray, the default), auto (this host's cluster) or "
+        "HOST:PORT; without it RAY_ADDRESS, where set, says the same (local, auto or HOST:PORT)",
     )
     p.add_argument(
         "--connect-timeout",
@@ -404,7 +406,26 @@ def _search(args: argparse.Namespace, argv: list[str], out: Path, session: RaySe
     del server
     if args.emit_rayjob:
         emit_rayjob(out, args.emit_rayjob)
-    return code
+    return as_job_exit(code)
+
+
+# Set by Ray's job supervisor in the environment of a Ray Job's driver (`ray job submit`, and so KubeRay's
+# RayJob, whose submitter runs it).
+RAY_JOB_ENV = "RAY_JOB_CONFIG_JSON_ENV_VAR"
+
+
+def as_job_exit(code: int) -> int:
+    """A Ray Job's exit: a search that reached an answer succeeded, the baseline kept (3) included, so Ray
+    marks the job SUCCEEDED and KubeRay does not count it failed or retry it. From a shell the exit still
+    tells the answers apart; in a job, the last lines and summary.json (`best` null: the baseline) do.
+    4 (untrusted figures) and 6 (nothing screened) stay failures: no answer was measured."""
+    if code != Exit.NO_FEASIBLE or not os.environ.get(RAY_JOB_ENV):
+        return code
+    log(
+        "exit 0 as a Ray Job: the baseline kept is an answer, the job's success (from a shell this search "
+        f"exits {int(code)}; summary.json's best is null)"
+    )
+    return Exit.OK
 
 
 def say_where_results_go(out: Path) -> None:
