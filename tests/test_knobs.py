@@ -56,6 +56,7 @@ def test_the_derived_lists_are_the_ones_the_search_needs():
         "workload", "model", "data", "data_sha256", "seq_len", "tokens", "eval_interval", "eval_tokens",
         "eval_batch_size", "batch_size", "grad_accum", "lr", "min_lr", "lr_scaling", "lr_base_batch",
         "warmup_frac", "mamba_lr_mult", "weight_decay", "beta1", "beta2", "grad_clip", "precision", "seed",
+            "units_per_example",
     }  # fmt: skip
     assert is_loss_knob("a_field_of_tomorrow")  # unclassified names are judged by their loss
 

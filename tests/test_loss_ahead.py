@@ -58,8 +58,11 @@ def test_the_fastest_candidates_train_ahead_and_a_round_takes_their_rows(
         make_row("screen-2", config={"lr": 1e-3, "batch_size": 8}, tokens_per_s=1_000.0),
         # the baseline's loss (its group passes with it: were it faster, none of the others would be checked)
         make_row("screen-3", config={"compile": "default"}, tokens_per_s=900.0),
+        # the baseline itself, a start point (tuner/recipe.py): what "slower than the baseline" is told by
+        make_row("screen-4", config={}, tokens_per_s=500.0),
     ]
-    ahead.consider(screen[:1])  # as the screen's first trial finishes
+    ahead.consider(screen[:1])  # as the screen's first trial finishes: none ahead before the baseline's row
+    assert started(ahead) == []
     ahead.consider(screen)  # then the rest: the top 2 that need a loss run of their own
     # the top 2 that need a loss run of their own; the spare (screen-2) waits: one run ahead per GPU at a
     # time; the baseline's own loss run stands for screen-3
@@ -92,7 +95,7 @@ def test_one_spare_trains_ahead_and_runs_no_round_asked_for_are_stopped(tmp_path
         make_row(f"screen-{i}", config={"lr": lr}, tokens_per_s=3_000.0 - i)
         for i, lr in enumerate((1e-3, 2e-3, 4e-3, 6e-3))
     ]
-    ahead.consider(screen)
+    ahead.consider([*screen, make_row("screen-4", config={}, tokens_per_s=1_000.0)])  # the baseline too
     # loss_check_top is 2: those two and one spare, for when one of them fails the loss limit
     assert started(ahead) == [row.config for row in screen[:3]]
     assert ahead.training() == 3

@@ -54,6 +54,9 @@ class Range(BaseModel):
 
 
 Knob = list[Any] | Range
+# The usual hand recipe (SearchSection.recipe's default): what an engineer tries first on any training
+# script: bf16 autocast, torch.compile, fused AdamW, the batch, lr and token budget left as they are.
+RECIPE: dict[str, Any] = {"precision": "bf16", "compile": "default", "fused_adamw": True}
 # TrainConfig fields that say what is trained or where, never searched.
 NOT_KNOBS = ("model", "workload", "workload_path", "data", "out_dir", "device")
 # What a choice is checked beside to check it alone: a micro_batch against a batch of 1 (it is at least that),
@@ -66,6 +69,12 @@ class SearchSection(BaseModel):
     space: dict[str, Knob] = Field(default_factory=dict, description="knob -> list of choices or a range")
     start_points: list[dict[str, Any]] = Field(
         default_factory=list, description="configs the screen tries first (e.g. ones tuned by hand)"
+    )
+    recipe: dict[str, Any] | None = Field(
+        default_factory=lambda: dict(RECIPE),
+        description="the usual hand recipe, knob -> value, at the baseline's batch, lr and token budget: "
+        "always a start point of the screen (its knobs join the space), and OUT/recipe.yaml, so the answer "
+        "can be held against it (tuner/recipe.py); null = none",
     )
     left_out: dict[str, str] = Field(
         default_factory=dict,
@@ -138,6 +147,18 @@ class SearchSection(BaseModel):
                         msg = err.errors()[0]["msg"]
                         raise ValueError(f"knob {name!r}: choice {choice!r}: {msg}") from None
         return space
+
+    @field_validator("recipe")
+    @classmethod
+    def _recipe_knobs(cls, recipe: dict[str, Any] | None) -> dict[str, Any] | None:
+        for name, value in (recipe or {}).items():
+            if name not in TrainConfig.model_fields or name in NOT_KNOBS:
+                raise ValueError(f"unknown knob {name!r} (a knob is a train key, e.g. precision, compile)")
+            try:
+                TrainConfig(**{**ALONE.get(name, {}), name: value})
+            except ValidationError as err:
+                raise ValueError(f"knob {name!r}: {value!r}: {err.errors()[0]['msg']}") from None
+        return recipe
 
     @model_validator(mode="after")
     def _points_in_space(self):
@@ -246,7 +267,9 @@ class QualitySection(BaseModel):
     ) -> LossLimit:
         """The loss limit the baseline's val loss sets (at `horizon`, with its other seeds' losses there):
         every loss verdict of the search is its verdict."""
-        return LossLimit.of(baseline_loss, self.tolerance, self.mode, horizon, more_seeds, self.tolerance_from)
+        return LossLimit.of(
+            baseline_loss, self.tolerance, self.mode, horizon, more_seeds, self.tolerance_from
+        )
 
 
 class ResourcesSection(BaseModel):

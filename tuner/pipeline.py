@@ -16,7 +16,7 @@ from trainables.errors import EnvironmentFault
 from trainables.exit_codes import Exit
 from trainables.gate import open_gates, retire_idle_gates
 from trainables.workload import WorkloadInfo
-from tuner import answers, baseline, eta, observe
+from tuner import answers, baseline, eta, observe, recipe
 from tuner.config import SearchConfig
 from tuner.context import SearchContext, State, log
 from tuner.loss_plan import LossCheck
@@ -101,7 +101,8 @@ def recall_answer(ctx: SearchContext, fresh: bool, kept: Path) -> bool:
 
 def _space_for_hardware(ctx: SearchContext):
     """The space trimmed to what applies on the trials' hardware; knobs left with one choice are fixed."""
-    space, fixed, notices = applicable(ctx.cfg.search.space, ctx.hw.model_dump())
+    offered = recipe.in_space(ctx.cfg.search.space, ctx.cfg.search.recipe, ctx.base, ctx.hw.cuda)
+    space, fixed, notices = applicable(offered, ctx.hw.model_dump())
     ctx.base = with_fixed(ctx.base, fixed)
     if ctx.base.kernels == "fused" and not ctx.hw.cuda:
         raise EnvironmentFault("config key 'train.kernels': 'fused' needs CUDA workers (use torch or auto)")

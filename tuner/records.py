@@ -315,6 +315,19 @@ class SelectionResult(Record):
         return {**data, "finishes_later": later}
 
 
+class RecipeResult(Record):
+    """The usual hand recipe (tuner/recipe.py) as this search timed and judged it."""
+
+    knobs: dict[str, Any] = Field(
+        description="the recipe as it ran here (knobs the hardware cannot run left out)"
+    )
+    trial: str | None = Field(None, description="its screen run (None: the screen did not finish it)")
+    tokens_per_s: float | None = Field(None, description="its screen figure")
+    val_loss: float | None = None
+    feasible: bool | None = Field(None, description="its loss verdict (None: never checked)")
+    yaml: str | None = Field(None, description="OUT/recipe.yaml: it as a train config, to run alone")
+
+
 class Summary(Record):
     """summary.json: the answer (`best`, None when the baseline stays), the evidence, how it was measured."""
 
@@ -358,6 +371,7 @@ class Summary(Record):
         None, description="the search's Inductor/Triton caches (best.yaml uses them)"
     )
     finalists: list[Finalist] = Field(default_factory=list)
+    recipe: RecipeResult | None = Field(None, description="the usual hand recipe, timed in the screen")
     loss_check: LossCheckOutcome | None = Field(
         None, description="how the loss check ended, and the faster configs a cap left unchecked"
     )

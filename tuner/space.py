@@ -62,7 +62,9 @@ def fit_to_workload(cfg: SearchConfig, info: WorkloadInfo) -> SearchConfig:
     points = [p for p in ({k: v for k, v in p.items() if k not in off} for p in cfg.search.start_points) if p]
     why = f"the workload ({info.spec}) does not implement them; best.yaml and the report leave them out too"
     left_out = {**cfg.search.left_out, ", ".join(off): why}
-    search = cfg.search.model_copy(update={"space": space, "start_points": points, "left_out": left_out})
+    recipe = {k: v for k, v in cfg.search.recipe.items() if k not in off} if cfg.search.recipe else None
+    update = {"space": space, "start_points": points, "left_out": left_out, "recipe": recipe}
+    search = cfg.search.model_copy(update=update)
     return cfg.model_copy(update={"search": search})
 
 

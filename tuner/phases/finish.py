@@ -17,6 +17,8 @@ from tuner.gpu_records import GpuUsage, TelemetrySummary
 from tuner.gpus import gpu_population, gpu_usage, phase_spans
 from tuner.loss_outcome import LossCheckOutcome
 from tuner.ratio import one_run_ratio_range, too_few_runs
+from tuner.recipe import as_run_here
+from tuner.recipe import result as recipe_result
 from tuner.records import (
     BASELINE_ID,
     BaselineResult,
@@ -106,6 +108,12 @@ def summarize(
         gpu_usage=_gpu_usage(ctx, timings, trials),
         gpu_population=gpu_population(remeasure),
         knobs_left_out=ctx.knobs_left_out,
+        recipe=recipe_result(
+            as_run_here(ctx.cfg.search, ctx.base, ctx.hw.model_dump()),
+            ctx.base,
+            screen,
+            str(ctx.out / "recipe.yaml"),
+        ),
     )
 
 
@@ -113,16 +121,19 @@ def write(ctx: SearchContext, summary: Summary) -> int:
     """OUT's files and the exit code (trainables/exit_codes.py); the last lines say how the search ended,
     on CPUs why the baseline usually stays, and the command that trains the answer."""
     best = summary.best
-    config = {
-        **ctx.base.model_dump(),
-        **(best.config if best else {}),
+    settings = {
         "compile_cache": ctx.compile_cache,
         # on a GPU the trials' threads: more only spin between steps; on a CPU they are the compute, and
         # the trials had few only to share the machine
         **(measured_threads(summary.trials, best.id if best else BASELINE_ID) if ctx.on_gpu else {}),
+        "data_sha256": None,  # for training on whatever corpus its user has; the corpus check is the search's
     }
-    # best.yaml is for training on whatever corpus its user has; the corpus check is the search's own
-    dump_config(make_config({**config, "data_sha256": None}), ctx.out / "best.yaml", ctx.knobs_left_out)
+    base = ctx.base.model_dump()
+    config = make_config({**base, **(best.config if best else {}), **settings})
+    dump_config(config, ctx.out / "best.yaml", ctx.knobs_left_out)
+    if summary.recipe is not None:  # best.yaml's run settings: the two compare like for like
+        recipe = make_config({**base, **summary.recipe.knobs, **settings})
+        dump_config(recipe, ctx.out / "recipe.yaml", ctx.knobs_left_out)
     (ctx.out / "summary.json").write_text(summary.model_dump_json(indent=1))
     written = write_reports(ctx.out, summary)
     log("reports: " + ", ".join(str(p) for p in written))

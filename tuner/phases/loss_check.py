@@ -25,7 +25,8 @@ from tuner import baseline
 from tuner.context import SearchContext
 from tuner.horizon import at_horizon
 from tuner.knobs import execution, loss_key
-from tuner.loss_plan import Limits, LossCheck, LossPlan
+from tuner.loss_plan import Limits, LossCheck, LossPlan, baseline_speed
+from tuner.recipe import times_baseline
 from tuner.records import LossLimit, TrialRow
 from tuner.runs.ahead import RunsAhead
 from tuner.runs.pool import RunPool
@@ -171,7 +172,10 @@ def _wanted_ahead(ctx: SearchContext, screen: list[TrialRow]) -> list[RunRequest
     # four H100s: batch 512 fp16 failed it, and a second round trained batch 16 tf32 for 58.5 s)
     # (issue 43: in the loss check's order, never one screened slower than the baseline or a passing config)
     top = ctx.cfg.search.loss_check_top + 1
-    picks = LossPlan.of(screen, ctx.base.model_dump(), limits(ctx)).queue[:top]
+    base = ctx.base.model_dump()
+    if baseline_speed(screen, base) is None and times_baseline(ctx.cfg.search.space, ctx.base):
+        return []  # until the screen has timed the baseline, "slower than the baseline" cannot be told
+    picks = LossPlan.of(screen, base, limits(ctx)).queue[:top]
     return [RunRequest(_beside_screen(ctx, _spec(ctx, pick)), Role.AHEAD) for pick in picks]
 
 

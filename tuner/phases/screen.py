@@ -17,12 +17,13 @@ from trainables.spec import TrialSpec
 from tuner.batch_fit import BatchFit
 from tuner.config import Knob
 from tuner.context import SearchContext, log
+from tuner.recipe import start_points
 from tuner.records import TrialRow
 from tuner.runs.pool import RunPool
 from tuner.runs.request import Role, RunRequest, TpeSearch
 from tuner.screen_clock import screen_clock, wall_budget_s
 from tuner.select import ScreenOutcome
-from tuner.space import start_point, to_tune
+from tuner.space import to_tune
 
 STUDY = "screen"
 optuna.logging.set_verbosity(optuna.logging.WARNING)  # our progress lines say what the study does
@@ -36,7 +37,7 @@ def run(
     storage = _storage(ctx)
     if ctx.resume:
         _fail_stale_trials(storage)
-    points = [p for p in (start_point(point, space, ctx.base, ctx.notice) for point in s.start_points) if p]
+    points = start_points(s.start_points, s.recipe, space, ctx.base, ctx.notice)
     budget_s = wall_budget_s(ctx)
     clock = screen_clock(ctx, budget_s, points)
 

@@ -38,6 +38,7 @@ from tuner.report.gpu_section import USAGE_HEAD
 from tuner.report.measured import Facts, measurement_notes
 from tuner.report.mfu import fmt_mfu
 from tuner.report.profile import answer_line
+from tuner.report.recipe_section import recipe_line
 from tuner.report.units import in_unit
 from tuner.report.view import (
     COLUMN_KNOBS,
@@ -342,6 +343,7 @@ def _answer(view: View) -> dict[str, Any]:
         "winner": view.winner,
         "answer": view.answer,
         "profile": answer_line(summary),
+        "recipe": recipe_line(summary),
         "cards": _cards(view),
         "changes": view.changes,
         "reasons": summary.selection.reasons,

@@ -16,6 +16,7 @@ from tuner.report.horizon_section import horizon_lines
 from tuner.report.measured import measurement_notes
 from tuner.report.mfu import fmt_mfu
 from tuner.report.profile import answer_lines
+from tuner.report.recipe_section import recipe_lines
 from tuner.report.units import in_unit
 
 
@@ -120,7 +121,7 @@ def render_markdown(summary: Summary | Mapping[str, Any]) -> str:
     def said(lines: list[str]) -> list[str]:  # the report's own sentences, in the workload's unit
         return [in_unit(line, summary.unit) for line in lines]
 
-    out = ["# Tuning report", "", *said([report.answer, "", *answer_lines(summary)])]
+    out = ["# Tuning report", "", *said([report.answer, "", *answer_lines(summary), *recipe_lines(summary)])]
     out += [f"Note: {capped}.", ""] if summary.loss_check and (capped := summary.loss_check.line()) else []
     out += _section("Configs compared", said(_table(report)) + _changes(report))
     out += _bullets(HORIZON_HEAD, said(horizon_lines(summary)))
