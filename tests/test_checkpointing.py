@@ -14,8 +14,8 @@ from torch.autograd.graph import saved_tensors_hooks
 from tests.test_compile_scope import BLOCKS, losses
 from tests.test_train import SMOKE, TINY_MODEL, run_cli, tiny_config, toy_config
 from trainables.config import ConfigError, TrainConfig, make_config
-from trainables.loop import step_module
 from trainables.preflight import preflight
+from trainables.step_model import step_module
 from trainables.workload import HybridLMWorkload, Job, check_workload
 from tuner.config import load_search_config
 from tuner.space import fit_to_workload

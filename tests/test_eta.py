@@ -223,7 +223,7 @@ def test_a_phase_progress_eta_keeps_to_the_estimate_while_it_has_time_left(tmp_p
     def eta_after_first(planned_s: float | None, elapsed: float) -> int:
         ledger = Ledger(tmp_path / f"{planned_s}-{elapsed}", "remeasure")
         record = LedgerCallback(ledger, 15, 0, planned_s=planned_s)
-        record.started = time.time() - elapsed
+        record.progress.started = time.time() - elapsed
         first = FakeTrial("a", 0, {"trial_id": "a", "status": "ok", "tokens_per_s": 1e6, "steps": 40})
         record.on_trial_complete(0, [first], first)
         return _seconds(capsys.readouterr().err.strip().rsplit("ETA ", 1)[1])

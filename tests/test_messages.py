@@ -17,7 +17,7 @@ from tuner import emit, search
 from tuner.config import SearchConfig, SearchSection, load_search_config
 from tuner.ray_session import RaySession
 from tuner.report import __main__ as report
-from tuner.runs.ledger import _planned_tokens
+from tuner.runs.phase_progress import planned_tokens
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE = str(ROOT / "configs" / "smoke.yaml")
@@ -207,7 +207,7 @@ def test_train_help_explains_set_and_gives_exit_codes(capsys):
 def test_a_labelled_run_shows_its_tokens_and_eta_not_warming_up_forever():
     # The search labels each case in its training config; the progress line must still read the plan.
     train = {"tokens": 4096, "batch_size": 2, "seq_len": 16, LABELS: {"case": 0, "repeat": 1}}
-    assert _planned_tokens({"train": train, "batch_size": 4}) == 4096
+    assert planned_tokens({"train": train, "batch_size": 4}) == 4096
 
 
 @pytest.fixture

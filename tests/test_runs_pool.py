@@ -18,7 +18,8 @@ from toy_workload import TOY
 from trainables.spec import TrialSpec
 from tuner.context import Telemetry
 from tuner.records import AHEAD_PHASE, BESIDE_PHASE
-from tuner.runs.ledger import Ledger, _spec
+from tuner.runs.ledger import Ledger
+from tuner.runs.phase_progress import trial_spec
 from tuner.runs.pool import RunPool
 from tuner.runs.request import Placement, Role, RunRequest, TpeSearch, TrialInputs, spec_key
 from tuner.runs.tasks import start_loss_run
@@ -129,7 +130,9 @@ def test_a_spec_key_is_the_runs_identity_not_where_it_is_placed():
         case=1, repeat=0
     )
     key = spec_key(spec, Role.LOSS)
-    assert key == spec_key(_spec(spec.as_tune()), Role.LOSS), "the trial's own reading of its Tune config"
+    assert key == spec_key(trial_spec(spec.as_tune()), Role.LOSS), (
+        "the trial's own reading of its Tune config"
+    )
     assert key == spec_key(spec.with_train(gpu_memory_fraction=0.25, cpu_threads=2), Role.LOSS)
     others = [
         spec_key(spec, Role.REMEASURE),

@@ -32,8 +32,9 @@ from trainables.config import (
     training_section,
 )
 from trainables.data import CharTokenizer, DataError
-from trainables.loop import _param_groups, fp32_fused_note, lr_at, resolve_device, train
+from trainables.loop import fp32_fused_note, lr_at, resolve_device, train
 from trainables.result import RunResult
+from trainables.step_model import param_groups
 from trainables.workload import HybridLMWorkload, load_workload
 
 REPO = Path(__file__).resolve().parents[1]
@@ -217,7 +218,7 @@ def test_param_groups_give_mamba_twice_the_lr_and_no_decay_to_vectors_and_named_
     cfg = tiny_config()
     workload = HybridLMWorkload(cfg)
     model = workload.build_model()
-    groups = _param_groups(model, workload, cfg)
+    groups = param_groups(model, workload, cfg)
     group_of = {id(p): g for g in groups for p in g["params"]}
     assert len(group_of) == sum(len(g["params"]) for g in groups) == len(list(model.parameters()))
     no_decay = model.no_weight_decay()
@@ -462,7 +463,7 @@ def test_a_users_workload_trains_through_the_same_loop(tmp_path):
     assert result.status == "ok"
     assert result.val_loss < 0.5 < math.log(toy_workload.VOCAB)  # learnt the rule
     assert json.loads((tmp_path / "toy.json").read_text()) == {"vocab": toy_workload.VOCAB}  # its save()
-    groups = _param_groups(workload.build_model(), workload, cfg)
+    groups = param_groups(workload.build_model(), workload, cfg)
     assert {g["lr_mult"] for g in groups} == {1.0, toy_workload.HEAD_LR_MULT}
 
 

@@ -9,7 +9,6 @@ process trains several times (Ray reuses worker processes).
 
 from __future__ import annotations
 
-import functools
 import json
 import math
 import os
@@ -23,19 +22,20 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.utils.checkpoint
 
 from model import library_env
 from model.ops import available_backends, tuning
 from trainables import compile_cache, flops, memory, profile, progress
 from trainables.cache_use import CacheCount, stable_cache_keys
 from trainables.config import ConfigError, TrainConfig, dump_config
-from trainables.config_fields import CUDA_GRAPH_MODES
 from trainables.errors import find_cause, first_line
-from trainables.micro_batches import examples_in, micro_batches
+from trainables.evaluation import eval_figures
+from trainables.micro_batches import micro_batches
 from trainables.result import RunResult
+from trainables.step_model import build_step
 from trainables.timing import CompileDeadline, FirstStepDeadline, StepTimer
-from trainables.workload import Job, as_job, check_checkpointing, load_workload
+from trainables.workload import load_workload
+from trainables.workload_job import Job, as_job
 
 Report = Callable[[dict[str, Any]], None]
 
@@ -77,22 +77,6 @@ def resolve_device(cfg: TrainConfig) -> torch.device:
     return device
 
 
-def _param_groups(model: torch.nn.Module, workload: Any, cfg: TrainConfig) -> list[dict[str, Any]]:
-    """Weight decay on matrices only; per-parameter lr multipliers (e.g. Mamba 2x) as separate groups."""
-    workload = as_job(workload, cfg)
-    no_decay = set(getattr(model, "no_weight_decay", lambda: set())())
-    groups: dict[tuple[float, bool], list[torch.nn.Parameter]] = {}
-    for name, p in model.named_parameters():
-        if not p.requires_grad:
-            continue
-        decay = p.ndim >= 2 and name not in no_decay
-        groups.setdefault((workload.lr_multiplier(name), decay), []).append(p)
-    return [
-        {"params": ps, "lr_mult": mult, "weight_decay": cfg.weight_decay if decay else 0.0}
-        for (mult, decay), ps in sorted(groups.items())
-    ]
-
-
 def lr_at(cfg: TrainConfig, step: int) -> float:
     """Linear warm-up, then cosine down to min_lr over the whole token budget (the seed schedule)."""
     peak, total = cfg.peak_lr(), cfg.schedule_steps
@@ -102,32 +86,6 @@ def lr_at(cfg: TrainConfig, step: int) -> float:
     progress = min(1.0, (step - warm) / max(1, total - warm))
     floor = min(cfg.min_lr, peak)
     return floor + 0.5 * (peak - floor) * (1 + math.cos(math.pi * progress))
-
-
-def evaluate(model: torch.nn.Module, workload: Job, batches) -> float:
-    """Mean val loss over the fixed val examples (eval_figures)."""
-    return eval_figures(model, workload, batches)[0]
-
-
-@torch.no_grad()
-def eval_figures(model: torch.nn.Module, workload: Job, batches) -> tuple[float, dict[str, float]]:
-    """Mean val loss over the fixed val examples, and the workload's own metrics (metrics(model, batch),
-    each averaged over them too), in fp32 and eager mode so they reflect the weights only (through the
-    workload's `evaluation` scope where it has one: the hybrid LM's reference ops)."""
-    was_training = model.training
-    model.eval()
-    total, count, sums = 0.0, 0, {}
-    own = getattr(workload, "metrics", None)
-    # force_eager: blocks compiled in place (compile_scope: blocks) run eagerly too, as the whole model does
-    with torch.compiler.set_stance("force_eager"), workload.evaluation(model):
-        for batch in batches:
-            n = examples_in(batch)
-            total += workload.loss(model, batch).float().item() * n
-            for name, value in (own(model, batch) if own else {}).items():
-                sums[name] = sums.get(name, 0.0) + float(value) * n
-            count += n
-    model.train(was_training)
-    return total / max(count, 1), {name: value / max(count, 1) for name, value in sums.items()}
 
 
 def fp32_fused_note(precision: str, kernels: str, on_cuda: bool, triton_f32: str | None) -> str | None:
@@ -285,71 +243,6 @@ def train(
     return result
 
 
-def _build(cfg: TrainConfig, workload: Job, model: torch.nn.Module):
-    """The module the steps call (compiled or not) and the optimizer."""
-    optimizer = torch.optim.AdamW(
-        _param_groups(model, workload, cfg),
-        lr=cfg.peak_lr(),
-        betas=(cfg.beta1, cfg.beta2),
-        fused=True if cfg.fused_adamw else None,
-    )
-    return step_module(cfg, workload, model), optimizer
-
-
-def step_module(cfg: TrainConfig, workload: Job, model: torch.nn.Module) -> torch.nn.Module:
-    """The module the steps call: `model` compiled as compile and compile_scope say, and every k-th of the
-    workload's blocks checkpointed (activation_checkpointing). The one place both are applied."""
-    step_model = model if cfg.compile == "none" else _compiled(cfg, workload, model)
-    if cfg.activation_checkpointing:
-        # around a block's compiled call, unless that call replays CUDA graphs: a checkpoint around those
-        # fails in their recording (pytorch#154306), so there the checkpoint is traced into the block's graph
-        outside = cfg.compile_scope == "blocks" and cfg.compile not in ("none", *CUDA_GRAPH_MODES)
-        _checkpoint_blocks(workload.compile_regions(model), cfg.activation_checkpointing, outside)
-    return step_model
-
-
-def _compiled(cfg: TrainConfig, workload: Job, model: torch.nn.Module) -> torch.nn.Module:
-    """The model under torch.compile: whole (`compile_scope: model`), or each of the workload's blocks
-    compiled in place (`blocks`: regional compilation; equal blocks share one graph, so a cold compile costs
-    a fraction of the whole model's, for a few % of speed). `evaluate` runs either eagerly."""
-    # A fresh, static-shape compile per run: Ray reuses worker processes across trials, and guards
-    # left by an earlier trial's model would otherwise turn shapes dynamic (slower, and fragile).
-    torch._dynamo.reset()
-    mode = None if cfg.compile == "default" else cfg.compile
-    if cfg.compile_scope == "model":
-        return torch.compile(model, mode=mode, dynamic=False)
-    for region in workload.compile_regions(model):
-        region.compile(mode=mode, dynamic=False)
-    return model
-
-
-def _checkpoint_blocks(regions: list[torch.nn.Module], every: int, around_compiled: bool) -> None:
-    """Every `every`-th block (the k-th, 2k-th, ...) recomputed in backward instead of keeping its
-    activations (non-reentrant torch.utils.checkpoint). `around_compiled`: around the call of a block
-    compiled in place (compile_scope: blocks), so it keeps the one graph the other blocks share and saves
-    only its input (traced into the block's graph, it kept ~2.6x the bytes on a CPU toy, and k > 1 made
-    a second graph). Otherwise its forward is checkpointed, which an eager call and torch.compile's
-    tracing (a whole model, or a block) both go through: the checkpoint becomes part of the graph."""
-    check_checkpointing(every, len(regions))
-    for region in regions[every - 1 :: every]:
-        if around_compiled:  # what Module.compile set: the call Module.__call__ makes of a compiled block
-            region._compiled_call_impl = _recomputed(region._compiled_call_impl)
-        else:
-            region.forward = _recomputed(region.forward)
-
-
-def _recomputed(call: Callable) -> Callable:
-    """`call` under a checkpoint where there is a backward to recompute it for (not in evals, no_grad)."""
-
-    @functools.wraps(call)
-    def run(*args, **kwargs):
-        if not torch.is_grad_enabled():
-            return call(*args, **kwargs)
-        return torch.utils.checkpoint.checkpoint(call, *args, use_reentrant=False, **kwargs)
-
-    return run
-
-
 def _progress_line(cfg: TrainConfig, point: dict[str, Any], rate: float, unit: str = "tokens") -> str:
     done = point["step"]
     eta = (cfg.total_steps - done) * cfg.tokens_per_step / rate
@@ -382,7 +275,7 @@ class _Training:
         self.result = replace(self.result, params=sum(p.numel() for p in self.model.parameters()), **counted)
         summary = getattr(self.model, "summary", None)
         log(summary() if callable(summary) else f"model: {self.result.params:,} parameters")
-        self.step_model, self.optimizer = _build(cfg, workload, self.model)
+        self.step_model, self.optimizer = build_step(cfg, workload, self.model)
         amp_dtype = AMP_DTYPES.get(cfg.precision)
         self.autocast = (lambda: torch.autocast(device.type, dtype=amp_dtype)) if amp_dtype else nullcontext
         self.scaler = torch.amp.GradScaler(device.type, enabled=cfg.precision == "fp16")

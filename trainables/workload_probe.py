@@ -13,7 +13,8 @@ from trainables import datasets
 from trainables.config import ConfigError
 
 if TYPE_CHECKING:
-    from trainables.workload import Batch, Job
+    from trainables.workload_job import Job
+    from trainables.workload_protocol import Batch
 
 TOKENS = "tokens"  # a workload's unit unless it declares its own
 

@@ -17,16 +17,12 @@ from typing import Any
 
 from ray.tune import Callback
 
-from trainables.config import ConfigError
-from trainables.progress import fmt_seconds, log, per_second
-from trainables.spec import TrialSpec
 from tuner.node_loss import died_with_node
 from tuner.records import TrialRow, short_node_id
+from tuner.runs.phase_progress import PhaseProgress, trial_spec
 from tuner.runs.request import Role, spec_key
-from tuner.stall import StallWatch
 from tuner.trial_rows import trial_error, trial_row, untold_end
 
-HEARTBEAT_S = 30  # the longest a phase stays silent
 # How often `on_row` is told the rows again with no trial finished: a listener that starts runs when a place
 # frees (the loss runs ahead of the loss check) must not wait for the next trial to end, which may be never
 # (run X, one H200: the screen's last 3 trials were stopped by its budget, so the two fused finalists found
@@ -89,7 +85,8 @@ def _ends_cut(f) -> bool:
 
 
 class LedgerCallback(Callback):
-    """Writes each finished trial to the ledger and prints one progress line: done/running/left, best, ETA."""
+    """Writes each finished trial to the ledger (one row per Ray trial; a trial lost with its node reruns)
+    and tells its phase's progress lines (PhaseProgress) what happened."""
 
     def __init__(
         self,
@@ -102,25 +99,20 @@ class LedgerCallback(Callback):
         planned_s: float | None = None,
         role: Role | None = None,
     ):
-        self.ledger, self.total, self.done, self.role = ledger, total, already, role  # role: in each spec key
+        self.ledger, self.role = ledger, role  # role: in each spec key
         self.on_row = on_row  # told the phase's rows each time one is added, and every RETELL_S
-        self.budget_s = budget_s  # the phase ends by then however many trials are left
-        self.planned_s = planned_s  # the search's estimate of the phase (eta.py), where it made one
         self.rerun_lost = rerun_lost  # a trial lost with its node gets no row: the phase reruns it
         self.lost: list[str] = []  # the Ray trials lost with their nodes, left to rerun
-        self.best = max((r.tokens_per_s or 0 for r in ledger.rows() if r.status == "ok"), default=0)
-        self.started, self.new = time.time(), 0
-        self.unit = "tokens"  # what the speeds count, as the trials report it (a failed one may not)
-        self.last_line = self.last_told = self.started
-        self.trial_started: dict[str, float] = {}
+        best = max((r.tokens_per_s or 0 for r in ledger.rows() if r.status == "ok"), default=0)
+        self.progress = PhaseProgress(ledger.phase, total, already, best, budget_s, planned_s)
+        self.last_told = self.progress.started
         self.failure: Exception | None = None  # the first error of its own; _fit raises it after the run
         self.recorded = {r.ray_trial_id for r in ledger.rows()}  # Ray trials with a row, or lost
         self.untold: dict[str, str] = {}  # Ray trials Tune failed without telling us -> why, in words
         self.trials: list = []
-        self.stall = StallWatch(ledger.phase)  # why no trial has advanced, when the host shows why
 
     def on_trial_start(self, iteration, trials, trial, **info):
-        self.trial_started[trial.trial_id] = time.time()
+        self.progress.trial_started[trial.trial_id] = time.time()
         self.trials = trials  # Tune's own list of the experiment's trials, kept up to date by Tune
 
     def on_experiment_end(self, trials, **info):
@@ -136,48 +128,19 @@ class LedgerCallback(Callback):
         return bool(self.untold)
 
     def on_step_begin(self, iteration, trials, **info):
-        """A line at least every HEARTBEAT_S: each running trial's tokens, speed and ETA, or its warm-up."""
+        """The rows told again every RETELL_S, and the phase's heartbeat line when due."""
         now = time.time()
         if self.on_row is not None and now - self.last_told >= RETELL_S:
             self._guarded(self._retell)
-        if now - self.last_line < HEARTBEAT_S:
-            return
-        running = [t for t in trials if t.status == "RUNNING"]
-        parts = [self._progress(t, now) for t in running[:6]]
-        self._say(
-            f"[{self.ledger.phase}] {self.done}/{self.total} done, {len(running)} running"
-            + (": " + "; ".join(parts) if parts else "")
-            + f" | {fmt_seconds(now - self.started)} in this phase"
-        )
-        pids = [t.last_result["pid"] for t in running if (t.last_result or {}).get("pid")]
-        warming = [_label(t.config) for t in running if not (t.last_result or {}).get("tokens_per_s")]
-        waiting = sum(1 for t in trials if t.status in ("RUNNING", "PENDING"))  # PENDING: a worker starting
-        if why := self.stall.explain(waiting, pids, warming, now):
-            self._say(why)
+        self.progress.heartbeat(trials, now)
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
         if result.get("tokens"):  # trained tokens: a trial's first report (where it runs) is no progress
-            self.stall.advanced()
+            self.progress.stall.advanced()
 
     def _retell(self) -> None:
         self.last_told = time.time()
         self.on_row(self.ledger.rows())
-
-    def _progress(self, trial, now: float) -> str:
-        result = trial.last_result or {}
-        label = _label(trial.config)
-        tokens, speed = result.get("tokens"), result.get("tokens_per_s")
-        total = _planned_tokens(trial.config)
-        if not tokens or not speed or not total:
-            return f"{label} warming up {fmt_seconds(now - self.trial_started.get(trial.trial_id, now))}"
-        eta = max(0.0, total - tokens) / speed
-        unit = result.get("unit") or "tokens"  # the workload's, as the run reports it
-        done = f"{tokens / 1e6:.2f}M/{total / 1e6:.2f}M {unit}"
-        return f"{label} {done}, {speed:,.0f} {per_second(unit)}, ETA {fmt_seconds(eta)}"
-
-    def _say(self, line: str) -> None:
-        log(line)
-        self.last_line = time.time()
 
     def on_trial_complete(self, iteration, trials, trial, **info):
         self._guarded(lambda: self._finish(trials, trial, None))
@@ -198,7 +161,7 @@ class LedgerCallback(Callback):
 
     def _finish(self, trials, trial, error):
         self.recorded.add(trial.trial_id)  # from here on, told: a row, a rerun, or a record's failure
-        self.stall.advanced()
+        self.progress.stall.advanced()
         if self.ledger.has(trial.trial_id):  # one row per Ray trial: a finished trial is never rewritten
             return
         fields = _row_fields(trial, error, self.role)
@@ -206,7 +169,7 @@ class LedgerCallback(Callback):
             node = short_node_id(fields["node_id"])
             if self.rerun_lost:  # no row: the phase runs it again
                 self.lost.append(trial.trial_id)
-                self._say(
+                self.progress.say(
                     f"[{self.ledger.phase}] Ray trial {trial.trial_id} was lost with its node {node}: reruns"
                 )
                 return
@@ -214,63 +177,11 @@ class LedgerCallback(Callback):
         row = self.ledger.append(fields)
         if self.on_row is not None:
             self._retell()
-        self.done += 1
-        self.new += 1
-        if row.status == "error":
-            self._say(f"[{self.ledger.phase}] {row.id} (Ray trial {trial.trial_id}) failed: {row.error}")
-        if row.status == "ok" and row.tokens_per_s:
-            self.best = max(self.best, row.tokens_per_s)
-        running = sum(1 for t in trials if t.status == "RUNNING" and t is not trial)
-        left = max(0, self.total - self.done - running)
-        eta = self._eta(time.time())
-        self.unit = (trial.last_result or {}).get("unit") or self.unit  # the workload's, as its runs report
-        unit = per_second(self.unit)
-        speed = f" {row.tokens_per_s:,.0f} {unit}" if row.tokens_per_s else ""
-        self._say(
-            f"[{self.ledger.phase}] {self.done}/{self.total} done, {running} running, {left} left | "
-            f"last {row.status}{speed} | best {self.best:,.0f} {unit} | ETA {fmt_seconds(eta)}"
-        )
-
-    def _eta(self, now: float) -> float:
-        """Seconds left: the pace of the trials finished so far, over those left. Runs that start together
-        finish close together, so at first that pace is far too slow (run Q's re-measure said 12m34s after
-        the first of its 15 runs, 65 s before its end); the phase's estimate bounds it while that has time
-        left, and the time budget always."""
-        eta = (now - self.started) / self.new * (self.total - self.done)
-        if self.planned_s is not None and (planned_left := self.started + self.planned_s - now) > 0:
-            eta = min(eta, planned_left)
-        if self.budget_s is not None:
-            eta = min(eta, max(0.0, self.started + self.budget_s - now))
-        return eta
+        self.progress.finished(row, trials, trial)
 
 
 def _row_fields(trial, error, role: Role | None) -> dict[str, Any]:
     """A finished Ray trial's row fields, its spec key among them."""
-    spec = _spec(trial.config)
+    spec = trial_spec(trial.config)
     fields = trial_row(trial.last_result, spec, error, trial.path, trial.trial_id)
     return {**fields, "spec_key": spec_key(spec, role)}
-
-
-def _spec(config: dict[str, Any]) -> TrialSpec:
-    """The spec a trial's Tune config carries, as the trial reads it, or as asked where it refused it."""
-    try:
-        return TrialSpec.of_tune(config)
-    except ConfigError:
-        return TrialSpec.as_asked(config)
-
-
-def _label(config: dict) -> str:
-    """A trial in a few words: its case number, or the knobs that say most about its speed."""
-    labels = _spec(config).labels
-    if labels.case is not None:
-        return f"case {labels.case}" + (f"#{labels.repeat}" if labels.repeat else "")
-    knobs = [str(config[k]) for k in ("batch_size", "precision", "compile", "kernels") if k in config]
-    return "/".join(knobs) or "trial"
-
-
-def _planned_tokens(config: dict) -> int | None:
-    try:
-        cfg = TrialSpec.of_tune(config).train  # as the trial itself reads it
-    except ConfigError:
-        return None
-    return cfg.total_steps * cfg.tokens_per_step
