@@ -3,16 +3,33 @@ runs, recorded in summary.json and said in the report beside the answer."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from factories import make_row, make_summary
 from pydantic import ValidationError
 
 from trainables.config import TrainConfig
-from tuner.config import RECIPE, SearchConfig, SearchSection
-from tuner.recipe import as_run_here, in_space, recipe_point, result, start_points
+from tuner.config import RECIPE, SearchConfig, SearchSection, load_search_config
+from tuner.context import SearchContext, State
+from tuner.loss_plan import Limits, LossPlan
+from tuner.phases.remeasure import _recipe_finalist
+from tuner.recipe import (
+    SCREEN_MARGIN,
+    as_run_here,
+    in_reach,
+    in_space,
+    recipe_point,
+    result,
+    row_ids,
+    start_points,
+)
+from tuner.records import Hardware
 from tuner.report.recipe_section import recipe_line
+from tuner.runs.tune import SlowTrialStopper
 from tuner.space import applicable
 
+ROOT = Path(__file__).resolve().parents[1]
 BASE = TrainConfig(batch_size=64, precision="fp32", compile="none", fused_adamw=False)
 GPU = {"cuda": True, "bf16": True, "gpus": 1}
 CPU = {"cuda": False, "bf16": False, "gpus": 0}
@@ -106,3 +123,70 @@ def test_the_report_says_the_recipe_beside_the_answer():
     assert "screen-2, 2,000,000 tok/s in the screen, val loss 1.7500 (within the limit)" in line
     assert "the answer screened 1.50x it" in line and "OUT/recipe.yaml trains it alone" in line
     assert recipe_line(make_summary()) == ""
+
+
+# --- the recipe is a reference: never stopped early, checked and re-measured while the screen can't tell ---
+
+
+LM = {"batch_size": 64, "grad_accum": 1, "lr": 1e-3, "lr_scaling": "none", "lr_base_batch": 64}
+LM |= {"precision": "fp32", "compile": "none", "fused_adamw": False, "tokens": 10_240_000}
+LOOSE = Limits(runs=8, time_s=1e9, tokens=10_240_000, remeasure_top=2)
+
+
+def _row(tid: str, tps: float, **config):
+    return make_row(tid, "screen", config, tokens_per_s=tps, warmup_s=5.0)
+
+
+def test_start_points_are_never_stopped_early_the_rest_are():
+    recipe = {"batch_size": 64, **RECIPE}
+    stopper = SlowTrialStopper(0.5, best=3_000_000.0, keep=[recipe])
+    running = {"tokens_per_s": 700_000.0, "done": False}
+    assert stopper("t1", {**running, "config": {**recipe, "train": {"seq_len": 256}}}) is False
+    assert stopper("t2", {**running, "config": {**recipe, "batch_size": 128}}) is True
+    assert SlowTrialStopper(0.5, best=3_000_000.0)("t3", {**running, "config": recipe}) is True
+
+
+def test_the_recipe_is_checked_second_and_while_its_screen_figure_is_in_reach():
+    screen = [
+        _row("b256", 3_300_000.0, batch_size=256, lr_scaling="linear", precision="bf16"),
+        _row("fp16", 1_200_000.0, precision="fp16"),
+        _row("recipe", 1_000_000.0, **RECIPE),  # under fp16's in the screen: it may be faster alone
+        _row("base", 500_000.0),
+    ]
+    reference = row_ids(screen, RECIPE, TrainConfig(**{k: v for k, v in LM.items() if k != "tokens"}))
+    assert reference == {"recipe"}
+    plan = LossPlan.of(screen, LM, LOOSE, reference)
+    assert [c.id for c in plan.queue] == ["fp16", "recipe", "b256"]  # the recipe's group second
+    checked = []
+    while plan.ended_by is None:
+        for pick in plan.next_round(1):
+            checked.append(pick.id)
+            plan.record(pick, pick.id != "b256")
+    assert checked == ["fp16", "recipe", "b256"], "the recipe checked though slower than fp16, passed first"
+    without = LossPlan.of(screen, LM, LOOSE)
+    assert [c.id for c in without.queue] == ["fp16", "b256", "recipe"]
+    far = [*screen[:3], _row("recipe", 0.5 * 1_200_000.0, **RECIPE), screen[3]]  # under the margin: out
+    plan = LossPlan.of([r for r in far if r.tokens_per_s != 1_000_000.0], LM, LOOSE, reference)
+    plan.record(plan.next_round(1)[0], True)
+    assert "recipe" not in [c.id for c in plan.next_round(4)]
+
+
+def test_in_reach_is_the_margin():
+    assert in_reach(SCREEN_MARGIN * 1e6, 1e6) and not in_reach(0.99 * SCREEN_MARGIN * 1e6, 1e6)
+    assert in_reach(1.0, None) and not in_reach(None, 1e6) and not in_reach(0.0, 1e6)
+
+
+def test_a_feasible_recipe_in_reach_is_re_measured_beside_the_top(tmp_path):
+    cfg = load_search_config(str(ROOT / "configs" / "smoke.yaml"))
+    hw = Hardware(cuda=True, bf16=True, gpus=1)
+    ctx = SearchContext(cfg, tmp_path, cfg.train, hw, 2, State(tmp_path), "")
+    knobs = {k: getattr(cfg.train, k) for k in cfg.search.space}
+    recipe = make_row("screen-1", config={**knobs, "precision": "bf16", "fused_adamw": True}, feasible=True,
+                      tokens_per_s=900.0)  # fmt: skip
+    top = make_row("screen-2", config={**knobs, "batch_size": 64}, feasible=True, tokens_per_s=1000.0)
+    assert as_run_here(cfg.search, cfg.train, hw.model_dump())["compile"] == "default"
+    recipe = recipe.model_copy(update={"config": {**recipe.config, "compile": "default"}})
+    assert _recipe_finalist(ctx, [top, recipe]) is recipe
+    slow = recipe.model_copy(update={"tokens_per_s": 500.0})
+    assert _recipe_finalist(ctx, [top, slow]) is None
+    assert _recipe_finalist(ctx, [top]) is None

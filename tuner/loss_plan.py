@@ -26,6 +26,7 @@ from pydantic import Field, model_validator
 
 from tuner.knobs import knob_diff, train_point
 from tuner.loss_outcome import LossCheckOutcome
+from tuner.recipe import in_reach
 from tuner.record_base import Record
 from tuner.records import BASELINE_ID, TrialRow
 from tuner.select import Candidate, could_be_remeasured, loss_check_candidates
@@ -78,16 +79,25 @@ class LossPlan:
     passed: list[Candidate]  # groups that passed (the baseline's own loss group from the start)
     base_speed: float | None
     base: dict
+    reference: frozenset[str] = frozenset()  # the recipe's screen runs (tuner/recipe.py)
     failed_points: set[tuple[int, float]] = field(default_factory=set)
     runs: int = 0
     spent_s: float = 0.0
     ended_by: str | None = None
 
     @classmethod
-    def of(cls, screen: list[TrialRow], base: dict, limits: Limits) -> LossPlan:
+    def of(
+        cls, screen: list[TrialRow], base: dict, limits: Limits, reference: frozenset[str] = frozenset()
+    ) -> LossPlan:
+        """`reference`: the recipe's screen runs. Its group is checked second (after the fastest at the
+        baseline's batch and lr) and stays while its screen figure is in reach of the floor
+        (recipe.in_reach): screen figures of compiled runs can be far under their figures alone."""
         picks = loss_check_candidates(screen, base, len(screen))
         passed = [p for p in picks if p.inherits]
-        plan = cls(limits, ordered(picks, base), passed, baseline_speed(screen, base), base)
+        queue = ordered(picks, base)
+        mine = [c for c in queue if reference & set(c.covers)]
+        queue = queue[:1] + mine + [c for c in queue[1:] if c not in mine]
+        plan = cls(limits, queue, passed, baseline_speed(screen, base), base, reference)
         plan._drop_slower()
         return plan
 
@@ -114,7 +124,10 @@ class LossPlan:
         for pick in self._preferred():
             if len(batch) >= take:
                 break
-            if not could_be_remeasured(pick, [*self.passed, *batch], self.limits.remeasure_top):
+            remeasured = self._is_reference(pick) or could_be_remeasured(
+                pick, [*self.passed, *batch], self.limits.remeasure_top
+            )  # the re-measure times the recipe beside its top
+            if not remeasured:
                 continue
             if not self._affords([*batch, pick]):
                 self.ended_by = "max_loss_checks" if self.passed_faster else "loss_check_time"
@@ -152,7 +165,16 @@ class LossPlan:
 
     def _drop_slower(self) -> None:
         floor = self.floor
-        self.queue = [c for c in self.queue if speed(c.row) > floor]
+        self.queue = [c for c in self.queue if speed(c.row) > floor or self._reference_in_reach(c, floor)]
+
+    def _is_reference(self, pick: Candidate) -> bool:
+        return bool(self.reference & set(pick.covers))
+
+    def _reference_in_reach(self, pick: Candidate, floor: float) -> bool:
+        """The recipe's group, while its screen figure beats the baseline's and is in reach of the floor."""
+        mine = [speed(r) for r in pick.rows if r.id in self.reference]
+        fastest = max(mine, default=-math.inf)
+        return fastest > (self.base_speed or 0.0) and in_reach(fastest, floor)
 
     def _preferred(self) -> list[Candidate]:
         """The queue with the candidates at a (batch, lr) point that failed last."""

@@ -21,6 +21,12 @@ from tuner.config import Knob, Range, SearchSection
 from tuner.records import RecipeResult, TrialRow
 from tuner.space import applicable, start_point
 
+# Screen figures of compiled runs came out up to 37% under the same config's figure alone where other runs
+# compiled beside them (the recipe on an H200: nanoGPT 706K in the screen, 1.12M alone; the HF Llama 1.08M,
+# 1.33M; 2026-11-29). So the recipe stays in the loss check and the re-measure while its screen figure is
+# at least this share of the fastest passing config's: the answer is then picked against it on exclusive,
+# repeated figures, never on the screen's.
+SCREEN_MARGIN = 0.6
 # The recipe's knobs that apply only where the trials have CUDA: on a CPU, Inductor's C++ compile of even the
 # smoke model costs more than the short runs it would speed up, and the recipe is a GPU engineer's first try.
 CUDA_ONLY = frozenset({"compile"})
@@ -94,8 +100,8 @@ def result(
     baseline's values for the rest of the space) with that run's loss verdict; None without a recipe."""
     if not knobs:
         return None
-    values = base.model_dump()
-    row = next((r for r in screen if r.config and r.config == _point(r.config, knobs, values)), None)
+    ids = row_ids(screen, knobs, base)
+    row = next((r for r in screen if r.id in ids), None)
     found = {} if row is None else {
         "trial": row.id, "tokens_per_s": row.tokens_per_s, "val_loss": row.val_loss, "feasible": row.feasible
     }  # fmt: skip
@@ -105,3 +111,19 @@ def result(
 def _point(config: dict[str, Any], knobs: dict[str, Any], base: dict[str, Any]) -> dict[str, Any]:
     """The recipe's point over the knobs `config` names: the recipe's value, else the baseline's."""
     return {name: knobs.get(name, base.get(name)) for name in config}
+
+
+def row_ids(screen: list[TrialRow], knobs: dict[str, Any], base: TrainConfig) -> frozenset[str]:
+    """The screen runs of exactly the recipe's point ({} without a recipe)."""
+    if not knobs:
+        return frozenset()
+    values = base.model_dump()
+    return frozenset(r.id for r in screen if r.config and r.config == _point(r.config, knobs, values))
+
+
+def in_reach(recipe_speed: float | None, best_speed: float | None) -> bool:
+    """Whether the recipe's screen figure is close enough to `best_speed` that only exclusive runs can tell
+    them apart (SCREEN_MARGIN)."""
+    if not recipe_speed or recipe_speed <= 0:
+        return False
+    return best_speed is None or recipe_speed >= SCREEN_MARGIN * best_speed

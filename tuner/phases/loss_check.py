@@ -26,7 +26,7 @@ from tuner.context import SearchContext
 from tuner.horizon import at_horizon
 from tuner.knobs import execution, loss_key
 from tuner.loss_plan import Limits, LossCheck, LossPlan, baseline_speed
-from tuner.recipe import times_baseline
+from tuner.recipe import as_run_here, row_ids, times_baseline
 from tuner.records import LossLimit, TrialRow
 from tuner.runs.ahead import RunsAhead
 from tuner.runs.pool import RunPool
@@ -52,7 +52,7 @@ def run(
     the verdicts wait for their rows. With `ahead`, a candidate whose loss run trained beside the screen
     takes that run's row. Which candidates train, in what order, and when it stops: tuner/loss_plan.py."""
     s = ctx.cfg.search
-    plan = LossPlan.of(screen, ctx.base.model_dump(), limits(ctx))
+    plan = LossPlan.of(screen, ctx.base.model_dump(), limits(ctx), recipe_runs(ctx, screen))
     if s.loss_check_top == 0:
         plan.stop("loss_check_top")
     feasible = 0
@@ -97,6 +97,11 @@ def run(
     if line := outcome.line():
         ctx.notice(line)
     return LossCheck(baseline=base_row, seeds=seed_rows, candidates=rows, outcome=outcome)
+
+
+def recipe_runs(ctx: SearchContext, screen: list[TrialRow]) -> frozenset[str]:
+    """The screen runs of the usual recipe as it runs here (tuner/recipe.py)."""
+    return row_ids(screen, as_run_here(ctx.cfg.search, ctx.base, ctx.hw.model_dump()), ctx.base)
 
 
 def limits(ctx: SearchContext, base_row: TrialRow | None = None) -> Limits:
@@ -175,7 +180,7 @@ def _wanted_ahead(ctx: SearchContext, screen: list[TrialRow]) -> list[RunRequest
     base = ctx.base.model_dump()
     if baseline_speed(screen, base) is None and times_baseline(ctx.cfg.search.space, ctx.base):
         return []  # until the screen has timed the baseline, "slower than the baseline" cannot be told
-    picks = LossPlan.of(screen, base, limits(ctx)).queue[:top]
+    picks = LossPlan.of(screen, base, limits(ctx), recipe_runs(ctx, screen)).queue[:top]
     return [RunRequest(_beside_screen(ctx, _spec(ctx, pick)), Role.AHEAD) for pick in picks]
 
 

@@ -100,6 +100,7 @@ class RunPool:
             on_row=self._tell if self.listeners else None,
             role=request.role,
             fit=fit,
+            keep=searcher.points,  # the start points run to the end: the stopper never cuts them short
         )
         return self.record(request.role, rows)
 
