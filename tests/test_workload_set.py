@@ -71,3 +71,20 @@ def test_an_unknown_entry_is_refused_in_one_line(capsys):
         bench.main(["--size", "cpu", "--only", "nope", "--out", "/tmp/never-written"])
     assert stop.value.code == 2
     assert "unknown workload(s) ['nope']" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", sorted(n for n in SET if n not in ("hybrid", "hybrid-100m")))
+@pytest.mark.parametrize("size", ["cpu", "gpu"])
+def test_each_entrys_model_settings_are_ones_its_adapter_takes(name, size):
+    """The factory's own schema reads train.model, as the search's pre-check does (a GPU config once named
+    a key its adapter lacks, and the sitting's first try was refused)."""
+    import inspect
+
+    from trainables.user_code import load_factory, parse_spec
+    from trainables.workload import settings
+
+    cfg = load_search_config(str(ROOT / SET[name][size]))
+    factory = load_factory(parse_spec(cfg.train.workload, "train.workload"), "train.workload")
+    params = list(inspect.signature(factory).parameters.values())
+    assert len(params) == 2, f"{name}: its factory takes the model's settings"
+    settings(params[1].annotation, cfg.train.model)  # ConfigError, one line, on a key it does not take
