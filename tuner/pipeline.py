@@ -71,8 +71,19 @@ def _pipeline(ctx: SearchContext, fresh: bool, kept: Path) -> int:
     summary = finish.summarize(ctx, base_row, screened, checked, measured, loss_limit, done.outcome)
     code = finish.write(ctx, summary)
     if not remembered and code != Exit.NOTHING_SCREENED:
-        answers.remember(kept, ctx.state.data["fingerprint"], ctx.out, ctx.state.data["phases"])
+        _remember(ctx, kept, summary.untrusted)
     return code
+
+
+def _remember(ctx: SearchContext, kept: Path, untrusted: bool) -> None:
+    """This search kept for the next one with its fingerprint, unless its figures were untrusted: a
+    confirmation would present them without the notices that said so."""
+    phases = ctx.state.data["phases"]
+    why = answers.untrusted_why(phases, untrusted)
+    if why is not None:
+        log(f"not remembered for a later search: {why}")
+        return
+    answers.remember(kept, ctx.state.data["fingerprint"], ctx.out, phases, untrusted)
 
 
 def recall_answer(ctx: SearchContext, fresh: bool, kept: Path) -> bool:
@@ -86,7 +97,7 @@ def recall_answer(ctx: SearchContext, fresh: bool, kept: Path) -> bool:
     begun = any(ctx.state.phase(name) is not None for name in answers.REMEMBERED_PHASES)  # its own, resumed
     if begun or answers.fresh_asked(fresh):
         return False
-    record = answers.recall(kept, key)
+    record = answers.recall(kept, key, say=ctx.notice)  # refused: untrusted, or its OUT gone or damaged
     if record is None:
         return False
     ctx.state.data["remembered"] = {"out": record["out"], "when": record["when"], "fingerprint": key}
