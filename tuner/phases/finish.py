@@ -282,7 +282,13 @@ def measured_threads(rows: list[TrialRow], config_id: str) -> dict[str, int]:
 
 
 def _without_timelines(rows: list[TrialRow]) -> list[TrialRow]:
-    return [r.model_copy(update={"timeline": None}) for r in rows]
+    """summary.json's rows: no timelines, and no trial folder that is not there (a remembered search's
+    rows name the earlier OUT's folders, which may be gone; a deleted ray/ folder): `path` None then."""
+    return [r.model_copy(update={"timeline": None, "path": existing_folder(r.path)}) for r in rows]
+
+
+def existing_folder(path: str | None) -> str | None:
+    return path if path and Path(path).is_dir() else None
 
 
 def _timings(ctx: SearchContext) -> dict[str, float]:

@@ -421,7 +421,8 @@ class View:
         was = self.summary.remembered
         return (
             f"**A confirmation:** this search matched one finished on {was['when']} ({was['out']}); its probe, "
-            "screen and loss check were taken from it, and its finalists and the baseline re-measured now."
+            "screen and loss check were taken from it, and its finalists and the baseline re-measured now. "
+            f"The evidence they rest on (trial folders, ledgers, Optuna journal) is in {was['out']}."
         )
 
     def _answer(self, base_tps: str, base_loss: str, limit: str, after: str) -> str:
