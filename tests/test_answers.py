@@ -4,6 +4,7 @@ that confirms the first one's answer by re-measuring only its finalists and the 
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +15,8 @@ from trainables.config import read_yaml
 from trainables.exit_codes import Exit
 from tuner import answers
 from tuner.config import CONFIRM_RUNS, SearchSection, load_search_config
-from tuner.records import Hardware
+from tuner.phases import finish
+from tuner.records import Hardware, TrialRow
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE = str(ROOT / "configs" / "smoke.yaml")
@@ -69,15 +71,105 @@ def test_the_fingerprint_reads_the_keys_set_not_the_defaults(monkeypatch):
     assert lr[0] == lr[1] == "898a7fa04eeb04828f07e39b"
 
 
+def _row(n: int, **more) -> dict:
+    return TrialRow(id=f"screen-{n}", phase="screen", tokens_per_s=1000.0 + n, **more).model_dump(mode="json")
+
+
+def _finished(out: Path, key: str, screen: list[dict], untrusted: bool = False) -> dict:
+    """An earlier search's OUT as a finished search leaves it: its phases in state.json, its ledgers, its
+    summary.json."""
+    phases = {"probe": {}, "screen": screen, "loss_check": {"candidates": []}, "remeasure": ["not kept"]}
+    (out / "trials").mkdir(parents=True)
+    (out / "trials" / "screen.jsonl").write_text("".join(json.dumps(r) + "\n" for r in screen))
+    (out / "optuna.journal").write_text('{"op_code": 0}\n')
+    (out / "state.json").write_text(json.dumps({"fingerprint": key, "phases": phases}, indent=1))
+    (out / "summary.json").write_text(json.dumps({"untrusted": untrusted}))
+    return phases
+
+
 def test_a_record_round_trips_and_a_damaged_one_is_no_answer(tmp_path):
-    phases = {"probe": {}, "screen": [{"id": "screen-0"}], "loss_check": [], "remeasure": ["not kept"]}
+    phases = _finished(tmp_path / "out", "k", [_row(0)])
     path = answers.remember(tmp_path, "k", tmp_path / "out", phases)
     record = answers.recall(tmp_path, "k")
-    assert record["phases"] == {"probe": {}, "screen": [{"id": "screen-0"}], "loss_check": []}
+    assert record["phases"] == {"probe": {}, "screen": [_row(0)], "loss_check": {"candidates": []}}
     assert record["out"] == str((tmp_path / "out").resolve())
     path.write_text('{"phases": {"probe": {}')  # cut short
     assert answers.recall(tmp_path, "k") is None
     assert answers.recall(tmp_path, "other") is None
+
+
+def test_an_untrusted_search_is_not_remembered(tmp_path):
+    """A confirmation would present its figures without the notices that said they were untrusted."""
+    phases = _finished(tmp_path / "out", "k", [_row(0), _row(1)])
+    assert answers.remember(tmp_path / "kept", "k", tmp_path / "out", phases, untrusted=True) is None
+    contended = _finished(tmp_path / "busy", "k", [_row(0), _row(1, cpu_shared=True)])
+    assert answers.remember(tmp_path / "kept", "k", tmp_path / "busy", contended) is None
+    assert not (tmp_path / "kept").exists()
+    assert "1 of its 2 screen figures were contended" in answers.untrusted_why(contended, False)
+    assert answers.remember(tmp_path / "kept", "k", tmp_path / "out", phases) is not None  # trusted: kept
+
+
+def test_recall_refuses_a_record_that_says_its_figures_were_untrusted(tmp_path):
+    heard: list[str] = []
+    phases = _finished(tmp_path / "out", "k", [_row(0)])
+    answers.remember(tmp_path, "k", tmp_path / "out", phases)
+    record = json.loads((tmp_path / "k.json").read_text())
+    (tmp_path / "k.json").write_text(json.dumps({**record, "untrusted": True}))
+    assert answers.recall(tmp_path, "k", heard.append) is None
+    # an older record, written before untrusted searches were skipped: its contended screen rows say so
+    older = {**record, "phases": {**record["phases"], "screen": [_row(0, shared=True)]}}
+    (tmp_path / "k.json").write_text(json.dumps(older))
+    assert answers.recall(tmp_path, "k", heard.append) is None
+    # its OUT's summary.json says so
+    (tmp_path / "k.json").write_text(json.dumps(record))
+    (tmp_path / "out" / "summary.json").write_text(json.dumps({"untrusted": True}))
+    assert answers.recall(tmp_path, "k", heard.append) is None
+    assert len(heard) == 3 and all("untrusted" in h and "searching anew" in h for h in heard), heard
+
+
+@pytest.mark.parametrize(
+    "damage, why",
+    [
+        (lambda out: shutil.rmtree(out), "is gone"),
+        (lambda out: (out / "summary.json").unlink(), "summary.json is gone"),
+        (lambda out: (out / "state.json").write_text('{"phases": {'), "does not read"),
+        (lambda out: (out / "state.json").write_text('{"fingerprint": "other"}'), "no longer holds"),
+        (lambda out: shutil.rmtree(out / "trials"), "no longer"),
+        (lambda out: (out / "trials" / "screen.jsonl").write_text('{"id": "screen-0"}\n{"id": "scr'), "cut"),
+        (lambda out: (out / "optuna.journal").write_text('{"op_code": 0}\n{"op_'), "damaged"),
+    ],
+)
+def test_recall_refuses_an_answer_whose_evidence_is_gone_or_damaged(tmp_path, damage, why):
+    out = tmp_path / "out"
+    answers.remember(tmp_path, "k", out, _finished(out, "k", [_row(0), _row(1)]))
+    assert answers.recall(tmp_path, "k") is not None  # whole: used
+    damage(out)
+    heard: list[str] = []
+    assert answers.recall(tmp_path, "k", heard.append) is None
+    assert len(heard) == 1 and why in heard[0] and str(out) in heard[0], heard
+
+
+def test_the_same_out_rerun_after_rm_does_not_recall_itself(tmp_path):
+    """The command run again into its own OUT after rm -rf: the new search's state.json is there, the
+    earlier search's evidence is not."""
+    out = tmp_path / "out"
+    answers.remember(tmp_path, "k", out, _finished(out, "k", [_row(0)]))
+    shutil.rmtree(out)
+    out.mkdir()
+    (out / "state.json").write_text(json.dumps({"fingerprint": "k", "phases": {"hardware": {}}}))
+    assert answers.recall(tmp_path, "k") is None
+
+
+def test_summary_rows_never_name_a_trial_folder_that_is_not_there(tmp_path):
+    """A remembered search's rows point at the earlier OUT's folders where they exist, else at none."""
+    (tmp_path / "earlier" / "ray" / "screen" / "t0").mkdir(parents=True)
+    rows = [
+        TrialRow(id="screen-0", phase="screen", path=str(tmp_path / "earlier" / "ray" / "screen" / "t0")),
+        TrialRow(id="screen-1", phase="screen", path=str(tmp_path / "gone" / "ray" / "screen" / "t1")),
+        TrialRow(id="remeasure-0", phase="remeasure"),
+    ]
+    kept = finish._without_timelines(rows)
+    assert [r.path for r in kept] == [rows[0].path, None, None]
 
 
 def test_fresh_is_asked_by_flag_or_environment(monkeypatch):
@@ -106,6 +198,9 @@ def test_a_second_search_confirms_the_first_answer_and_fresh_searches_anew(tmp_p
 
     second = search(tmp_path / "second")
     assert second.returncode in finished, second.stderr[-3000:]
+    if "not remembered for a later search" in first.stderr:  # its figures were contended (a busy machine)
+        assert "[screen] starting" in second.stderr and "remembered:" not in second.stderr
+        return
     assert "remembered: this search matches one finished" in second.stderr, second.stderr[-3000:]
     assert "[screen] starting" not in second.stderr  # taken, not run
     summary = json.loads((tmp_path / "second" / "summary.json").read_text())
