@@ -105,8 +105,11 @@ def test_an_untrusted_search_is_not_remembered(tmp_path):
     contended = _finished(tmp_path / "busy", "k", [_row(0), _row(1, cpu_shared=True)])
     assert answers.remember(tmp_path / "kept", "k", tmp_path / "busy", contended) is None
     assert not (tmp_path / "kept").exists()
-    assert "1 of its 2 screen figures were contended" in answers.untrusted_why(contended, False)
+    assert "1 of its 2 screen figures were timed while" in answers.untrusted_why(contended, False)
     assert answers.remember(tmp_path / "kept", "k", tmp_path / "out", phases) is not None  # trusted: kept
+    # a GPU shared with the search's own loss runs beside the screen (by design) is no reason
+    beside = _finished(tmp_path / "gpu", "k2", [_row(0, shared=True), _row(1, shared=True)])
+    assert answers.remember(tmp_path / "kept", "k2", tmp_path / "gpu", beside) is not None
 
 
 def test_recall_refuses_a_record_that_says_its_figures_were_untrusted(tmp_path):
@@ -117,7 +120,7 @@ def test_recall_refuses_a_record_that_says_its_figures_were_untrusted(tmp_path):
     (tmp_path / "k.json").write_text(json.dumps({**record, "untrusted": True}))
     assert answers.recall(tmp_path, "k", heard.append) is None
     # an older record, written before untrusted searches were skipped: its contended screen rows say so
-    older = {**record, "phases": {**record["phases"], "screen": [_row(0, shared=True)]}}
+    older = {**record, "phases": {**record["phases"], "screen": [_row(0, cpu_shared=True)]}}
     (tmp_path / "k.json").write_text(json.dumps(older))
     assert answers.recall(tmp_path, "k", heard.append) is None
     # its OUT's summary.json says so

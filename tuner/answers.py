@@ -108,18 +108,23 @@ def remember(
 
 def untrusted_why(phases: dict[str, Any], untrusted: bool) -> str | None:
     """Why a search's probe, screen and loss check may not stand for a later search's: its answer was
-    untrusted (exit 4), or a screen figure was timed in a contended window (its report said those figures
-    are not trusted; a confirmation would drop that). Loss runs share the machine by design: their speed
-    is never used, so their contention does not count. None: trusted."""
+    untrusted (exit 4), or a screen figure was timed while other processes contended for the CPUs (its
+    report's notice said those figures are not trusted; a confirmation would drop that). A GPU shared in
+    the screen does not count: the search's own loss runs train beside the screen on its GPUs by design,
+    and most screens on a GPU read shared for them. Loss runs' contention does not count either: their
+    speed is never used. None: trusted."""
     if untrusted:
         return "its figures were untrusted (exit 4: the re-measure could not get uncontended windows)"
     try:
         screen = _ROWS.validate_python(phases.get("screen") or [])
     except ValueError:
         return "its screen rows do not read"
-    contended = [r for r in screen if r.contended and r.tokens_per_s is not None]
+    contended = [r for r in screen if r.cpu_shared and r.tokens_per_s is not None]
     if contended:
-        return f"{len(contended)} of its {len(screen)} screen figures were contended (untrusted)"
+        return (
+            f"{len(contended)} of its {len(screen)} screen figures were timed while other processes "
+            "contended for the CPUs (untrusted)"
+        )
     return None
 
 
