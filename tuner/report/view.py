@@ -409,21 +409,15 @@ class View:
         base_tps, base_loss = f"{fmt_tps(base.tps)} {base.per_s}", fmt_loss(summary.baseline.val_loss)
         after = planned_run(summary)
         if summary.remembered:
-            return f"{self._confirmed()} {self._answer(base_tps, base_loss, limit, after)}"
+            return (
+                f"{confirmed_line(self.summary.remembered)} {self._answer(base_tps, base_loss, limit, after)}"
+            )
         return self._answer(base_tps, base_loss, limit, after)
 
     @property
     def _base_metrics(self) -> str:
         """', accuracy 0.9861': the workload's own val figures of the baseline ("" where it has none)."""
         return metrics_text(self.summary.baseline.val_metrics)
-
-    def _confirmed(self) -> str:
-        was = self.summary.remembered
-        return (
-            f"**A confirmation:** this search matched one finished on {was['when']} ({was['out']}); its probe, "
-            "screen and loss check were taken from it, and its finalists and the baseline re-measured now. "
-            f"The evidence they rest on (trial folders, ledgers, Optuna journal) is in {was['out']}."
-        )
 
     def _answer(self, base_tps: str, base_loss: str, limit: str, after: str) -> str:
         summary, base, winner = self.summary, self.baseline, self.winner
@@ -493,3 +487,13 @@ def loss_cell(e: Entry, facts: Facts) -> tuple[str, str]:
     """(the loss, marked when over the limit; the execution that trained it, "" where not recorded)."""
     value = fmt_loss(e.loss) + (" (over limit)" if facts.over_limit(e.loss) else "")
     return value, e.trained.sentence if e.trained and e.loss is not None else ""
+
+
+def confirmed_line(was: dict[str, str]) -> str:
+    """The top line of a confirmation's report: the earlier search it took its screen from, and where its
+    evidence is."""
+    return (
+        f"**A confirmation:** this search matched one finished on {was['when']} ({was['out']}); its probe, "
+        "screen and loss check were taken from it, and its finalists and the baseline re-measured now. "
+        f"The evidence they rest on (trial folders, ledgers, Optuna journal) is in {was['out']}."
+    )
