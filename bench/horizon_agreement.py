@@ -41,8 +41,8 @@ from tuner.horizon import LossHorizon, horizon_for  # noqa: E402
 from tuner.records import LossLimit  # noqa: E402
 
 # Different batches, lr rules and precisions around the default config's baseline (batch 8, fp32, lr 3e-4
-# at lr_base_batch 8): the loss knobs the default search moves, on both sides of the loss limit (run O:
-# batch 512 fp16 failed it at the full run; run P: batch 256 fp16 sqrt passed).
+# at lr_base_batch 8): the loss knobs the default search moves, on both sides of the loss limit (on
+# H100s batch 512 fp16 fails it at the full run, batch 256 fp16 sqrt passes; docs/benchmarks.md).
 CONFIGS: list[dict[str, Any]] = [
     {"batch_size": 8, "precision": "bf16"},
     {"batch_size": 16, "precision": "fp32"},

@@ -298,8 +298,8 @@ def test_an_interrupt_a_library_masked_with_its_own_error_still_exits_130(tmp_pa
 
 
 def test_listeners_are_told_the_rows_again_while_no_trial_finishes(tmp_path):
-    # The loss runs ahead of the loss check start when a place frees, which is not when a trial ends: run X's
-    # screen had no trial ending in its last 85 s, and its fused finalists never trained ahead.
+    # The loss runs ahead of the loss check start when a place frees, which is not when a trial ends: a
+    # screen on one H200 had no trial ending in its last 85 s, and its fused finalists never trained ahead.
     told: list[int] = []
     record = LedgerCallback(
         Ledger(tmp_path, "screen"), total=3, already=0, on_row=lambda rows: told.append(len(rows))

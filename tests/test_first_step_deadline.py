@@ -1,5 +1,5 @@
 """The first step's deadline (trainables/timing.py FirstStepDeadline) lands even where the compile waits in C
-on its worker processes, which never runs the bytecode an asynchronous exception needs (run Z: a
+on its worker processes, which never runs the bytecode an asynchronous exception needs (on one H200 a
 max-autotune-no-cudagraphs first step sat 12.5 minutes past its 5-minute deadline)."""
 
 from __future__ import annotations

@@ -45,7 +45,7 @@ def test_each_run_gets_at_least_its_even_part_of_the_gpus(gpus, shares, expected
 
 
 def test_a_baseline_run_still_training_beside_the_round_counts_as_one_of_its_runs():
-    # run L (2 H200s): four half-GPU runs and the baseline's sixth of GPU 0: the fourth waited for a place
+    # on 2 H200s: four half-GPU runs and the baseline's sixth of GPU 0: the fourth waited for a place
     cases = [TrialSpec.of({"batch_size": 128, "gpu_memory_fraction": 0.25})] * 4
     got = [c.train.gpu_memory_fraction for c in spread_over_gpus(ctx(2), cases, beside=1)]
     assert got == pytest.approx([1 / 3] * 4)  # GPU 0: 1/6 + 2/3; GPU 1: the other two

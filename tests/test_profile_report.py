@@ -42,7 +42,7 @@ def test_the_remeasure_profiles_its_runs_after_their_windows(tmp_path, one_cpu_r
 def test_one_run_of_each_finalist_profiles_and_the_rest_only_time():
     """A profile holds its GPU's gate: profiling all 15 re-measure runs would queue every window behind 15
     profiles. One run per finalist profiles; the rest are plain repeats with the same finalist label. The
-    baseline is not the answer, and its eager profile held the gate 30 s (run Z): none of its runs profiles."""
+    baseline is not the answer, and its eager profile held the gate 30 s: none of its runs profiles."""
     finalists = [(BASELINE_ID, {}), ("screen-0", {"batch_size": 64}), ("screen-3", {"batch_size": 8})]
     cases = [{"batch_size": 8}, {"batch_size": 64}, {"batch_size": 8, "precision": "bf16"}]
     specs, asked, peaks = remeasure.profiled_once(finalists, cases, [6, 3, 1], [None, 3_839.0, 900.0])

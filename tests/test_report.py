@@ -632,7 +632,7 @@ def cells(summary: dict) -> dict[str, dict[str, str]]:
 
 
 def test_an_early_stopped_row_without_cpu_shares_is_marked_unjudged_and_the_note_says_why():
-    # run Z of issue 33: stopped on a 1-step window, its interim report carried no CPU shares
+    # issue 33: a run stopped on a 1-step window has an interim report with no CPU shares
     stopped = trial("screen-1", "screen", {"batch_size": 64}, status="stopped", tps=1200.0)
     calm = trial("screen-2", "screen", {"batch_size": 32}, tps=30000.0, **CALM)
     busy = trial("screen-3", "screen", {"batch_size": 8}, tps=5000.0, **BUSY)

@@ -55,7 +55,7 @@ def test_no_new_config_starts_that_could_not_get_through_a_cold_first_step_in_th
 
 def test_no_config_is_proposed_while_no_place_is_free_but_start_points_always_are():
     # Proposed without a free place, a config waits in Tune's queue and starts later than it was judged
-    # for (run AA): the clock asks the placement whether a place is free now.
+    # for (2 H200s): the clock asks the placement whether a place is free now.
     free = [False]
     seen_none, seen_all = set(), {freeze(p) for p in START}
     assert clock_at(10).proposing(seen_none, lambda: free[0])  # a start point queues regardless

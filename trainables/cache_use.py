@@ -54,7 +54,7 @@ def stable_cache_keys() -> None:
     pickle writes a `torch.memory_format` as a global looked up by name in the first module of sys.modules
     through which `torch.contiguous_format` resolves: that depends on what the process imported first. So
     a search's loss-check trials (Ray workers that import in another order) missed every graph its screen
-    had compiled, on every GPU search recorded (docs/benchmarks.md, run H). Pickled through a function of
+    had compiled, on every GPU search recorded (docs/benchmarks.md). Pickled through a function of
     ours, the format writes the same bytes everywhere. Call before the first compile. Process-wide: a pickle
     holding a memory format then needs this package to load; only cache keys hold one here."""
     import copyreg

@@ -31,7 +31,8 @@ _DERIVED_MODEL_FIELDS = frozenset({"vocab_size", "kernels", "seq_len", "activati
 def graphs_overwrite(compile_mode: str, forwards: int) -> str | None:
     """Why a compile mode that captures CUDA graphs cannot run `forwards` passes per optimizer step, or None:
     CUDA graph trees overwrite a pass's outputs with the next's before the backward reads them, an open
-    PyTorch bug (pytorch/pytorch#169545; run AA's 94M screen: batch 32 in pieces of 8, reduce-overhead)."""
+    PyTorch bug (pytorch/pytorch#169545; hit by the 94M hybrid's screen: batch 32 in pieces of 8,
+    reduce-overhead)."""
     if compile_mode not in CUDA_GRAPH_MODES or forwards <= 1:
         return None
     return (
@@ -284,7 +285,7 @@ class RunSettings(BaseModel):
         ge=1,
         description="torch's CPU (intra-op) threads; None = torch's default. A search's best.yaml gives its "
         "trials' count: on a busy host, dozens of threads spinning between a GPU run's small CPU ops slowed "
-        "its steps 2.4x (docs/benchmarks.md, run N)",
+        "its steps 2.4x (docs/benchmarks.md)",
     )
     compile_threads: Annotated[int | None, RUN] = Field(
         None,

@@ -175,7 +175,7 @@ def _gate(node_id: str, gpu: int | str):
     (`CUDA_VISIBLE_DEVICES=1` gives id 1 on a one-GPU node), which the driver cannot see for every node, so a
     trial may be the first to ask for its GPU's gate; owned by that trial, the gate died with its worker and
     took every other trial of the GPU with it (ActorDiedError: 7 of 9 re-measure runs of the 94M search on
-    GPU 1 of a 2x H200 host, runs Z and AA). Two searches on one cluster share it, as they share the GPU."""
+    GPU 1 of a 2x H200 host, twice). Two searches on one cluster share it, as they share the GPU."""
     return TimingGate.options(
         name=gate_name(node_id, gpu),
         namespace=NAMESPACE,

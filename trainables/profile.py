@@ -104,7 +104,7 @@ def short_name(name: str) -> str:
     """A kernel's name without its C++ clothes: 'void at::native::foo_kernel<4, ...>(int, ...)' -> 'foo_kernel'."""
     if name.startswith(COMPILED_GRAPH):
         return "CompiledFxGraph (Inductor's kernels)"
-    # "(anonymous namespace)::" split at its "(" left "at::native::" and an empty name in run AA's report
+    # "(anonymous namespace)::" split at its "(" leaves "at::native::" and an empty name in a report
     name = name.removeprefix("void ").replace("(anonymous namespace)::", "")
     bare = re.split(r"[<(]", name, maxsplit=1)[0].strip() or name
     return (bare.rsplit("::", 1)[-1] if not bare.startswith("aten::") else bare) or bare

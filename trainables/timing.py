@@ -196,7 +196,7 @@ class FirstStepDeadline:
     Python, so within a second or so). A search gives up on such a config and uses the slot for new ones.
 
     A thread blocked in C never runs that bytecode: the 100M hybrid's bf16 max-autotune-no-cudagraphs first
-    step sat 12.5 minutes past its 5-minute deadline at ~1 core (run Z, one H200), most likely waiting on
+    step sat 12.5 minutes past its 5-minute deadline at ~1 core (one H200), most likely waiting on
     its compile workers (not confirmed: its stack was not captured), and held the screen open for as long.
     So `grace_s` after the deadline the child processes it waits on (Inductor's compile and autotune
     workers) are ended, which wakes it with an error and lets the exception land; `grace_s` after that,

@@ -6,7 +6,7 @@ because those knobs change how fast a run goes, not where it ends. With no twin 
 On GPUs its loss run does not wait for the screen: when a start point shares the baseline's loss knobs (the
 default config's first one, the baseline under CUDA graphs) it trains with that execution from the screen's
 start, beside it, in its GPU's idle time (`start_beside`; trainables/gate.py says how it yields to every
-timed window). It was the loss check's longest run, 102-122 s of its 113-131 s in run K, so the loss check
+timed window). It was the loss check's longest run, 102-122 s of its 113-131 s on 4 H200s, so the loss check
 no longer waits for it. At a prefix of the planned run (tuner/horizon.py) its run at a second seed, for the
 seed noise, trains beside the screen with it (`start_seeds_beside`)."""
 

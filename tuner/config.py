@@ -204,8 +204,8 @@ class SearchSection(BaseModel):
     def remeasure_runs(self, confirming: bool) -> tuple[int, int]:
         """(the baseline's runs, each finalist's) in the re-measure. A confirmation of a remembered answer
         times at most 3 and 2: it checks an answer whose spreads the remembered search measured already, and
-        its 15 runs of a fresh search (the default's) were 102-116 s of a 121-132 s confirmation on one H200
-        (runs V, X), their warm-ups contending and the baseline's six ~8 s windows last, one at a time."""
+        its 15 runs of a fresh search (the default's) were 102-116 s of a 121-132 s confirmation on one H200,
+        their warm-ups contending and the baseline's six ~8 s windows last, one at a time."""
         if confirming:
             return min(self.baseline_runs, CONFIRM_RUNS[0]), min(self.repeats, CONFIRM_RUNS[1])
         return self.baseline_runs, self.repeats

@@ -92,8 +92,8 @@ def cold_warmup(row: TrialRow, screen: list[TrialRow], baseline: dict) -> float 
     return max(same, default=row.warmup_s)
 
 
-# A cache hit's warm-up against its graph's cold compile, where the screen timed no hit of that graph: run I
-# (one H100, 2026-11-27) warmed up from the search's cache in 8-12 s graphs it had compiled in 82-110 s.
+# A cache hit's warm-up against its graph's cold compile, where the screen timed no hit of that graph: on one
+# H100 a search warms up from its cache in 8-12 s graphs it compiled in 82-110 s (docs/benchmarks.md).
 CACHED_SHARE = 0.1
 
 

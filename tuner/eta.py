@@ -5,9 +5,9 @@ the larger of its longest run and the GPU work of all its runs (the candidates t
 and the baseline's twin, at their screened speeds); the re-measure's runs take the GPU in turns (a window
 also waits until no run on its GPU is compiling), and each holds it for about its gated steps (the untimed
 warm-up steps after the first, then the timed ones) or, when longer, what a screen run spent outside
-warm-up and window (data, model, the last report), plus one warm-up: on runs G to I's screens that gives
-87-116 s against the 126-139 s they took (docs/benchmarks.md). Not counted: the warm-ups of many runs on
-one GPU slow each other (run P: 30-34 s each for 15 runs on one H100, 10-12 s with about four per GPU).
+warm-up and window (data, model, the last report), plus one warm-up: on three cold one-GPU screens that
+gives 87-116 s against the 126-139 s they took (docs/benchmarks.md). Not counted: the warm-ups of many runs
+on one GPU slow each other (30-34 s each for 15 runs on one H100, 10-12 s with about four per GPU).
 Both phases' runs find their graphs in the search's cache, which the screen filled, so their warm-up is a
 cached one (`costs.cached_warmup`).
 """
@@ -73,8 +73,8 @@ def remeasure_s(ctx: SearchContext, screen: list[TrialRow]) -> float:
 def _baseline_step_s(base: TrainConfig, screen: list[TrialRow]) -> float | None:
     """The baseline's step, from the screen's runs at its batch, precision and compile mode (their kernels
     or loader may differ; stopped ones count, by their speed so far); None when the screen ran none. The
-    baseline itself is not screened, and launch-bound its eager steps are ~5x the winner's (run P: 96-142 ms
-    against 24 ms), six windows the estimate would otherwise count at the winner's step."""
+    baseline itself is not screened, and launch-bound its eager steps are ~5x the winner's (96-142 ms against
+    24 ms on H100s), six windows the estimate would otherwise count at the winner's step."""
     same = {k: getattr(base, k) for k in ("batch_size", "precision", "compile")}
     speeds = [
         r.tokens_per_s

@@ -48,9 +48,9 @@ class ScreenClock:
         """Whether to start a config now: a start point not yet `seen` (proposed or measured) always starts,
         any other only if it could get through a cold first step before the budget ends, and only while
         `room()` says a place is free. A proposal made without one waits in Tune's queue and starts when it
-        no longer can: in run AA two were made ~50 s into a 2-minute screen, started at ~96 s (the places
-        were held by the runs beside it) and were stopped mid-compile, after holding the places the answer's
-        loss run ahead waited 40 s for."""
+        no longer can: two made ~50 s into a 2-minute screen start at ~96 s (the places are held by the
+        runs beside it) and are stopped mid-compile, after holding the places the answer's loss run ahead
+        waits 40 s for (2 H200s, docs/benchmarks.md)."""
         if self._first_wave_left(seen):
             return True
         if room is not None and not room():

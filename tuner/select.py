@@ -271,9 +271,9 @@ def pick_winner(finalists: list[Finalist], baseline_knobs: dict) -> Selection:
 
 
 # A warm-up is one figure (the shortest measured), and it varies by seconds: best.yaml's cached fused graph
-# warmed up in 12.8 s alone where the screen's hit took 10.7 s (run Z, one H200). A plan that finishes the
-# planned run sooner by less than this is a tie on warm-ups, not a reason to give up a faster config: in run Z
-# a config 2.2x slower was chosen for finishing 10.24M tokens 0.3 s sooner (18.7 s against 19.0 s).
+# warms up in 12.8 s alone where the screen's hit took 10.7 s (one H200, docs/benchmarks.md). A plan that
+# finishes the planned run sooner by less than this is a tie on warm-ups, not a reason to give up a faster
+# config: without it a config 2.2x slower wins for finishing 10.24M tokens 0.3 s sooner (18.7 s vs 19.0 s).
 WARMUP_NOISE_S = 3.0
 
 
@@ -315,7 +315,7 @@ def _beside_warmup_note(winner: Finalist, first: Finalist, tokens: int) -> str:
     """Why a planned-run time that favours `first` does not overturn `winner`: the winner's warm-up was
     measured while other runs warmed up beside it, which best.yaml's run, alone, does not pay. On one H100
     the fused batch-128 graph took 23-25 s among 15 re-measure runs warming up at once and 10 s among four
-    per GPU, and its time to train lost to a torch config it outran 1.8x (run O, docs/benchmarks.md)."""
+    per GPU, and its time to train lost to a torch config it outran 1.8x (docs/benchmarks.md)."""
     return (
         f"kept {winner.id}: on the warm-ups measured, {first.id} would finish the planned run ({tokens:,} "
         f"tokens) first ({_times(first, tokens)[0]:,.0f} s against {_times(winner, tokens)[0]:,.0f} s), but "

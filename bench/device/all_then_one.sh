@@ -5,10 +5,10 @@
 # where N >= 2, the same command on all N GPUs, cold again (each search compiles into its own
 # OUT/compile-cache; the first one's is moved aside). With GPU_TESTS=1, then the GPU tests (at most TESTS_S
 # seconds each): over GPUs 1 to 3 where N >= 4, else the whole file on GPU 0 after the rest. Issue 20 alone
-# on one H200: `GPU_TESTS=1 TESTS_S=720`, about 22 minutes held (run O's tests took 379 + 2 x 90 s).
-# Run P left the tests out (12 of 12 passed in run O; model/ and trainables/ unchanged since). Run K
-# (4x H200) ran all-then-one, with the ceiling sweep beside; run N ran the pair beside the tests and the
-# Hugging Face example, whose compiles took the pair's CPUs.
+# on one H200: `GPU_TESTS=1 TESTS_S=720`, about 22 minutes held (the tests take 379 + 2 x 90 s on H100s).
+# Leave the tests out where model/ and trainables/ are unchanged since they last passed. On 4x H200
+# all-then-one runs with the ceiling sweep beside; a pair run beside the tests and the Hugging Face
+# example loses its CPUs to their compiles (docs/benchmarks.md).
 # Output in /tmp/final (one folder per search); `bash bench/device/poll.sh 540 ALLDONE` waits.
 set -u
 R=/tmp/final; mkdir -p $R

@@ -1,4 +1,4 @@
-"""Where does the seed baseline run slower? (run O, one H100: 13,982 tok/s in the search's re-measure,
+"""Where does the seed baseline run slower? (one H100: 13,982 tok/s in the search's re-measure,
 137-154 ms steps, against 16,461 tok/s, 124 ms, for the same config run alone with
 `python -m trainables.train`; one CPU core busy in both; others' CPU load 0.54 cores in the search, 0.03
 alone.)
@@ -30,7 +30,7 @@ from trainables.loop import train  # noqa: E402
 from trainables.spec import TrialSpec  # noqa: E402
 
 FIELDS = ("tokens_per_s", "step_ms_median", "step_ms_p90", "cpu_own_cores", "cpu_others_cores", "cpu_threads")
-REMEASURE_SHAPE = ["max_steps=40", "log_interval=7", "timing_warmup_steps=10"]  # run O's re-measure rows
+REMEASURE_SHAPE = ["max_steps=40", "log_interval=7", "timing_warmup_steps=10"]  # the search's re-measure rows
 
 
 def _line(where: str, metrics: dict) -> None:

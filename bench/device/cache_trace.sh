@@ -1,4 +1,4 @@
-# Why a search's loss-check runs miss the compile cache on a GPU (docs/benchmarks.md, run G): a short search
+# Why a search's loss-check runs miss the compile cache on a GPU (docs/benchmarks.md): a short search
 # from .gpu/src.tar with torch's structured trace on (its trials inherit TORCH_TRACE from the driver), then
 # which run hit or missed Inductor's FX graph cache and with which keys. ~6 device minutes on one H200.
 # Call: source bench/device/setup.sh && bash bench/device/cache_trace.sh   -> $OUT/cache_trace.tgz

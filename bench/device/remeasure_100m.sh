@@ -1,4 +1,4 @@
-# Issue 36, why the 100M search's re-measure lost 7 of its 9 runs at once (run Z: ActorDiedError 34 s in,
+# Issue 36, why the 100M search's re-measure lost 7 of its 9 runs at once (one H200: ActorDiedError 34 s in,
 # as its profiled finalist ended): configs/hybrid-100m.yaml shrunk to a short search (2 start points, a
 # 2-minute screen, a 2M-token loss prefix after a 0.5M warm-up), cold, on one GPU, then every log that says
 # how a process ended: the trials' error files, the Ray session's raylet and worker logs of the dead,

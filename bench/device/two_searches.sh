@@ -7,7 +7,7 @@
 # Then, with the host to itself, the multi-GPU ratio like for like (issue 34): the README's command cold on
 # both GPUs, then on GPU 0 alone, each with all the cores and a cache dir of its own.
 # Beside them, every 5 s, the compute processes NVML lists per GPU and what each is (gpu_procs.log): which
-# process shares the GPU while the baseline's windows are timed (run X saw 2). Output in /tmp/final;
+# process shares the GPU while the baseline's windows are timed (one search saw 2). Output in /tmp/final;
 # `bash bench/device/poll.sh 540 ALLDONE` waits for both.
 set -u
 source bench/device/stage.sh

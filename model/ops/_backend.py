@@ -32,8 +32,8 @@ FUSED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 # Packages whose __init__ our fused wrappers skip: they import what we never call. fla's imports its layers
 # and models (transformers with them) and fla.ops every op it has; mamba_ssm's its modules and models
 # (transformers, the selective-scan CUDA extension). Importing both whole cost ~16 s and ~14 s in every
-# process that trains with the fused kernels, and in the hardware check (one H200, run V); the kernels we
-# call need only their own submodules.
+# process that trains with the fused kernels, and in the hardware check (one H200); the kernels we call
+# need only their own submodules.
 SKIPPED_INITS = {"fla": ("fla", "fla.ops"), "mamba_ssm": ("mamba_ssm",)}
 
 # op -> (kernel or None, why not). A plain dict rather than functools.cache so torch.compile traces

@@ -12,7 +12,7 @@ On GPUs the rounds need not wait for the screen: as its trials finish, the candi
 ended then train their loss runs beside it, in its GPUs' idle time, as the baseline's does. This phase only
 plans them (`start_ahead`: which loss runs are wanted); the pool runs them (tuner/runs/ahead.py:RunsAhead),
 and a round asks it for each candidate's row (`RunsAhead.loss_row`: trained ahead, or None, and the round
-trains it now). Run O on four H100s spent 98 s in two rounds after a screen that left its GPUs 75-91% idle
+trains it now). Without them, four H100s spent 98 s in two rounds after a screen that left them 75-91% idle
 (docs/benchmarks.md)."""
 
 from __future__ import annotations
@@ -173,8 +173,8 @@ def start_ahead(ctx: SearchContext) -> RunsAhead | None:
 def _wanted_ahead(ctx: SearchContext, screen: list[TrialRow]) -> list[RunRequest]:
     """The loss runs of the fastest candidates so far that need one of their own, fastest first, each to
     train beside the screen."""
-    # one more than round 0 takes: if one of them fails the loss limit, the next has trained already (run O,
-    # four H100s: batch 512 fp16 failed it, and a second round trained batch 16 tf32 for 58.5 s)
+    # one more than round 0 takes: if one of them fails the loss limit, the next has trained already (on
+    # four H100s batch 512 fp16 fails it, and a second round trains batch 16 tf32 for 58.5 s)
     # (issue 43: in the loss check's order, never one screened slower than the baseline or a passing config)
     top = ctx.cfg.search.loss_check_top + 1
     base = ctx.base.model_dump()
@@ -253,8 +253,8 @@ def spread_over_gpus(ctx: SearchContext, cases: list[TrialSpec], beside: int = 0
     Ray fills one GPU's fractions before the next (on two H100s, four quarter-GPU runs trained on GPU 0 at
     151-193K tok/s while GPU 1 trained one at 575K, and the round lasted as long as GPU 0's). `beside`: runs
     still training outside the round (the baseline's), counted so every run of the round finds a place at
-    once (2 H200s, run L: the fourth of four half-GPU runs waited for a place beside the baseline's run, and
-    the round took 115 s instead of ~50)."""
+    once (else, on 2 H200s, the fourth of four half-GPU runs waits for a place beside the baseline's run,
+    and the round takes 115 s instead of ~50)."""
     if not ctx.on_gpu:
         return cases
     floor = 1.0 / math.ceil((len(cases) + beside) / max(1, ctx.hw.gpus))

@@ -66,7 +66,7 @@ def profiled_once(
     re-measure). Both cases carry the finalist's label, so its figures are still all its runs'. The
     baseline is profiled only when it is the only finalist (so the answer): the profile line is the
     answer's, and the eager baseline's profile held its GPU's gate for 30 s while its other windows waited
-    (run Z, one H200)."""
+    (one H200, docs/benchmarks.md)."""
     specs, asked, sized = [], [], []
     for (finalist, knobs), case, runs, peak in zip(finalists, cases, wanted, peaks, strict=True):
         profiled = 0 if finalist == BASELINE_ID and len(finalists) > 1 else 1
@@ -112,9 +112,9 @@ def measure(
 
 def more_runs(rows: list[TrialRow], asked: Sequence[int]) -> list[int]:
     """How many runs each case needs so that `asked[i]` of them timed an uncontended window, at most
-    2 x asked[i]. A run that timed nothing (its process died, an error) is run again too: in run Z (one
-    H200 of two) 7 of the 100M search's 9 re-measure runs died at once 34 s in, the baseline's three among
-    them, and the answer went out with no baseline speed and no ratio."""
+    2 x asked[i]. A run that timed nothing (its process died, an error) is run again too: on one H200 of
+    two, 7 of the 100M search's 9 re-measure runs died at once 34 s in, the baseline's three among them,
+    and without a rerun the answer goes out with no baseline speed and no ratio."""
     out = []
     for i, want in enumerate(asked):
         mine = [r for r in rows if r.case == i]

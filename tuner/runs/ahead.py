@@ -6,7 +6,7 @@ request: the row of the run trained ahead for the request's key (waited for whil
 and the round trains it now. Runs no round asked for are stopped before the re-measure, which needs quiet
 GPUs. Their rows are kept in OUT/trials/loss_check_ahead.jsonl, so a resumed search takes them as they were.
 
-Run O on four H100s spent 98 s in two loss-check rounds after a screen that left its GPUs 75-91% idle
+Without them, four H100s spent 98 s in two loss-check rounds after a screen that left its GPUs 75-91% idle
 (docs/benchmarks.md): that idle time is what these runs use."""
 
 from __future__ import annotations

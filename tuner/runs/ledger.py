@@ -25,8 +25,8 @@ from tuner.trial_rows import trial_error, trial_row, untold_end
 
 # How often `on_row` is told the rows again with no trial finished: a listener that starts runs when a place
 # frees (the loss runs ahead of the loss check) must not wait for the next trial to end, which may be never
-# (run X, one H200: the screen's last 3 trials were stopped by its budget, so the two fused finalists found
-# 85 s before its end never trained ahead and the loss check trained them for 68 s after it)
+# (one H200: when the screen's last 3 trials are stopped by its budget, two fused finalists found 85 s
+# before its end never train ahead and the loss check trains them for 68 s after it)
 RETELL_S = 5.0
 
 

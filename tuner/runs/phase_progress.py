@@ -92,8 +92,8 @@ class PhaseProgress:
 
     def _eta(self, now: float) -> float:
         """Seconds left: the pace of the trials finished so far, over those left. Runs that start together
-        finish close together, so at first that pace is far too slow (run Q's re-measure said 12m34s after
-        the first of its 15 runs, 65 s before its end); the phase's estimate bounds it while that has time
+        finish close together, so at first that pace is far too slow (a re-measure of 15 runs says 12m34s
+        after its first, 65 s before its end); the phase's estimate bounds it while that has time
         left, and the time budget always."""
         eta = (now - self.started) / self.new * (self.total - self.done)
         if self.planned_s is not None and (planned_left := self.started + self.planned_s - now) > 0:

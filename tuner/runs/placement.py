@@ -66,7 +66,7 @@ class PlacementPolicy:
         where the CPUs and memory allow: their warm-ups (cache hits) overlap, then their `quiet` windows take
         turns, each waiting until no run on its GPU is compiling (a launch-bound run loses speed to compiles
         on the CPUs it launches from). In waves of `speed_runs_per_gpu`, every wave waited for its slowest
-        warm-up: 186 s for 15 runs on one H100 (run J, docs/benchmarks.md). Each GPU takes an even part, so a
+        warm-up: 186 s for 15 runs on one H100 (docs/benchmarks.md). Each GPU takes an even part, so a
         config's repeats land on several GPUs. The shares only schedule (no run is capped): where any
         `per_gpu` of the runs fit one GPU's memory together, each takes an even share; else a case's share is
         its measured peak memory, not the probe's bound (the space's largest batch when everything fits)."""
@@ -139,8 +139,8 @@ class PlacementPolicy:
 
     def _even_shares_fit(self, asked: Sequence[int], peaks_mb: Sequence[float | None], per_gpu: int) -> bool:
         """Whether even shares are safe: the `per_gpu` largest runs fit one GPU's memory (25% headroom each),
-        so any `per_gpu` of them that Ray puts on one GPU do. Run N on one
-        H200: shares rounded up to fifteenths (7.9 GB -> 2/15) summed to 18/15, and three of the 15 runs
+        so any `per_gpu` of them that Ray puts on one GPU do. On one
+        H200, shares rounded up to fifteenths (7.9 GB -> 2/15) summed to 18/15, and three of the 15 runs
         waited ~55 s for a place while the runs on the GPU needed 0.47 of its memory at most."""
         base = self._probed_need(self.base.forward_batch, self.base.precision)
         needs = [self._memory_need(p) if p else base for p in peaks_mb]  # no peak: the unscreened baseline
@@ -156,8 +156,8 @@ class PlacementPolicy:
     def _batch_share(self, batch: int, precision: str | None, per_gpu: int) -> float:
         """1/per_gpu of a GPU, or more for a batch whose memory needs it, rounded up to a multiple of
         1/per_gpu so runs pack evenly: the probe's peak at its largest batch, scaled to this batch (+25%),
-        against the GPU's memory; without a peak, the batch against the probe's largest. Run K's screen on
-        4 H200s sized shares by batch / 512 (everything fitted): batch 512 took a whole GPU, and 14 runs
+        against the GPU's memory; without a peak, the batch against the probe's largest. A screen on 4
+        H200s that sized shares by batch / 512 (everything fitted) gave batch 512 a whole GPU, and 14 runs
         fitted where 24 were asked for."""
         probed = self.probed.get(precision)
         if probed is None or not probed.batch:

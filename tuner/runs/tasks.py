@@ -84,7 +84,7 @@ def start_loss_run(
         raise ValueError(f"a {request.role.value} run is no Ray task: only runs beside the screen are")
     spec = request.spec
     # max_calls=1: the worker exits with the run; kept idle, its CUDA context on the GPU made every later
-    # window there "GPU shared" (2 H200s, run L: 13 re-measure windows timed again, 277 s instead of ~80)
+    # window there "GPU shared" (on 2 H200s: 13 re-measure windows timed again, 277 s instead of ~80)
     task = ray.remote(max_calls=1)(run_beside).options(num_cpus=cpus, num_gpus=spec.train.gpu_memory_fraction)
     ref = task.remote(spec, who, inputs.corpus, inputs.cache_server)
     return TaskRun(ref, spec, point, time.time(), request.role)
