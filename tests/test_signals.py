@@ -1,10 +1,15 @@
 """Signals as a user sends them: Ctrl-C through `| tee` (the whole pipeline gets SIGINT, so the pipe closes
 under the search), SIGTERM into a pipe, and SIGKILL of the driver (no Ray process of its session may
-outlive it by more than a few seconds). Each runs `python -m tuner.search` as a subprocess."""
+outlive it by more than a few seconds). Each runs `python -m tuner.search` as a subprocess. An interrupted
+search exits 130, leaves no Ray process, keeps what finished and ends with the whole command that resumes it;
+the resume itself is tests/test_search.py's kill-and-cut test."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -23,8 +28,36 @@ ENV["PYTHONPATH"] = os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYT
 pytestmark = pytest.mark.slow
 
 
-def command(out: Path) -> list[str]:
-    return [sys.executable, "-m", "tuner.search", "--config", "configs/smoke.yaml", "--out", str(out), *DATA]
+SMOKE = ["--config", str(ROOT / "configs" / "smoke.yaml"), *DATA]
+
+
+def command(out: Path | None) -> list[str]:
+    """The smoke search; with no OUT, into the default one (out/search under the cwd)."""
+    return [sys.executable, "-m", "tuner.search", *SMOKE, *(["--out", str(out)] if out else [])]
+
+
+def descendants(proc: subprocess.Popen) -> dict[psutil.Process, str]:
+    """The processes the search has started so far (Ray's among them), with their command lines."""
+    found = {}
+    for child in psutil.Process(proc.pid).children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            found[child] = " ".join(child.cmdline())
+    return found
+
+
+def left_running(seen: dict[psutil.Process, str], grace_s: float = 15) -> list[str]:
+    """Those of `seen` still running after `grace_s` (psutil checks they are the same processes)."""
+    deadline = time.time() + grace_s
+    while True:
+        alive = [p for p in seen if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+        if not alive or time.time() > deadline:
+            return [f"{p.pid} {seen[p][:100]}" for p in alive]
+        time.sleep(0.5)
+
+
+def resume_hint(line: str) -> list[str]:
+    """The command a last line tells the user to run."""
+    return shlex.split(line[line.index("python -m tuner.search") :])
 
 
 def wait_for(log: Path, needle: str, proc: subprocess.Popen, timeout: float = 180) -> None:
@@ -47,34 +80,51 @@ def test_ctrl_c_through_tee_exits_130_not_a_crash(tmp_path):
     )
     driver.stdout.close()  # tee holds the only reading end
     try:
-        wait_for(log, "[screen] starting", driver)
+        wait_for(log, "[screen] 2/", driver)  # two screen rows finished: what resume must keep
+        seen = descendants(driver)
         os.killpg(driver.pid, signal.SIGINT)  # what the terminal sends to the foreground pipeline
-        assert driver.wait(timeout=120) == 130, log.read_text()[-2000:]
+        code, still = wait_or_name(driver, seen, 120)
     finally:
         if driver.poll() is None:
             driver.kill()
         tee.wait(timeout=10)
+    assert code == 130, (code, still, log.read_text()[-2000:])
     assert tee.returncode != 0  # tee really died of the Ctrl-C: the search wrote into a closed pipe
     assert not (out / "crash.log").exists()
-    assert (out / "state.json").exists()
+    assert not left_running(seen), left_running(seen)
+    state = json.loads((out / "state.json").read_text())
+    assert "probe" in state["phases"] and "screen" not in state["phases"]
+    finished = (out / "trials" / "screen.jsonl").read_text().splitlines()
+    assert 2 <= len(finished) < 8  # what finished is kept for --resume
 
 
-def test_sigterm_into_a_pipe_prints_the_resume_command_last(tmp_path):
-    out = tmp_path / "out"
+def wait_or_name(proc: subprocess.Popen, seen: dict, timeout_s: float) -> tuple[int | None, list[str]]:
+    """Its exit code, or None and what of `seen` still runs (for the failure message) if it has not ended."""
+    try:
+        return proc.wait(timeout=timeout_s), []
+    except subprocess.TimeoutExpired:
+        return None, left_running(seen, grace_s=0)
+
+
+def test_sigterm_into_a_pipe_prints_the_whole_resume_command_last(tmp_path):
+    # no --out, from the user's own folder: the hint spells out the OUT it wrote (out/search)
     driver = subprocess.Popen(
-        command(out), cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        command(None), cwd=tmp_path, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
-    lines = []
+    lines, seen = [], {}
     for line in driver.stdout:
         lines.append(line)
-        if "[screen] starting" in line:
+        if "[screen] 1/" in line:
+            seen = descendants(driver)
             driver.send_signal(signal.SIGTERM)
             break
     lines += driver.stdout.readlines()
     assert driver.wait(timeout=120) == 130, "".join(lines)[-2000:]
+    assert seen and not left_running(seen), left_running(seen)
     last = lines[-1].strip()
     assert last.startswith("interrupted: stopped by SIGTERM; OUT is resumable: python -m tuner.search"), last
-    assert last.endswith("--resume")
+    assert resume_hint(last) == ["python", "-m", "tuner.search", *SMOKE, "--out", "out/search", "--resume"]
+    assert (tmp_path / "out" / "search" / "state.json").exists()
 
 
 def _ray_session(procs: list[psutil.Process]) -> str:
