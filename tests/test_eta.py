@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import time
 from pathlib import Path
 
@@ -121,15 +120,18 @@ def test_after_the_screen_the_estimate_says_how_far_the_baselines_runs_beside_it
     ctx = eta_context(tmp_path, "quality.loss_horizon=1M")
     screen = [screened("twin", 113_000.0, 96.0, compile="reduce-overhead")]
     done = [TaskRun(None, TrialSpec.of({**BASE, "seed": seed}), {}, 0.0) for seed in (1337, 1338)]
-    after_screen(ctx, screen, pending(done, None))  # as the pipeline asks the pool
+    both, one = pending(done, None), pending(done[:1], None)  # as the pipeline asks the pool
+    assert loss_check_s(ctx, screen, both) == 0.0, "both seeds done: no loss run is left"
+    prefix = baseline.loss_horizon(ctx).tokens
+    left = loss_check_s(ctx, screen, one)
+    assert left == pytest.approx(96.0 * CACHED_SHARE + prefix / 113_000), "one seed left"
+    assert after_screen(ctx, screen, both) == pytest.approx(remeasure_s(ctx, screen))
     said = capsys.readouterr().err
     assert "[baseline] its loss runs at 2 seeds beside the screen: done" in said
-    assert f"loss check ~{fmt_seconds(0.0)}," in said, "both seeds done: no loss run is left"
-    after_screen(ctx, screen, pending(done[:1], None))
-    prefix = baseline.loss_horizon(ctx).tokens
+    after_screen(ctx, screen, one)
     said = capsys.readouterr().err
     assert "[baseline] its loss run beside the screen: done" in said
-    assert f"loss check ~{fmt_seconds(96.0 * CACHED_SHARE + prefix / 113_000)}," in said, "one seed left"
+    assert f"loss check ~{fmt_seconds(left)}," in said, "the line says the estimate it made"
 
 
 def test_a_loss_check_already_done_is_not_estimated(tmp_path, capsys):
@@ -209,24 +211,20 @@ def test_remeasure_estimate_counts_the_baseline_windows_at_an_eager_screen_runs_
     assert remeasure_s(ctx, [winner, other]) == pytest.approx((s.repeats + s.baseline_runs) * 3.0 + warmup)
 
 
-def _seconds(eta: str) -> int:
-    """A progress line's duration (4s, 1m 05s, 2h 02m 05s) back in seconds."""
-    parts = re.fullmatch(r"(?:(\d+)h )?(?:(\d+)m )?(\d+)s", eta)
-    assert parts, eta
-    hours, minutes, seconds = (int(p or 0) for p in parts.groups())
-    return hours * 3600 + minutes * 60 + seconds
-
-
 def test_a_phase_progress_eta_keeps_to_the_estimate_while_it_has_time_left(tmp_path, capsys):
     # Run Q's re-measure: 15 runs started together; after the first ended, their pace alone (one run per
     # ~54 s, 14 left) said 12m34s, and the phase ended 65 s later. Its estimate bounds that until it runs out.
-    def eta_after_first(planned_s: float | None, elapsed: float) -> int:
+    def eta_after_first(planned_s: float | None, elapsed: float) -> float:
         ledger = Ledger(tmp_path / f"{planned_s}-{elapsed}", "remeasure")
         record = LedgerCallback(ledger, 15, 0, planned_s=planned_s)
         record.progress.started = time.time() - elapsed
         first = FakeTrial("a", 0, {"trial_id": "a", "status": "ok", "tokens_per_s": 1e6, "steps": 40})
         record.on_trial_complete(0, [first], first)
-        return _seconds(capsys.readouterr().err.strip().rsplit("ETA ", 1)[1])
+        eta = record.progress.eta_s
+        assert eta is not None, "a finished trial's line gives the phase's ETA"
+        line = capsys.readouterr().err.strip()
+        assert line.endswith(f"| ETA {fmt_seconds(eta)}"), "the line says the ETA it computed"
+        return eta
 
     assert eta_after_first(None, 39.0) == pytest.approx(39 * 14, abs=2)  # the pace alone
     assert eta_after_first(150.0, 39.0) == pytest.approx(150 - 39, abs=2)  # what the estimate has left

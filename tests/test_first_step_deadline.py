@@ -31,7 +31,14 @@ def test_a_first_step_in_python_gets_the_exception_at_the_deadline():
 
 
 def test_a_first_step_that_ends_in_time_is_left_alone():
-    with FirstStepDeadline(5.0, grace_s=1.0) as _:
+    deadline = FirstStepDeadline(5.0, grace_s=1.0)
+    with deadline:
         pass
-    with FirstStepDeadline(None):
+    for timer in deadline.timers:
+        timer.join(1.0)  # cancelled on leaving the block, it ends at once; a 5 s timer left running would not
+    assert deadline.timers and not any(t.is_alive() for t in deadline.timers), "its timer is cancelled"
+    assert not deadline.fired
+    none = FirstStepDeadline(None)
+    with none:
         time.sleep(0.01)
+    assert none.timers == [] and not none.fired, "no deadline: no timer"

@@ -657,7 +657,12 @@ def test_smoke_config_reaches_the_target_loss(record_property):
 
 @pytest.mark.parametrize("path", sorted((REPO / "configs").glob("*.yaml")), ids=lambda p: p.name)
 def test_every_config_in_the_repo_is_valid(path):
-    load_config(path)
+    loaded = load_config(path).model_dump()
+    section = training_section(read_yaml(path))
+    said = {k: v for k, v in section.items() if k not in ("workload", "workload_path")}  # made absolute
+    assert said, "the file gives its training settings"
+    for key, value in said.items():  # each as the file says it, none dropped or left at its default
+        assert value.items() <= loaded[key].items() if isinstance(value, dict) else loaded[key] == value, key
 
 
 def test_interim_reports_carry_the_steady_window_so_far():

@@ -35,6 +35,7 @@ class PhaseProgress:
         self.started, self.new = time.time(), 0
         self.unit = "tokens"  # what the speeds count, as the trials report it (a failed one may not)
         self.last_line = self.started
+        self.eta_s: float | None = None  # the phase's ETA as its last finished-trial line said it
         self.trial_started: dict[str, float] = {}
         self.stall = StallWatch(phase)  # why no trial has advanced, when the host shows why
 
@@ -81,7 +82,7 @@ class PhaseProgress:
             self.best = max(self.best, row.tokens_per_s)
         running = sum(1 for t in trials if t.status == "RUNNING" and t is not trial)
         left = max(0, self.total - self.done - running)
-        eta = self._eta(time.time())
+        eta = self.eta_s = self._eta(time.time())
         self.unit = (trial.last_result or {}).get("unit") or self.unit  # the workload's, as its runs report
         unit = per_second(self.unit)
         speed = f" {row.tokens_per_s:,.0f} {unit}" if row.tokens_per_s else ""
