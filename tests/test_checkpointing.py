@@ -81,8 +81,12 @@ def toy_blocks_job(**overrides) -> tuple[TrainConfig, Job]:
 def test_the_compiled_model_checkpointed_gives_the_same_loss_and_gradients_and_saves_less(
     scope, build, every
 ):
-    """CPU Inductor: a checkpoint around each compiled block (blocks) or traced into the model's graph."""
+    """CPU Inductor: a checkpoint around each compiled block (blocks) or traced into the model's graph; the
+    compiled model's own loss and gradients are the eager model's."""
+    eager_loss, eager_grads, _ = one_step(*build())
     loss, grads, saved = one_step(*build(compile="default", compile_scope=scope))
+    torch.testing.assert_close(loss, eager_loss, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(grads, eager_grads, rtol=1e-4, atol=1e-5)
     counters.clear()
     ckpt_loss, ckpt_grads, ckpt_saved = one_step(
         *build(compile="default", compile_scope=scope, activation_checkpointing=every)

@@ -1,12 +1,12 @@
 """Regional compilation (`compile_scope: blocks`): each of the workload's repeated blocks compiled on its own
-(Inductor on the CPU here; on a GPU in tests/test_fused_gpu.py). Equal blocks share one compiled graph, the
+(Inductor on the CPU here; on a GPU in tests/test_fused_gpu.py; the hybrid's blocks compiled against eager:
+tests/test_checkpointing.py). Equal blocks share one compiled graph, the
 run trains to the eager run's losses, evals run eagerly, and a workload that names no blocks is not offered
 the knob."""
 
 from __future__ import annotations
 
 import pytest
-import torch
 from torch._dynamo.utils import counters
 
 from tests.test_train import quiet_train, toy_config
@@ -44,28 +44,3 @@ def test_a_workload_without_compile_regions_is_refused_blocks_in_one_line():
     assert "compile_scope" in check_workload(TrainConfig()).supports  # the hybrid names its blocks
     with pytest.raises(ConfigError, match="compile_scope"):
         preflight(toy_config(compile="default", compile_scope="blocks"))
-
-
-@pytest.mark.slow
-def test_the_hybrid_compiled_block_by_block_matches_eager_loss_and_gradients():
-    """The hybrid LM (both mixers, the chunked references) on CPU Inductor: the same loss and gradients."""
-    from model.hybrid import HybridLM
-
-    small = {"d_model": 32, "n_layers": 2, "rwkv_n_heads": 2, "rwkv_mix_lora_rank": 8}
-    small |= {"rwkv_decay_lora_rank": 8, "mamba_d_state": 8, "mamba_headdim": 16, "mamba_chunk_size": 16}
-    torch.manual_seed(0)
-    model = HybridLM(TrainConfig(model=small, seq_len=32).hybrid_config(65))
-    x, y = torch.randint(0, 65, (2, 32)), torch.randint(0, 65, (2, 32))
-    eager_loss = model(x, y)[1]
-    eager_loss.backward()
-    eager_grads = [p.grad.clone() for p in model.parameters()]
-    model.zero_grad()
-    counters.clear()
-    for block in model.blocks:
-        block.compile(dynamic=False)
-    loss = model(x, y)[1]
-    loss.backward()
-    assert counters["stats"]["unique_graphs"] == 1
-    assert loss.item() == pytest.approx(eager_loss.item(), rel=1e-5)
-    for ref, p in zip(eager_grads, model.parameters(), strict=True):
-        torch.testing.assert_close(p.grad, ref, rtol=1e-4, atol=1e-5)

@@ -78,6 +78,8 @@ def test_smoke_search_writes_everything_and_picks_the_fastest_feasible(tmp_path,
         if t["status"] in ("oom", "nan", "error"):
             assert t["feasible"] is False
     assert s["baseline"]["val_loss"] is not None and s["loss_limit"]["limit"] > s["baseline"]["val_loss"]
+    if DATA:  # the smoke config's acceptance: its full budget reaches val loss 2.5 on tinyshakespeare
+        assert s["baseline"]["val_loss"] <= 2.5, s["baseline"]
     # every trial was pinned to the corpus the driver resolved
     monkeypatch.setenv("TUNER_OFFLINE", ENV["TUNER_OFFLINE"])  # resolve as the search's driver did
     corpus = resolve_corpus(DATA[0] if DATA else None)
@@ -332,8 +334,16 @@ def test_the_gpu_path_runs_end_to_end_on_a_cluster_with_fake_gpus(tmp_path, fake
         windows = sorted((t["window_t0"], t["window_t1"]) for t in timed if t["gpu"] == gpu)
         for (_, end), (begin, _) in zip(windows, windows[1:]):
             assert begin >= end - 1e-3, f"two timed windows on GPU {gpu} overlapped: {windows}"
-    runs = sorted((t["window_t1"] - t["wall_s"], t["window_t1"]) for t in timed if t["phase"] == "screen")
-    assert any(b < a_end for (_, a_end), (b, _) in zip(runs, runs[1:])), "screen runs shared the GPU"
+
+    def shared(gpu: int) -> bool:  # two of the screen's runs on this GPU at once (their windows apart)
+        spans = sorted(
+            (t["window_t1"] - t["wall_s"], t["window_t1"])
+            for t in timed
+            if t["phase"] == "screen" and t["gpu"] == gpu
+        )
+        return any(b < a_end for (_, a_end), (b, _) in zip(spans, spans[1:]))
+
+    assert any(shared(gpu) for gpu in range(gpus)), "screen runs shared a GPU"
     base = next(t for t in s["trials"] if t["phase"] == "baseline")
     twin = next(t for t in s["trials"] if t["id"] == base["twin_of"])
     # the baseline's loss run trained beside the screen, with the execution of the start point that shares
@@ -402,12 +412,6 @@ def test_resume_refuses_other_settings_and_rebuilds_a_damaged_state(tmp_path):
     assert "was damaged" in log.read_text() and "rebuilt" in log.read_text(), log.read_text()[-2000:]
     assert (out / "state.json.damaged").read_text() == '{"phases": {"hardw'  # nothing lost
     assert json.loads((out / "state.json").read_text())["phases"].get("screen") is None
-
-
-def test_a_refused_run_leaves_no_empty_out_behind(tmp_path):
-    out = tmp_path / "never"
-    proc = search(out, "--config", "configs/smoke.yaml", "--address", "127.0.0.1:1", timeout=60)
-    assert proc.returncode == 5 and not out.exists()  # the environment's exit code: nothing there
 
 
 def test_a_screen_whose_budget_ends_before_any_config_finishes_exits_6_and_says_why(tmp_path):

@@ -641,20 +641,6 @@ def test_cli_json_ends_with_one_metrics_line(tmp_path, overrides, status, return
     assert {k: v for k, v in written.items() if k != "history"} == metrics
 
 
-@pytest.mark.skipif(CORPUS is None, reason=f"the smoke acceptance run needs {SHAKESPEARE}")
-def test_smoke_config_reaches_the_target_loss(record_property):
-    done = run_cli("--config", str(SMOKE), "--data", CORPUS, "--json")
-    assert done.returncode == 0, done.stderr[-2000:]
-    metrics = last_json_line(done.stdout)
-    assert set(CLI_METRICS) <= set(metrics)
-    assert metrics["status"] == "ok"
-    assert metrics["val_loss"] <= 2.5
-    # The 60 s target is a property of the machine; record the time rather than assert it.
-    record_property("smoke_wall_s", metrics["wall_s"])
-    record_property("smoke_tokens_per_s", metrics["tokens_per_s"])
-    print(f"smoke: val_loss {metrics['val_loss']} in {metrics['wall_s']} s ({metrics['tokens_per_s']} tok/s)")
-
-
 @pytest.mark.parametrize("path", sorted((REPO / "configs").glob("*.yaml")), ids=lambda p: p.name)
 def test_every_config_in_the_repo_is_valid(path):
     loaded = load_config(path).model_dump()
