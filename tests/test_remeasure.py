@@ -25,7 +25,7 @@ from tuner.records import BASELINE_ID, TrialRow
 from tuner.report import render_html, render_markdown, view
 from tuner.runs.request import Placement, TrialInputs
 from tuner.runs.tune import round_robin, run_cases
-from tuner.select import pick_winner, refuse_untrusted
+from tuner.select import finish_first, pick_winner, refuse_untrusted
 
 TESTS = Path(__file__).resolve().parent
 BUSY_LOOP = "import time\nend = time.time() + 600\nwhile time.time() < end: pass\n"
@@ -208,3 +208,136 @@ def test_best_yaml_takes_the_threads_of_the_runs_that_crowned_its_config():
     assert finish.measured_threads(rows, "screen-3") == {"cpu_threads": 2, "compile_threads": 10}
     assert finish.measured_threads(rows, "screen-5") == {"cpu_threads": 1}  # an eager run loads no Inductor
     assert finish.measured_threads(rows, "screen-9") == {}  # nothing recorded: the libraries' defaults
+
+
+# --- the baseline's runs stop once its figure cannot change the answer (issue 44 item 7) --------------------
+
+PLANNED = 10_000_000  # tokens of the planned run (finish_first compares times to train it)
+
+
+def timed(fid: str, *speeds: float, **fields) -> list[TrialRow]:
+    """Re-measure runs of `fid` in judged, uncontended windows (the CPU shares recorded), unless `fields`
+    say otherwise."""
+    values = {"cpu_others_cores": 0.1, "warmup_s": 10.0, **fields}
+    return [
+        make_row(f"{fid}-{n}", "remeasure", finalist=fid, tokens_per_s=tps, **values)
+        for n, tps in enumerate(speeds)
+    ]
+
+
+def test_the_baseline_is_timed_no_further_when_no_finalist_but_it_is_feasible():
+    alone = timed(BASELINE_ID, 1000.0)
+    assert "no finalist but the baseline is feasible" in remeasure.baseline_settled(alone, PLANNED)
+    failed_loss = alone + timed("screen-1", 990.0, 5000.0, feasible=False)  # near or far: it cannot win
+    assert remeasure.baseline_settled(failed_loss, PLANNED) == remeasure.baseline_settled(alone, PLANNED)
+    # its figure is still wanted: none yet, or only a contended one (timed again, bounded, as before)
+    assert remeasure.baseline_settled(timed(BASELINE_ID, 1000.0, status="error"), PLANNED) is None
+    assert remeasure.baseline_settled(timed(BASELINE_ID, 1000.0, cpu_shared=True), PLANNED) is None
+    assert remeasure.baseline_settled(alone + timed("screen-1", 990.0), PLANNED) is None  # a feasible one
+
+
+def test_the_baseline_is_timed_no_further_when_every_finalist_is_far_beyond_it():
+    base = timed(BASELINE_ID, 1000.0, 1010.0, 990.0)
+    rows = base + timed("screen-1", 3000.0, 3100.0) + timed("screen-2", 2400.0)  # over 2.25x its 1010
+    why = remeasure.baseline_settled(rows, PLANNED)
+    assert why is not None and "2.25x the baseline's fastest (2,400 against 1,010)" in why
+    # whatever it times within 1.5x of its runs, the answer is the same config
+    for extra in (1010.0 * remeasure.REACH, 990.0 / remeasure.REACH):
+        more = rows + timed(BASELINE_ID, extra, warmup_s=0.0)
+        screen = SCREEN + [make_row("screen-2", config={"batch_size": 64}, feasible=True)]
+        finalists = finalists_of(more, screen)
+        sel = finish_first(pick_winner(finalists, {}), finalists, PLANNED)
+        assert sel.winner.id == "screen-1" and not refuse_untrusted(sel, finalists)
+
+
+def test_a_close_finalist_keeps_the_baseline_timed():
+    base = timed(BASELINE_ID, 1000.0, 1010.0, 990.0)
+    close = base + timed("screen-1", 2200.0, 2300.0)  # under 2.25x its fastest
+    assert remeasure.baseline_settled(close, PLANNED) is None
+    # a baseline run 1.5x its fastest, beside a finalist's re-run 1.5x under its slowest, overlap, and the
+    # simpler baseline wins: one more baseline figure decides it
+    finalists = finalists_of(close + timed("screen-1", 1470.0), SCREEN)
+    assert pick_winner(finalists, {}).winner.id == "screen-1"
+    finalists = finalists_of(close + timed("screen-1", 1470.0) + timed(BASELINE_ID, 1515.0), SCREEN)
+    assert pick_winner(finalists, {}).winner.id == BASELINE_ID
+    # far beyond but one finalist close: still timed
+    assert remeasure.baseline_settled(close + timed("screen-2", 9000.0), PLANNED) is None
+
+
+def test_the_baseline_is_timed_where_it_could_still_finish_a_short_planned_run_first():
+    rows = timed(BASELINE_ID, 1000.0, 1010.0, 990.0, warmup_s=1.0) + timed("screen-1", 3000.0, warmup_s=30.0)
+    assert remeasure.baseline_settled(rows, PLANNED) is not None
+    assert remeasure.baseline_settled(rows, 10_000) is None  # 30 s of warm-up outweighs a 10 s run
+    finalists = finalists_of(rows, SCREEN)
+    assert finish_first(pick_winner(finalists, {}), finalists, 10_000).winner.id == BASELINE_ID
+
+
+def test_the_baseline_is_timed_while_a_figure_could_still_lose_its_trust():
+    far = timed("screen-1", 5000.0, 5100.0)
+    assert remeasure.baseline_settled(timed(BASELINE_ID, 1000.0) + far, PLANNED) is not None
+    unjudged = timed(BASELINE_ID, 1000.0, cpu_others_cores=None)  # a window too short to record the load
+    assert remeasure.baseline_settled(unjudged + far, PLANNED) is None
+    contended = timed("screen-1", 5000.0, cpu_shared=True)  # its only figure: refuse_untrusted's to judge
+    assert remeasure.baseline_settled(timed(BASELINE_ID, 1000.0) + contended, PLANNED) is None
+    died = timed("screen-1", 5000.0, status="error")  # no figure of it yet
+    assert remeasure.baseline_settled(timed(BASELINE_ID, 1000.0) + died, PLANNED) is None
+
+
+def test_the_first_round_holds_back_the_baseline_repeats_beyond_the_finalists():
+    first = remeasure.first_round
+    assert first([BASELINE_ID, "screen-1", "screen-1", "screen-2"], [6, 1, 2, 3]) == [3, 1, 2, 3]
+    assert first([BASELINE_ID, BASELINE_ID], [1, 5]) == [1, 0]  # alone: its profiled run first
+    assert first([BASELINE_ID, "screen-1"], [2, 3]) == [2, 3]  # fewer than the finalists': all at once
+    assert first([None, None], [3, 1]) == [3, 1]  # no baseline case
+
+
+class FakePool:
+    """The re-measure's RunPool without Ray: each (case, repeat) asked is one run at its finalist's speed."""
+
+    speeds: dict[str, float] = {}
+    asked: list[list[int]] = []
+
+    def __init__(self, ctx):
+        pass
+
+    def cases(self, phase, requests, placement, *, repeats, planned_s=None):
+        FakePool.asked.append(list(repeats))
+        rows = []
+        for i, rep in round_robin(repeats):
+            fid = requests[i].spec.labels.finalist
+            rows += timed(fid, FakePool.speeds[fid])
+            rows[-1] = rows[-1].model_copy(update={"id": f"{fid}-{i}-{rep}", "case": i, "repeat": rep})
+        return sorted(rows, key=lambda r: (r.case, r.repeat))
+
+
+@pytest.mark.parametrize("finalist_tps, rounds", [(5000.0, [[3, 3]]), (1500.0, [[3, 3], [6, 3]])])
+def test_the_remeasure_leaves_out_the_baseline_runs_that_cannot_change_the_answer(
+    monkeypatch, finalist_tps, rounds
+):
+    monkeypatch.setattr(remeasure, "RunPool", FakePool)
+    monkeypatch.setattr(FakePool, "speeds", {BASELINE_ID: 1000.0, "screen-1": finalist_tps})
+    monkeypatch.setattr(FakePool, "asked", [])
+    ctx = SimpleNamespace(notices=[], base=SimpleNamespace(tokens=PLANNED))
+    ctx.notice = ctx.notices.append
+    cases = [TrialSpec.of(TOY, finalist=BASELINE_ID), TrialSpec.of(TOY, finalist="screen-1")]
+    rows = remeasure.measure(ctx, cases, [6, 3], Placement({"cpu": 1}, 1))
+    assert FakePool.asked == rounds
+    skipped = [n for n in ctx.notices if "can no longer change the answer" in n]
+    if len(rounds) == 1:  # far beyond: its 3 later repeats are left out, said once
+        assert len(skipped) == 1 and "3 of its runs not timed" in skipped[0], ctx.notices
+        assert "its figure rests on 3 runs" in skipped[0]
+    else:  # close: all 6 timed, nothing said of re-runs either (none were contended)
+        assert ctx.notices == [] and sum(r.finalist == BASELINE_ID for r in rows) == 6
+
+
+def test_a_baseline_figure_from_fewer_runs_still_makes_the_summary_and_report():
+    summary = without_telemetry(synthetic_summary())
+    base_runs = [t for t in summary["trials"] if t["phase"] == "remeasure" and t["finalist"] == BASELINE_ID]
+    summary["trials"] = [t for t in summary["trials"] if t not in base_runs[1:]]
+    entry = view.View.of(summary).baseline
+    assert entry.how["tps"].startswith("one re-measure run, ")
+    assert "| baseline " in render_markdown(summary) and "one re-measure run" in render_html(summary)
+    winner = [f for f in finalists_of(timed("screen-1", 5000.0, 5100.0, 4900.0), SCREEN)][0]
+    best = finish._best(winner, [1000.0])
+    assert best.speedup == 5.0 and best.speedup_one_run == []
+    assert "1 of the baseline, 3 of each needed" in best.speedup_one_run_note

@@ -6,10 +6,16 @@ is compiling: a launch-bound config loses speed to compiles on the CPUs it launc
 Load from outside the search must not pick the answer: the repeats go round robin over the configs and the
 baseline (runner.round_robin), so a burst lands on all of them alike, and a window that was contended
 (TrialRow.contended) is timed again, up to as many extra runs as the config was asked for. What stays
-contended after that is left to selection, which crowns no winner on it (select.refuse_untrusted)."""
+contended after that is left to selection, which crowns no winner on it (select.refuse_untrusted).
+
+The baseline's runs stop where its figure can no longer change which config is the answer
+(`baseline_settled`): its repeats beyond the finalists' come in a later round (`first_round`), and after each
+round its further runs, repeats and re-runs alike, are left out once no figure it could time would change
+the pick (no feasible finalist but it, or every other finalist timed far beyond it)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from trainables.spec import TrialSpec
@@ -22,6 +28,12 @@ from tuner.runs.request import Placement, Role, RunRequest
 # steps one re-measure run of each finalist trains under torch.profiler after its timed window
 # (trainables/profile.py): a fraction of its timed steps, enough for each op's share
 PROFILE_STEPS = 10
+
+# A further uncontended run of a config times within this factor of its uncontended runs so far, either way
+# (`baseline_settled` rests on it): a launch-bound run varies ~8% from one process to the next
+# (search.baseline_repeats), so 1.5x is six times that; load beyond it is what the contention flag catches,
+# and a contended window is not one of a config's figures while it has an uncontended one.
+REACH = 1.5
 
 
 def run(ctx: SearchContext, screen: list[TrialRow], planned_s: float | None = None) -> list[TrialRow]:
@@ -92,22 +104,69 @@ def measure(
 ) -> list[TrialRow]:
     """Every case timed `asked[i]` times in uncontended windows where that can be had: contended windows
     are timed again (bounded by `more_runs`); the counts follow from the ledger, so --resume goes on.
+    The baseline's cases (labelled BASELINE_ID) get their repeats beyond the finalists' in a later round,
+    and no further run once `baseline_settled` says its figure cannot change the answer.
     `planned_s` is the estimate of the first pass (the windows timed again are not in it)."""
-    counts, pool = list(asked), RunPool(ctx)  # one pool: a row joined once keeps its join
-    requests = [RunRequest(case, Role.REMEASURE) for case in cases]
+    base = [case.labels.finalist == BASELINE_ID for case in cases]
+    counts, pool = first_round([case.labels.finalist for case in cases], asked), RunPool(ctx)
+    requests = [RunRequest(case, Role.REMEASURE) for case in cases]  # one pool: a row keeps its join
     while True:
         # contention is known once joined: the pool's rows come back joined
         rows = pool.cases("remeasure", requests, placement, repeats=counts, planned_s=planned_s)
         planned_s = None
         wanted = more_runs(rows, asked)
+        settled = baseline_settled(rows, ctx.base.tokens) if any(base) else None
+        if settled is not None:  # the baseline's further runs are left out; the finalists' go on
+            wanted = [c if b else w for w, c, b in zip(wanted, counts, base, strict=True)]
         if all(w <= c for w, c in zip(wanted, counts, strict=True)):
+            _say_settled(ctx, settled, rows, asked, counts, base)
             return rows
-        again = sum(w - c for w, c in zip(wanted, counts, strict=True) if w > c)
-        ctx.notice(
-            f"remeasure: {again} contended or failed run{'s' if again != 1 else ''} timed again "
-            "(each config at most twice its repeats)"
-        )
+        again = sum(max(0, w - max(c, a)) for w, c, a in zip(wanted, counts, asked, strict=True))
+        if again:  # beyond a case's repeats; the baseline's later repeats are not re-runs
+            ctx.notice(
+                f"remeasure: {again} contended or failed run{'s' if again != 1 else ''} timed again "
+                "(each config at most twice its repeats)"
+            )
         counts = [max(w, c) for w, c in zip(wanted, counts, strict=True)]
+
+
+def _say_settled(
+    ctx: SearchContext,
+    settled: str | None,
+    rows: list[TrialRow],
+    asked: Sequence[int],
+    counts: Sequence[int],
+    base: Sequence[bool],
+) -> None:
+    """One line, where baseline runs were left out: how many, why, and how many its figure rests on."""
+    wanted = more_runs(rows, asked)
+    left = sum(max(0, w - c) for w, c, b in zip(wanted, counts, base, strict=True) if b)
+    if settled is None or not left:
+        return
+    timed = [r for r in rows if r.finalist == BASELINE_ID and _timed(r)]
+    used = len([r for r in timed if not r.contended] or timed)  # finish._finalists' choice of figures
+    ctx.notice(
+        f"remeasure: the baseline's figure can no longer change the answer: {left} of its runs not timed "
+        f"({settled}); its figure rests on {used} run{'s' if used != 1 else ''}"
+    )
+
+
+def first_round(finalists: Sequence[str | None], asked: Sequence[int]) -> list[int]:
+    """The runs each case (of finalist `finalists[i]`) gets in the re-measure's first round: `asked[i]`,
+    but the baseline's cases together at most as many as any other finalist is asked for, and at least one:
+    its further repeats wait for a later round, which `baseline_settled` may leave out."""
+    others: dict[str | None, int] = {}
+    for fid, n in zip(finalists, asked, strict=True):
+        if fid != BASELINE_ID:
+            others[fid] = others.get(fid, 0) + n
+    budget = max(1, max(others.values(), default=0))
+    out = []
+    for fid, n in zip(finalists, asked, strict=True):
+        if fid == BASELINE_ID:
+            n = min(n, budget)
+            budget -= n
+        out.append(n)
+    return out
 
 
 def more_runs(rows: list[TrialRow], asked: Sequence[int]) -> list[int]:
@@ -121,3 +180,67 @@ def more_runs(rows: list[TrialRow], asked: Sequence[int]) -> list[int]:
         clean = sum(1 for r in mine if r.status == "ok" and not r.contended)
         out.append(min(2 * want, len(mine) + max(0, want - clean)))
     return out
+
+
+def _timed(row: TrialRow) -> bool:
+    """The run timed a window (finish._finalists takes its figure)."""
+    return row.status == "ok" and bool(row.tokens_per_s) and math.isfinite(row.tokens_per_s)
+
+
+def _clean(rows: Sequence[TrialRow]) -> list[TrialRow]:
+    """The runs whose figures a config's figure is: those of uncontended windows (finish._finalists)."""
+    return [r for r in rows if _timed(r) and not r.contended]
+
+
+def _judged(row: TrialRow) -> bool:
+    """Its window recorded who else used the machine (the CPU shares, or the GPU telemetry's verdict): an
+    uncontended figure that stands whatever load later windows see."""
+    return row.cpu_others_cores is not None or row.shared is not None
+
+
+def baseline_settled(rows: Sequence[TrialRow], tokens: int) -> str | None:
+    """Why no further run of the baseline (a repeat, or a contended window's re-run) can change which config
+    is the answer, from the re-measure's `rows` so far (labelled by finalist); None where one might, or
+    where the baseline has no uncontended figure yet: then it is timed.
+
+    1. No finalist but the baseline is feasible (each re-measured finalist is, unless all its rows say
+       feasible False): the baseline stays the answer whatever it times.
+    2. The baseline and every other finalist F have an uncontended figure from a judged window (so a
+       contended run, the baseline's or any, leaves every figure's trust as it is: select.refuse_untrusted),
+       min(F) > max(baseline) x REACH² over their uncontended figures, and some F with a measured warm-up w
+       trains the planned `tokens` sooner however the runs vary: w + tokens·REACH/min(F) <
+       tokens/(max(baseline)·REACH). With each further uncontended figure within REACH of its config's so
+       far (a contended one is no figure while an uncontended one is had), every final range of the
+       baseline then lies below every F's: it is neither the fastest nor overlaps the fastest
+       (select.pick_winner), and some F's median time to train stays under its, so it is never the one
+       that finishes the planned run first (select.finish_first; warm-ups only get shorter with runs)."""
+    clean = _clean([r for r in rows if r.finalist == BASELINE_ID])
+    if not clean:
+        return None
+    groups: dict[str | None, list[TrialRow]] = {}
+    for row in rows:
+        if row.finalist != BASELINE_ID:
+            groups.setdefault(row.finalist, []).append(row)
+    feasible = [g for g in groups.values() if any(r.feasible is not False for r in g)]
+    if not feasible:
+        return "no finalist but the baseline is feasible: the baseline stays the answer whatever it times"
+    fastest = max(r.tokens_per_s or 0.0 for r in clean)
+    ceiling, sooner, slowest = fastest * REACH, False, math.inf
+    if not any(_judged(r) for r in clean) or tokens <= 0:
+        return None
+    for group in feasible:
+        mine = _clean(group)
+        if not any(_judged(r) for r in mine):
+            return None  # no figure yet, or one whose trust a contended run elsewhere could still take
+        floor = min(r.tokens_per_s or 0.0 for r in mine) / REACH
+        if floor <= ceiling:
+            return None  # near enough that a run of either could bring their ranges together
+        slowest = min(slowest, floor * REACH)
+        warm = min((r.warmup_s for r in mine if r.warmup_s is not None), default=None)
+        sooner = sooner or (warm is not None and warm + tokens / floor < tokens / ceiling)
+    if not sooner:
+        return None  # the baseline, compiling nothing, might still train the planned run first
+    return (
+        f"every other finalist's slowest run is over {REACH**2:.2f}x the baseline's fastest ({slowest:,.0f} "
+        f"against {fastest:,.0f}): no run within {REACH}x of its config's brings them together"
+    )

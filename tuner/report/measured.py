@@ -202,7 +202,11 @@ def _how(runs: list[TrialRow], field: str, facts: Facts, show: Callable[[Any], s
     values = [getattr(r, field) for r in runs]
     if runs[0].phase_name == "remeasure":
         spread = f" (range {show(min(values))}–{show(max(values))})" if len(values) > 1 else ""
-        text = f"median of {len(runs)} re-measure runs{spread}, {facts.timed_steps} each"
+        text = (
+            f"median of {len(runs)} re-measure runs{spread}, {facts.timed_steps} each"
+            if len(runs) > 1
+            else f"one re-measure run, {facts.timed_steps}"
+        )
     elif runs[0].phase_name == "screen":
         text = f"one speed-screen run ({runs[0].id}), {facts.timed_steps}"
     else:
