@@ -49,6 +49,7 @@ def remeasured(fid: str, *speeds: float, contended: tuple[bool, ...] = ()) -> li
             tokens_per_s=tps,
             cpu_shared=flag or None,
             telemetry_trusted=False if flag else None,  # as observe.annotate flags a contended window
+            cpu_others_cores=1.8 if flag else 0.1,  # a window long enough to judge its CPU load
         )
         for n, (tps, flag) in enumerate(zip(speeds, flags, strict=True))
     ]
@@ -120,6 +121,21 @@ def test_no_winner_is_crowned_when_a_finalist_has_only_contended_figures(who):
     assert refuse_untrusted(sel, finalists)
     assert sel.winner is None and "no winner crowned on untrusted figures" in sel.reasons[-1]
     assert "screen-1" in sel.rejected
+
+
+def test_windows_too_short_to_judge_are_not_trusted_where_the_load_contended_others():
+    # issue 44: a window under MIN_WINDOW_S records no CPU shares; it counted as clean, so a finalist timed
+    # only in such windows was trusted while the re-measure's judged windows said the machine was busy
+    unjudged = {"cpu_others_cores": None}
+    rows = remeasured(BASELINE_ID, 1000.0, 300.0, 1010.0, contended=(False, True, False))
+    rows += [r.model_copy(update=unjudged) for r in remeasured("screen-1", 5000.0, 5100.0)]
+    finalists = finalists_of(rows, SCREEN)
+    assert {f.id: f.speed_trusted for f in finalists} == {BASELINE_ID: True, "screen-1": False}
+    sel = pick_winner(finalists, {})
+    assert refuse_untrusted(sel, finalists) and sel.winner is None
+    # no window contended: the short ones say nothing of load, and a quiet machine's figures stand
+    quiet = [r for r in rows if not r.contended]
+    assert all(f.speed_trusted for f in finalists_of(quiet, SCREEN))
 
 
 def test_the_runs_interleave_across_cases_in_time(tmp_path, one_cpu_ray):

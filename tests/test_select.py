@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -559,11 +560,12 @@ def smoke_context(out: Path) -> SearchContext:
     return SearchContext(cfg, out, cfg.train, hw, 2, State(out), "python -m tuner.search")
 
 
-def finished_search(out: Path, screen_rows: list) -> tuple[SearchContext, Summary]:
-    """A CPU search's summary as finish.summarize makes it: the baseline's loss run and its re-measure."""
+def finished_search(out: Path, screen_rows: list, **window: Any) -> tuple[SearchContext, Summary]:
+    """A CPU search's summary as finish.summarize makes it: the baseline's loss run and its re-measure, whose
+    timed windows had the CPU load `window` (TrialRow fields: cpu_shared, cpu_others_cores, ...)."""
     ctx = smoke_context(out)
     base = make_row(BASELINE_ID, "baseline", {}, tokens_per_s=8000.0, val_loss=2.0, execution={})
-    again = [make_row(f"remeasure-{i}", "remeasure", {}, tokens_per_s=t, finalist=BASELINE_ID)
+    again = [make_row(f"remeasure-{i}", "remeasure", {}, tokens_per_s=t, finalist=BASELINE_ID, **window)
              for i, t in enumerate((19000.0, 20000.0, 21000.0))]  # fmt: skip
     loss_limit = LossLimit.of(2.0, 0.05, "absolute")
     screen_rows = with_feasibility(screen_rows, [], loss_limit, baseline=ctx.base.model_dump())
@@ -599,6 +601,35 @@ def test_exit_3_on_a_cpu_says_why_the_baseline_usually_stays_then_the_next_comma
     assert lines[-3].startswith("no config passed the loss check")
     assert lines[-2] == finish.CPU_BASELINE_NOTE and "CUDA graphs and fused kernels need a GPU" in lines[-2]
     assert lines[-1].startswith("run it: python -m trainables.train --config ")
+
+
+# Two busy loops on a 2-core host: its windows as trainables/cpu_load.py and observe.annotate record them.
+BUSY = {"cpu_own_cores": 0.1, "cpu_others_cores": 1.8, "cpu_count": 2, "cpu_shared": True}
+
+
+def test_a_baseline_kept_on_contended_windows_is_untrusted_and_says_so_at_the_top(tmp_path, capsys):
+    # issue 44: under two busy loops the smoke search kept the baseline at 707 tok/s (14,917 alone) and its
+    # summary.json said "untrusted": false: nothing else passed, so there was no winner to refuse
+    infeasible = make_row(
+        "screen-0", "screen", {"batch_size": 64, "lr_scaling": "sqrt"}, tokens_per_s=30000.0
+    )
+    ctx, summary = finished_search(tmp_path, [infeasible], **BUSY)
+    assert summary.untrusted and summary.best is None
+    assert finish.write(ctx, summary) == Exit.NO_FEASIBLE  # the answer rests on the loss check: still 3
+    said = capsys.readouterr().err
+    assert "no config passed the loss check" in said and "the baseline's speed figure is not trusted" in said
+    top = (tmp_path / "report.md").read_text().split("\n## ")[0]
+    assert "Not trusted: the speed figures were taken" in top and "20,000 tok/s (contended)" in top
+    calm = finished_search(tmp_path, [infeasible], cpu_own_cores=1.9, cpu_others_cores=0.1, cpu_count=2)[1]
+    assert not calm.untrusted
+
+
+def test_nothing_screened_on_contended_windows_is_untrusted_and_still_exits_6(tmp_path, capsys):
+    ctx, summary = finished_search(tmp_path, [stopped("screen-0")], **BUSY)
+    assert summary.untrusted and summary.nothing_screened
+    assert finish.write(ctx, summary) == Exit.NOTHING_SCREENED
+    top = (tmp_path / "report.md").read_text().split("\n## ")[0]
+    assert "Not trusted" in top and "20,000 tok/s (contended)" in top and "(exit 6)" in top
 
 
 def test_the_cpu_note_is_not_said_on_a_gpu(tmp_path, capsys):

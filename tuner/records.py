@@ -160,6 +160,13 @@ class TrialRow(Record):
         telemetry samples make only its energy figure untrusted)."""
         return bool(self.cpu_shared or self.shared)
 
+    @property
+    def judged(self) -> bool:
+        """Whether its timed window recorded who else used the machine: the CPU shares (a window under
+        trainables/cpu_load.MIN_WINDOW_S records none) or the GPU telemetry's verdict (a contended one was
+        judged by definition)."""
+        return self.contended or self.cpu_others_cores is not None or self.shared is not None
+
 
 class ProbedBatch(Record):
     """The batch probe's finding at one precision: the largest forward batch (what one forward takes: the
@@ -212,7 +219,10 @@ class Finalist(Record):
         default_factory=list, description="tok/s of the runs left out of `runs`: their window was contended"
     )
     speed_trusted: bool = Field(
-        True, description="false: every timed window of it was contended, so `runs` are those figures"
+        True,
+        description="false: every timed window of it was contended, so `runs` are those figures, or none "
+        "of its uncontended ones recorded the CPU load (too short to judge) while other windows of the "
+        "re-measure were contended",
     )
     val_loss: float | None = None
     feasible: bool | None = None
@@ -342,8 +352,9 @@ class Summary(Record):
     )
     untrusted: bool = Field(
         False,
-        description="the re-measure could not get uncontended figures for every feasible finalist: no "
-        "winner was crowned on them, the baseline stays the answer (exit 4)",
+        description="a speed figure the answer gives (the winner's, the baseline's) rests on untrusted "
+        "windows only (Finalist.speed_trusted false); where a feasible finalist besides the baseline was "
+        "timed, no winner was crowned on them and the baseline stays the answer (exit 4)",
     )
     nothing_screened: str | None = Field(
         None,
@@ -386,6 +397,13 @@ class Summary(Record):
         "the report",
     )
 
+    @property
+    def refused(self) -> bool:
+        """No winner crowned on untrusted figures (exit 4): untrusted while a feasible finalist besides the
+        baseline was timed. Without one the baseline stays for its loss check (exit 3) or because the screen
+        finished nothing (exit 6), its untrusted figure said so all the same."""
+        return self.untrusted and bool(could_win(self.finalists))
+
     @model_validator(mode="before")
     @classmethod
     def _older_loss_limit(cls, data: Any) -> Any:
@@ -404,6 +422,11 @@ class Summary(Record):
             old = {"baseline_loss": base_loss, "tolerance": tol.get("value"), "limit": tol.get("limit")}
             limit = {**old, "mode": tol.get("mode", "absolute")} if None not in old.values() else None
         return {**data, "loss_limit": limit}
+
+
+def could_win(finalists: list[Finalist]) -> list[Finalist]:
+    """The finalists a winner is crowned among besides the baseline: feasible, with a timed run."""
+    return [f for f in finalists if f.feasible is True and f.id != BASELINE_ID and f.runs]
 
 
 def loss_limit_in(summary: dict[str, Any]) -> Any:

@@ -13,7 +13,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tuner.knobs import freeze, knob_diff, loss_key
-from tuner.records import BASELINE_ID, FAILED_STATUSES, Finalist, LossLimit, SelectionResult, TrialRow
+from tuner.records import (
+    BASELINE_ID,
+    FAILED_STATUSES,
+    Finalist,
+    LossLimit,
+    SelectionResult,
+    TrialRow,
+    could_win,
+)
 
 ENERGY_MARGIN = 0.02  # J/token must be this much lower than the fastest's to outweigh simplicity
 
@@ -336,7 +344,7 @@ def refuse_untrusted(sel: Selection, finalists: list[Finalist]) -> bool:
     """No winner crowned on contended figures: when the baseline or a feasible finalist has only figures
     from contended windows (the re-measure repeated them, bounded, and load stayed), their order says more
     about the load than about the configs, so the baseline stays the answer. Returns whether it refused."""
-    contenders = [f for f in finalists if f.feasible is True and f.id != BASELINE_ID and f.runs]
+    contenders = could_win(finalists)
     shaky = [f.id for f in finalists if not f.speed_trusted and (f.id == BASELINE_ID or f in contenders)]
     if not contenders or not shaky:
         return False
@@ -349,6 +357,15 @@ def refuse_untrusted(sel: Selection, finalists: list[Finalist]) -> bool:
         sel.rejected[sel.winner.id] = f"would have won on untrusted figures ({why})"
     sel.winner = None
     return True
+
+
+def headline_untrusted(winner: Finalist | None, finalists: list[Finalist]) -> bool:
+    """Whether a speed figure the answer gives rests on untrusted windows only: the winner's, or the
+    baseline's (the answer where it stays, the ratio's denominator where it does not). Where nothing else
+    passed the loss check, refuse_untrusted has no winner to refuse, and the baseline's figure (and the time
+    to train from it) would otherwise stand as trusted."""
+    said = {BASELINE_ID, winner.id if winner else BASELINE_ID}
+    return any(not f.speed_trusted for f in finalists if f.id in said)
 
 
 # --- what the screen finished -------------------------------------------------------------------------------

@@ -32,7 +32,15 @@ from tuner.report import write_reports
 from tuner.report.fmt import one_run_text
 from tuner.report.horizon_section import budget_text
 from tuner.screen_clock import wall_budget_s
-from tuner.select import ScreenOutcome, finish_first, nothing_screened, pick_winner, refuse_untrusted, spread
+from tuner.select import (
+    ScreenOutcome,
+    finish_first,
+    headline_untrusted,
+    nothing_screened,
+    pick_winner,
+    refuse_untrusted,
+    spread,
+)
 from tuner.telemetry import fetch_usage
 
 # Said when the baseline stays the answer of a search on CPUs: the usual outcome there, not a failure.
@@ -44,6 +52,11 @@ CPU_BASELINE_NOTE = (
 # The same for a workload without fused kernels (kernels left out): nothing it does not have is named.
 CPU_BASELINE_NOTE_NO_KERNELS = CPU_BASELINE_NOTE.replace(
     "CUDA graphs and fused kernels need", "CUDA graphs need"
+)
+# Said after exit 3's line where the baseline's figure came from contended windows only (summary.untrusted).
+BASELINE_UNTRUSTED = (
+    "the baseline's speed figure is not trusted: other processes contended for the machine in its timed "
+    "windows (report.md marks it); run the search again, with a new --out, when the machine is quiet"
 )
 VERSIONED = ("torch", "ray", "optuna", "hybrid-tuner", "fla-core", "mamba-ssm", "causal-conv1d")
 KERNEL_DISTS = ("fla-core", "mamba-ssm", "causal-conv1d")  # only where the workload has fused kernels
@@ -65,7 +78,7 @@ def summarize(
     # The baseline competes too: when nothing beats it beyond noise, the simplest (it) wins; and a planned
     # run too short to pay for a winner's compile goes to the config that finishes it first.
     selection = finish_first(pick_winner(finalists, base), finalists, tokens)
-    untrusted = refuse_untrusted(selection, finalists)  # exit 4: the baseline stays, the figures said why
+    untrusted = refuse_untrusted(selection, finalists) or headline_untrusted(selection.winner, finalists)
     winner = selection.winner
     if not any(f.feasible for f in finalists if f.id != BASELINE_ID):
         winner = None  # nothing but the baseline itself passed: exit 3, the baseline is the answer
@@ -154,7 +167,7 @@ def _say_outcome(summary: Summary) -> Exit:
     if summary.nothing_screened:
         log(f"{summary.nothing_screened}; the baseline stays the answer (best.yaml is the baseline)")
         return Exit.NOTHING_SCREENED
-    if not best and summary.untrusted:
+    if summary.refused:
         log(
             "the speed figures are not trusted: other processes contended for the machine during the "
             "re-measure, also when its windows were repeated; no winner is crowned on them, the baseline "
@@ -163,7 +176,10 @@ def _say_outcome(summary: Summary) -> Exit:
         )
         return Exit.UNTRUSTED
     if not best:
-        log("no config passed the loss check: the baseline stays the answer (best.yaml is the baseline)")
+        shaky = f"; {BASELINE_UNTRUSTED}" if summary.untrusted else ""
+        log(
+            f"no config passed the loss check: the baseline stays the answer (best.yaml is the baseline){shaky}"
+        )
         return Exit.NO_FEASIBLE
     if best.id == BASELINE_ID:
         log(
@@ -196,6 +212,7 @@ def _finalists(
     for row in remeasure:
         runs.setdefault(row.finalist, []).append(row)
     screened = {t.id: t for t in screen}
+    loaded = any(r.contended for r in remeasure)  # the re-measure saw load: an unjudged window says nothing
     out = []
     for fid, rows in runs.items():
         src = screened.get(fid, baseline)
@@ -215,7 +232,7 @@ def _finalists(
                 config=src.config if fid in screened else {},
                 runs=runs,
                 contended_runs=contended if clean else [],
-                speed_trusted=bool(clean) or not contended,
+                speed_trusted=_speed_trusted(timed, loaded),
                 val_loss=src.val_loss,
                 feasible=src.feasible,
                 # a J/token figure for every run, or none: a partial median would favour the lucky
@@ -228,6 +245,15 @@ def _finalists(
             )
         )
     return out
+
+
+def _speed_trusted(timed: list[TrialRow], loaded: bool) -> bool:
+    """Whether the figure of these timed runs stands: from an uncontended window judged so, or one too short
+    to judge (no CPU shares recorded) on a machine the re-measure never saw contended; or no figure at all."""
+    clean = [r for r in timed if not r.contended]
+    if not clean:
+        return not timed
+    return any(r.judged for r in clean) or not loaded
 
 
 def _val_metrics(

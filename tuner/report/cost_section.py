@@ -142,12 +142,13 @@ def planned_cost(summary: Summary) -> tuple[str, float | None, float | None]:
     return pick, seconds if is_num(seconds) else None, warmup if is_num(warmup) else None
 
 
-def planned_run(summary: Summary) -> str:
-    """The answer's last sentence: what the planned run takes with the answer, compile included."""
+def planned_run(summary: Summary, mark: str = "") -> str:
+    """The answer's last sentence: what the planned run takes with the answer, compile included; `mark`
+    after the time where the speed it comes from is not trusted (" (contended)")."""
     pick, seconds, warmup = planned_cost(summary)
     if seconds is None:
         return ""
     tokens = f" ({summary.planned_tokens:,} tokens)" if summary.planned_tokens else ""
     warm = f", {fmt_warmup(warmup)} of it compile + warm-up" if warmup is not None else ""
     who = "the baseline" if pick == BASELINE_ID else pick
-    return f"The planned run{tokens} takes ~{fmt_seconds(seconds)} with {who}{warm}."
+    return f"The planned run{tokens} takes ~{fmt_seconds(seconds)}{mark} with {who}{warm}."

@@ -25,9 +25,8 @@ def worst(*trusts: Trust) -> Trust:
 
 
 def judged(trial: TrialRow) -> bool:
-    """Whether the run recorded who else used the machine in its timed window: the CPU shares or the GPU
-    telemetry's verdict (a contended run was judged by definition)."""
-    return trial.contended or trial.cpu_others_cores is not None or trial.shared is not None
+    """Whether the run recorded who else used the machine in its timed window (TrialRow.judged)."""
+    return trial.judged
 
 
 def records_sharing(summary: Summary) -> bool:

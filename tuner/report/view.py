@@ -35,6 +35,8 @@ from tuner.report.measured import Facts, Trained, hows
 from tuner.report.mfu import fmt_mfu, mfu_at, shown
 from tuner.report.mfu import how as mfu_how
 from tuner.report.rows import ConfigRow, Trust, group_rows, loss_run, records_sharing, worst
+from tuner.report.trust import CONTENDED, MARKS, NOTES, UNTRUSTED_ANSWER, UNTRUSTED_FIGURES
+from tuner.report.trust import CONTENDED_NOTE as CONTENDED_NOTE  # the table's note, as view's
 
 TABLE_COLUMNS = (
     "Config",
@@ -60,30 +62,14 @@ FAILED_IN = {"loss_check": " in its loss check", "remeasure": " while re-measure
 KERNEL_HARDWARE = ("backends", "autotune_set")
 
 
-CONTENDED = " (contended)"  # after a speed taken while other processes used the CPUs or the GPU
-UNJUDGED = " (unjudged)"  # after a speed whose windows recorded nothing of who else used the machine
-MARKS: dict[Trust, str] = {"trusted": "", "contended": CONTENDED, "unjudged": UNJUDGED}
-CONTENDED_NOTE = (
-    "(contended): every timed window behind that figure (for a ratio: its own or the baseline's) was shared "
-    "with other processes (CPUs or GPU), so it says more about the load than about the config; it is not "
-    "trusted."
-)
-UNJUDGED_NOTE = (
-    "(unjudged): nothing recorded whether other processes shared the timed windows behind that figure (for "
-    "a ratio: its own or the baseline's): a window too short to judge (under a quarter second) or a run "
-    "stopped early before it reported the CPU load; it is not trusted either."
-)
-NOTES: dict[Trust, str] = {"contended": CONTENDED_NOTE, "unjudged": UNJUDGED_NOTE}
-UNTRUSTED_ANSWER = (
-    "**Not trusted: the speed figures were taken while other processes kept the machine busy.** The "
-    "re-measure timed its contended windows again and the load stayed, so no winner is crowned on them "
-    "(exit 4); run the search again on a quiet machine."
-)
-
-
 def tps_text(e: Entry) -> str:
     """The entry's tok/s as the tables show it, with its trust mark."""
-    return fmt_tps(e.tps) + (MARKS[e.tps_trust] if e.tps is not None else "")
+    return fmt_tps(e.tps) + mark(e)
+
+
+def mark(e: Entry | None) -> str:
+    """The trust mark of an entry's tok/s (" (contended)"), "" where it is trusted or has none."""
+    return MARKS[e.tps_trust] if e is not None and e.tps is not None else ""
 
 
 def mfu_text(e: Entry | None) -> str:
@@ -406,13 +392,16 @@ class View:
         summary, base, loss_limit = self.summary, self.baseline, self.summary.loss_limit
         limit = limit_text(loss_limit)
         # the speed with its unit (tok/s, images/s: the workload's)
-        base_tps, base_loss = f"{fmt_tps(base.tps)} {base.per_s}", fmt_loss(summary.baseline.val_loss)
-        after = planned_run(summary)
+        base_tps, base_loss = (
+            f"{fmt_tps(base.tps)} {base.per_s}{mark(base)}",
+            fmt_loss(summary.baseline.val_loss),
+        )
+        after = planned_run(summary, mark(self.winner or base))  # the time to train from the answer's speed
+        said = self._answer(base_tps, base_loss, limit, after)
+        said = f"{UNTRUSTED_FIGURES} {said}" if untrusted(self) and not summary.refused else said
         if summary.remembered:
-            return (
-                f"{confirmed_line(self.summary.remembered)} {self._answer(base_tps, base_loss, limit, after)}"
-            )
-        return self._answer(base_tps, base_loss, limit, after)
+            return f"{confirmed_line(self.summary.remembered)} {said}"
+        return said
 
     @property
     def _base_metrics(self) -> str:
@@ -429,7 +418,7 @@ class View:
                 "stays the "
                 "answer (exit 6)."
             )
-        if summary.untrusted:
+        if summary.refused:
             return (
                 f"{UNTRUSTED_ANSWER} The baseline ({base_tps}, val loss {base_loss}{self._base_metrics}) stays "
                 "the answer."
@@ -447,12 +436,19 @@ class View:
         versus = f"{best.speedup:.2f}x the baseline's" if is_num(best.speedup) else "against the baseline's"
         one_run = f" ({text})" if (text := one_run_text(best)) else ""
         return (
-            f"**{best.id}** {_is_the(summary)}: {fmt_tps(best.tokens_per_s)} {base.per_s}{spread}"
+            f"**{best.id}** {_is_the(summary)}: {fmt_tps(best.tokens_per_s)} {base.per_s}{mark(winner)}{spread}"
             f"{mfu_text(winner)}, {versus} "
             f"{base_tps}{one_run}. Its validation loss is {fmt_loss(best.val_loss)} against the baseline's "
             f"{base_loss} ({limit}){_trained_clause(winner, base)}.{_metrics_sentence(best.val_metrics, summary)}"
             f" {after}"
         ).rstrip()
+
+
+def untrusted(report: View) -> bool:
+    """Whether a speed figure the answer gives rests on untrusted windows: summary.json says so, or (one
+    written before `untrusted` covered the baseline's) the baseline's or the winner's is marked contended."""
+    said = [e for e in (report.baseline, report.winner) if e is not None]
+    return report.summary.untrusted or any(mark(e) == CONTENDED for e in said)
 
 
 def _metrics_sentence(mine: dict[str, float] | None, summary: Summary) -> str:
