@@ -280,3 +280,57 @@ def test_a_built_in_corpus_is_a_name_the_search_accepts_not_a_path(tmp_path):
     argv[-1] = "builtin:nope"
     with pytest.raises(ConfigError, match="no built-in corpus of that name"):
         search.read_config(search.build_parser().parse_args(argv), tmp_path / "out")
+
+
+# The search CLI's bad input, in this process (`python -m tuner.search` is `sys.exit(main())`): one line,
+# exit 2, before Ray starts (no_ray) and before OUT is written.
+@pytest.mark.parametrize(
+    "sets, needle",
+    [
+        (["search.space={flux: [1, 2]}"], "unknown knob 'flux'"),
+        (["search.space={}"], "empty search space"),
+        (["quality.tolerance=-1"], "quality.tolerance"),
+        (["train.precision=fp8"], "precision"),
+        (["search.space={precision: [fp32, fp7]}"], "fp7"),
+    ],
+)
+def test_bad_search_settings_are_one_line_and_exit_2_before_ray_starts(
+    capsys, tmp_path, corpus, no_ray, sets, needle
+):
+    argv = [arg for item in sets for arg in ("--set", item)]
+    assert needle in refused_by_search(capsys, tmp_path / "out", corpus, *argv)
+
+
+def errors(capsys) -> list[str]:
+    """The error lines the search printed; the last line printed is the first of them."""
+    said = capsys.readouterr().err.strip().splitlines()
+    found = [line for line in said if line.startswith("error: ")]
+    assert found and said[-1] == found[0], said
+    return found
+
+
+def test_a_missing_config_or_an_unwritable_out_is_one_line_and_exit_2(capsys, tmp_path, corpus, no_ray):
+    out = tmp_path / "out"
+    assert search.main(["--config", str(tmp_path / "nope.yaml"), "--out", str(out)]) == Exit.BAD_INPUT
+    (line,) = errors(capsys)
+    assert "config file not found" in line and not out.exists()
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    assert (
+        search.main(["--config", SMOKE, "--out", str(blocker / "out"), "--data", str(corpus)])
+        == Exit.BAD_INPUT
+    )
+    (line,) = errors(capsys)  # after the lines that say where Ray will run and what it trains on
+    assert "not writable" in line
+
+
+def test_an_existing_out_needs_resume_and_loses_nothing(capsys, tmp_path, corpus, no_ray):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "state.json").write_text('{"phases": {}}')
+    assert search.main(["--config", SMOKE, "--out", str(out), "--data", str(corpus)]) == Exit.BAD_INPUT
+    (line,) = errors(capsys)
+    assert "--resume" in line
+    assert (out / "state.json").read_text() == '{"phases": {}}' and [p.name for p in out.iterdir()] == [
+        "state.json"
+    ]

@@ -16,7 +16,6 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 from ray._raylet import GcsClient
 
 from tests.k8s import checks
@@ -175,7 +174,7 @@ def test_a_killed_search_whose_journal_and_ledger_were_cut_resumes_and_loses_not
     keeps every row finished before the cut, skips the probe and finishes with every trial once; a resume
     of a finished search only re-reports."""
     out = tmp_path / "cut"
-    trials = 8
+    trials = 5
     data = ["--data", DATA[0]] if DATA else []
     # the same settings for every run of OUT (--resume refuses others); one re-measure repeat is enough here
     settings = ["--config", "configs/smoke.yaml", *SHORT_LOSS_RUNS, "--set", "search.repeats=1"]
@@ -184,7 +183,7 @@ def test_a_killed_search_whose_journal_and_ledger_were_cut_resumes_and_loses_not
     proc = subprocess.Popen(cmd, cwd=ROOT, env=ENV, stdout=log, stderr=log, start_new_session=True)
     deadline = time.time() + 300
     while time.time() < deadline and proc.poll() is None:
-        if "[screen] 4/" in (tmp_path / "first.log").read_text():
+        if "[screen] 2/" in (tmp_path / "first.log").read_text():
             break
         time.sleep(0.5)
     assert proc.poll() is None, "the search ended before it could be killed"
@@ -213,42 +212,6 @@ def test_a_killed_search_whose_journal_and_ledger_were_cut_resumes_and_loses_not
     again = search(out, *settings, "--resume")  # a finished search just re-reports
     assert again.returncode == resumed.returncode
     assert load_summary(out)["trials"] == s["trials"]
-
-
-@pytest.mark.parametrize(
-    "args, needle",
-    [
-        (["--config", "nope.yaml"], "config file not found"),
-        (["--config", "configs/smoke.yaml", "--set", "search.space={flux: [1, 2]}"], "unknown knob 'flux'"),
-        (["--config", "configs/smoke.yaml", "--set", "search.space={}"], "empty search space"),
-        (["--config", "configs/smoke.yaml", "--set", "quality.tolerance=-1"], "quality.tolerance"),
-        (["--config", "configs/smoke.yaml", "--set", "train.precision=fp8"], "precision"),
-        (["--config", "configs/smoke.yaml", "--set", "search.space={precision: [fp32, fp7]}"], "fp7"),
-    ],
-)
-def test_bad_input_is_one_line_and_exit_2_before_ray_starts(tmp_path, args, needle):
-    started = time.time()
-    proc = search(tmp_path / "out", *args, timeout=60)
-    assert proc.returncode == 2, proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error:") and needle in lines[0], proc.stderr
-    assert time.time() - started < 30  # nothing expensive ran
-
-
-def test_unwritable_out_is_exit_2(tmp_path):
-    blocker = tmp_path / "file"
-    blocker.write_text("not a directory")
-    proc = search(blocker / "out", "--config", "configs/smoke.yaml", timeout=60)
-    assert proc.returncode == 2 and "not writable" in proc.stderr
-
-
-def test_existing_out_needs_resume(tmp_path):
-    out = tmp_path / "out"
-    out.mkdir()
-    (out / "state.json").write_text(json.dumps({"phases": {}}))
-    proc = search(out, "--config", "configs/smoke.yaml", timeout=60)
-    assert proc.returncode == 2 and "--resume" in proc.stderr
-    assert yaml.safe_load((out / "state.json").read_text()) == {"phases": {}}  # nothing written is lost
 
 
 # Every port the head opens, chosen free, so that it stays clear of other Ray instances on the machine.
