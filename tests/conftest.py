@@ -25,3 +25,29 @@ def one_cpu_ray(monkeypatch):
     ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
     yield
     ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def module_cpu_ray():
+    """one_cpu_ray's Ray, started once for a whole module: Ray's start (~6 s on 2 cores) and a worker's first
+    imports are most of a small Tune test. For modules whose Ray tests all want this one-CPU Ray and start no
+    Ray of their own; each test's named actors (telemetry, gates) are got-if-they-exist, so one test's do not
+    stop the next."""
+    import ray
+
+    before = os.getcwd()
+    os.chdir(TESTS)  # workers get the driver's cwd on sys.path: the test workloads import
+    try:
+        ray.init(
+            address="local", num_cpus=1, include_dashboard=False, log_to_driver=False, logging_level="ERROR"
+        )
+    finally:
+        os.chdir(before)
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture
+def shared_cpu_ray(module_cpu_ray, monkeypatch):
+    """The module's one-CPU Ray, with this test's cwd where one_cpu_ray puts it."""
+    monkeypatch.chdir(TESTS)

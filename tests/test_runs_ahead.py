@@ -34,7 +34,7 @@ def runs_ahead(ctx, wanted: list[RunRequest], limit: int = 4, at_once: int = 1) 
     return RunsAhead(RunPool(ctx), lambda screen: wanted, by_seed, limit=limit, at_once=at_once)
 
 
-def test_the_loss_check_gets_a_row_trained_ahead_or_none_to_train_now(tmp_path, one_cpu_ray):
+def test_the_loss_check_gets_a_row_trained_ahead_or_none_to_train_now(tmp_path, shared_cpu_ray):
     ctx = pool_context(tmp_path)
     ahead = runs_ahead(ctx, [ahead_request(1), ahead_request(2)])
     ahead.consider([])  # one place at a time: the first wanted run starts, the second waits
@@ -54,7 +54,7 @@ def test_the_loss_check_gets_a_row_trained_ahead_or_none_to_train_now(tmp_path, 
     assert resumed.pending() == [PendingRun(Role.AHEAD, {"seed": 1}, done=True)]
 
 
-def test_a_failed_run_ahead_is_reported_once_then_trained_now(tmp_path, one_cpu_ray):
+def test_a_failed_run_ahead_is_reported_once_then_trained_now(tmp_path, shared_cpu_ray):
     ctx = pool_context(tmp_path)
     ahead = runs_ahead(ctx, [ahead_request(5, BROKEN)])
     ahead.consider([])
@@ -65,7 +65,7 @@ def test_a_failed_run_ahead_is_reported_once_then_trained_now(tmp_path, one_cpu_
     assert [r.status for r in Ledger(tmp_path, AHEAD_PHASE).rows()] == ["error"]
 
 
-def test_runs_no_round_asked_for_are_stopped_unrecorded(tmp_path, one_cpu_ray):
+def test_runs_no_round_asked_for_are_stopped_unrecorded(tmp_path, shared_cpu_ray):
     ctx = pool_context(tmp_path)
     long = {**TOY, "tokens": 8 * 16 * 400_000}  # minutes of training: still going when stopped
     ahead = runs_ahead(ctx, [ahead_request(7, long)], at_once=2)

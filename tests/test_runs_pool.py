@@ -41,7 +41,7 @@ def pool_context(out):
     )
 
 
-def test_a_phase_gets_its_rows_recorded_and_each_joined_once(tmp_path, one_cpu_ray):
+def test_a_phase_gets_its_rows_recorded_and_each_joined_once(tmp_path, shared_cpu_ray):
     pool = RunPool(pool_context(tmp_path))
     requests = [RunRequest(TrialSpec.of({**TOY, "seed": 0}, finalist="f0"), Role.REMEASURE)]
     first = pool.cases("remeasure", requests, ONE_WORKER, repeats=1)
@@ -57,7 +57,7 @@ def test_a_phase_gets_its_rows_recorded_and_each_joined_once(tmp_path, one_cpu_r
 
 
 def test_a_run_trained_as_a_task_is_recorded_in_its_roles_ledger_and_told_to_the_listeners(
-    tmp_path, one_cpu_ray
+    tmp_path, shared_cpu_ray
 ):
     told: list[list] = []
     pool = RunPool(pool_context(tmp_path), listeners=[told.append])
@@ -72,7 +72,7 @@ def test_a_run_trained_as_a_task_is_recorded_in_its_roles_ledger_and_told_to_the
     assert pool.record(Role.AHEAD, pool.rows(Role.AHEAD))[0] is row, "recorded once, then read as it was"
 
 
-def test_a_searchers_proposals_come_from_the_tpe_search_its_phase_planned(tmp_path, one_cpu_ray):
+def test_a_searchers_proposals_come_from_the_tpe_search_its_phase_planned(tmp_path, shared_cpu_ray):
     # The phase plans the searcher (a TpeSearch: study, seed, startup trials, start points) and the pool
     # builds Tune's OptunaSearch from it: the start point first, then the seeded TPE's draws, in the study.
     storage = JournalStorage(JournalFileBackend(str(tmp_path / "optuna.journal")))
@@ -146,7 +146,7 @@ def test_a_spec_key_is_the_runs_identity_not_where_it_is_placed():
     assert len(spec_key(refused, Role.SPEED)) == 16
 
 
-def test_a_resumed_phase_skips_exactly_the_runs_whose_spec_key_is_in_its_ledger(tmp_path, one_cpu_ray):
+def test_a_resumed_phase_skips_exactly_the_runs_whose_spec_key_is_in_its_ledger(tmp_path, shared_cpu_ray):
     def requests(second_seed: int) -> list[RunRequest]:
         return [RunRequest(TrialSpec.of({**TOY, "seed": s}), Role.LOSS) for s in (0, second_seed)]
 
@@ -166,7 +166,7 @@ def test_a_resumed_phase_skips_exactly_the_runs_whose_spec_key_is_in_its_ledger(
     assert sorted(p.name for p in (tmp_path / "ray").iterdir()) == ["loss_check_0", "loss_check_0-r1"]
 
 
-def test_a_ledger_from_before_spec_keys_is_resumed_by_case_and_repeat(tmp_path, one_cpu_ray):
+def test_a_ledger_from_before_spec_keys_is_resumed_by_case_and_repeat(tmp_path, shared_cpu_ray):
     requests = [RunRequest(TrialSpec.of({**TOY, "seed": 0}), Role.LOSS)]
     (first,) = RunPool(pool_context(tmp_path)).cases("loss_check_0", requests, ONE_WORKER)
     ledger = Ledger(tmp_path, "loss_check_0")
