@@ -178,7 +178,8 @@ def test_a_killed_search_whose_journal_and_ledger_were_cut_resumes_and_loses_not
     data = ["--data", DATA[0]] if DATA else []
     # the same settings for every run of OUT (--resume refuses others); one re-measure repeat is enough here
     settings = ["--config", "configs/smoke.yaml", *SHORT_LOSS_RUNS, "--set", "search.repeats=1"]
-    cmd = [sys.executable, "-m", "tuner.search", *settings, "--out", str(out), *data, "--trials", str(trials)]
+    settings += ["--trials", str(trials)]
+    cmd = [sys.executable, "-m", "tuner.search", *settings, "--out", str(out), *data]
     log = (tmp_path / "first.log").open("w")
     proc = subprocess.Popen(cmd, cwd=ROOT, env=ENV, stdout=log, stderr=log, start_new_session=True)
     deadline = time.time() + 300
