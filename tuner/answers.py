@@ -9,7 +9,7 @@ search's would) and runs the re-measure alone: the finalists and the baseline, t
 is confirmed on today's machine, not copied. `--fresh` (or TUNER_FRESH=1, which the test suite sets)
 searches anew.
 
-A remembered answer is never built on untrusted figures: a search whose answer was untrusted (exit 4) or
+A remembered answer is never built on untrusted figures: a search whose headline figures were untrusted or
 whose screen timed a contended window is not remembered, and a record that says either is refused. It rests
 on the earlier search's OUT (its `out`), which stays the evidence: the record is used only while that OUT
 still holds it (summary.json, state.json with the same phases, whole trial ledgers and journal); where it
@@ -108,13 +108,14 @@ def remember(
 
 def untrusted_why(phases: dict[str, Any], untrusted: bool) -> str | None:
     """Why a search's probe, screen and loss check may not stand for a later search's: its answer was
-    untrusted (exit 4), or a screen figure was timed while other processes contended for the CPUs (its
-    report's notice said those figures are not trusted; a confirmation would drop that). A GPU shared in
+    untrusted (summary.untrusted: the winner's or the baseline's figure rests on contended windows; exit 4
+    where a winner was refused for it), or a screen figure was timed while other processes contended for
+    the CPUs (its report's notice said those figures are not trusted; a confirmation would drop that). A GPU shared in
     the screen does not count: the search's own loss runs train beside the screen on its GPUs by design,
     and most screens on a GPU read shared for them. Loss runs' contention does not count either: their
     speed is never used. None: trusted."""
     if untrusted:
-        return "its figures were untrusted (exit 4: the re-measure could not get uncontended windows)"
+        return "its headline figures were untrusted (the re-measure could not get uncontended windows)"
     try:
         screen = _ROWS.validate_python(phases.get("screen") or [])
     except ValueError:
