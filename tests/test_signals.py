@@ -19,6 +19,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from tests.test_failures import left_running
+
 ROOT = Path(__file__).resolve().parents[1]
 SHAKESPEARE = ROOT.parent / "shared" / "data" / "tinyshakespeare.txt"
 DATA = ["--data", str(SHAKESPEARE)] if SHAKESPEARE.exists() else []
@@ -43,16 +45,6 @@ def descendants(proc: subprocess.Popen) -> dict[psutil.Process, str]:
         with contextlib.suppress(psutil.Error):
             found[child] = " ".join(child.cmdline())
     return found
-
-
-def left_running(seen: dict[psutil.Process, str], grace_s: float = 15) -> list[str]:
-    """Those of `seen` still running after `grace_s` (psutil checks they are the same processes)."""
-    deadline = time.time() + grace_s
-    while True:
-        alive = [p for p in seen if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
-        if not alive or time.time() > deadline:
-            return [f"{p.pid} {seen[p][:100]}" for p in alive]
-        time.sleep(0.5)
 
 
 def resume_hint(line: str) -> list[str]:
@@ -118,7 +110,8 @@ def test_sigterm_into_a_pipe_prints_the_whole_resume_command_last(tmp_path):
             seen = descendants(driver)
             driver.send_signal(signal.SIGTERM)
             break
-    lines += driver.stdout.readlines()
+    rest, _ = driver.communicate(timeout=150)  # bounded: a process that kept the pipe open fails, not hangs
+    lines += rest.splitlines(keepends=True)
     assert driver.wait(timeout=120) == 130, "".join(lines)[-2000:]
     assert seen and not left_running(seen), left_running(seen)
     last = lines[-1].strip()

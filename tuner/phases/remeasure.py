@@ -192,12 +192,6 @@ def _clean(rows: Sequence[TrialRow]) -> list[TrialRow]:
     return [r for r in rows if _timed(r) and not r.contended]
 
 
-def _judged(row: TrialRow) -> bool:
-    """Its window recorded who else used the machine (the CPU shares, or the GPU telemetry's verdict): an
-    uncontended figure that stands whatever load later windows see."""
-    return row.cpu_others_cores is not None or row.shared is not None
-
-
 def baseline_settled(rows: Sequence[TrialRow], tokens: int) -> str | None:
     """Why no further run of the baseline (a repeat, or a contended window's re-run) can change which config
     is the answer, from the re-measure's `rows` so far (labelled by finalist); None where one might, or
@@ -226,11 +220,11 @@ def baseline_settled(rows: Sequence[TrialRow], tokens: int) -> str | None:
         return "no finalist but the baseline is feasible: the baseline stays the answer whatever it times"
     fastest = max(r.tokens_per_s or 0.0 for r in clean)
     ceiling, sooner, slowest = fastest * REACH, False, math.inf
-    if not any(_judged(r) for r in clean) or tokens <= 0:
+    if not any(r.judged for r in clean) or tokens <= 0:
         return None
     for group in feasible:
         mine = _clean(group)
-        if not any(_judged(r) for r in mine):
+        if not any(r.judged for r in mine):
             return None  # no figure yet, or one whose trust a contended run elsewhere could still take
         floor = min(r.tokens_per_s or 0.0 for r in mine) / REACH
         if floor <= ceiling:

@@ -24,15 +24,10 @@ def worst(*trusts: Trust) -> Trust:
     return max(trusts, key=TRUST_ORDER.index)
 
 
-def judged(trial: TrialRow) -> bool:
-    """Whether the run recorded who else used the machine in its timed window (TrialRow.judged)."""
-    return trial.judged
-
-
 def records_sharing(summary: Summary) -> bool:
     """Whether the search judged its runs at all: summaries from before the CPU shares and without GPU
     telemetry judged none, and marking every figure of theirs would say nothing."""
-    return any(judged(t) for t in summary.trials)
+    return any(t.judged for t in summary.trials)
 
 
 def is_speed_run(trial: TrialRow) -> bool:
@@ -97,7 +92,7 @@ class ConfigRow:
         where there are none; contended ones only where all are."""
         runs = self._speed_runs(field, phases or self.speed_phases(field))
         clean = [t for t in runs if not t.contended]
-        return [t for t in clean if judged(t)] or clean or runs
+        return [t for t in clean if t.judged] or clean or runs
 
     def left_out(self, field: str) -> dict[str, int]:
         """How many contended and unjudged runs `runs(field)` left out ("contended", "unjudged" -> n)."""
@@ -114,7 +109,7 @@ class ConfigRow:
         runs = self.runs("tokens_per_s", phases)
         if runs and all(t.contended for t in runs):
             return "contended"
-        if judging and runs and not any(judged(t) for t in runs):
+        if judging and runs and not any(t.judged for t in runs):
             return "unjudged"
         return "trusted"
 
