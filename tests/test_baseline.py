@@ -103,27 +103,6 @@ def to_space(ctx: SearchContext) -> dict:
 HORIZON = "quality.loss_horizon=1M"  # a prefix of the default config's 10,240,000 tokens
 
 
-@pytest.mark.parametrize(
-    ("gpus", "horizon", "share"),
-    [(1, (), 1 / 6), (2, (), 1.0), (2, (HORIZON,), 1 / 6), (3, (HORIZON,), 1.0)],
-)
-def test_the_baselines_loss_runs_take_a_gpu_each_where_the_gpus_outnumber_them(
-    tmp_path, monkeypatch, gpus, horizon, share
-):
-    """One run (the planned run) or two (a prefix: a second seed) beside the screen: each a whole GPU where
-    one GPU is still left to the screen, else one screen run's place, as its seed runs are."""
-    started = []
-    monkeypatch.setattr(
-        "tuner.baseline.start_run_beside",
-        lambda ctx, spec, who, point: started.append(spec) or TaskRun("ref", spec, point, 0.0),
-    )
-    ctx = search_context(tmp_path, gpus, *horizon)
-    first = start_beside(ctx, to_space(ctx))
-    seeds = start_seeds_beside(ctx, first)
-    assert len(started) == 1 + len(seeds) == (2 if horizon else 1)
-    assert [s.train.gpu_memory_fraction for s in started] == pytest.approx([share] * len(started))
-
-
 def first_beside(ctx: SearchContext) -> TaskRun:
     """The first seed's run beside the screen as start_beside builds it (its task aside: none is started)."""
     point = _twin_point(ctx, to_space(ctx))

@@ -8,9 +8,7 @@ default config's first one, the baseline under CUDA graphs) it trains with that 
 start, beside it, in its GPU's idle time (`start_beside`; trainables/gate.py says how it yields to every
 timed window). It was the loss check's longest run, 102-122 s of its 113-131 s on 4 H200s, so the loss check
 no longer waits for it. At a prefix of the planned run (tuner/horizon.py) its run at a second seed, for the
-seed noise, trains beside the screen with it (`start_seeds_beside`). Where the GPUs outnumber these runs, each
-takes a GPU of its own (`PlacementPolicy.baseline_share`): beside the screen's runs it trained at ~2/3 of its
-speed alone, and on 2 and 4 GPUs it was what the loss check waited for."""
+seed noise, trains beside the screen with it (`start_seeds_beside`)."""
 
 from __future__ import annotations
 
@@ -47,13 +45,12 @@ def start_beside(ctx: SearchContext, space: dict[str, Knob]) -> TaskRun | None:
     if point is None:
         return None
     case = {**_with_execution(ctx, point), "out_dir": None}
-    share = ctx.placement.baseline_share(case, runs=1 + len(noise_cases(ctx, case)))
+    share = ctx.placement.beside_share(case)
     spec = TrialSpec.of(at_horizon({**case, "gpu_memory_fraction": share}, loss_horizon(ctx)))
     run = _start_or_kept(ctx, spec, BESIDE_WHO, point)
     if run.ref is not None:
         how = ", ".join(f"{k}={v}" for k, v in execution(case).items() if getattr(ctx.base, k) != v)
-        where = "on a GPU of its own" if share == 1.0 else "in its GPU's idle time"
-        log(f"[baseline] its loss run trains beside the screen ({how}), {where}")
+        log(f"[baseline] its loss run trains beside the screen ({how}), in its GPU's idle time")
     return run
 
 

@@ -100,16 +100,6 @@ class PlacementPolicy:
         forward = min(case.get("micro_batch") or case.get("batch_size", 1), case.get("batch_size", 1))
         return self._batch_share(forward, case.get("precision"), per_gpu)
 
-    def baseline_share(self, case: dict[str, Any], runs: int) -> float:
-        """Each of the baseline's `runs` loss runs beside the screen (one per seed): a GPU of its own where the
-        GPUs outnumber them (the screen keeps at least one), else one screen run's place (`beside_share`).
-        Sharing a GPU with the screen's runs, the default config's launch-bound fp32 run trained at 76-111K
-        tok/s on 1, 2 and 4 H200s (~163K alone), so it ended 140-200 s after the screen's start however many
-        GPUs there were, and on 2 and 4 GPUs the loss check waited for it (docs/benchmarks.md, runs W, AA)."""
-        if self.on_gpu and self.hw.gpus >= runs + 1:
-            return 1.0
-        return self.beside_share(case)
-
     def speed_runs_per_gpu(self) -> int:
         r, cpus_per_gpu = self.resources, self.cluster_cpus / max(1, self.hw.gpus)
         return max(1, min(r.speed_runs_per_gpu, int(cpus_per_gpu // r.cpus_per_trial)))
