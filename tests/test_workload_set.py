@@ -31,7 +31,10 @@ def test_each_entry_has_a_config_that_loads_with_the_recipe_on(name, size):
     path = ROOT / SET[name][size]
     assert path.is_file(), f"{name}: {path} is missing"
     cfg = load_search_config(str(path))
-    assert cfg.search.recipe == RECIPE
+    recipe = cfg.search.recipe
+    # the usual recipe; a stack of equal blocks may compile block by block (configs/default.yaml says why)
+    assert {k: v for k, v in recipe.items() if k != "compile_scope"} == RECIPE
+    assert recipe.get("compile_scope", "model") in ("model", "blocks")
 
 
 def _out(tmp_path: Path) -> Path:
