@@ -1,18 +1,16 @@
-"""Remembered answers (tuner/answers.py): what makes two searches the same, and, end to end, a second search
-that confirms the first one's answer by re-measuring only its finalists and the baseline."""
+"""Remembered answers (tuner/answers.py): what makes two searches the same, and how the pipeline takes one. End
+to end, a second search confirming the first one's answer is in tests/test_stray_cluster.py (its two searches
+beside a live and a dead stray cluster share their settings)."""
 
 from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from trainables.config import read_yaml
-from trainables.exit_codes import Exit
 from tuner import answers
 from tuner.config import CONFIRM_RUNS, SearchSection, load_search_config
 from tuner.phases import finish
@@ -184,7 +182,7 @@ def test_fresh_is_asked_by_flag_or_environment(monkeypatch):
 
 
 def test_fresh_takes_no_remembered_answer_where_one_would_be_taken(tmp_path, monkeypatch):
-    """The pipeline's choice (the real records: the tests above; the searches end to end: below)."""
+    """The pipeline's choice (the real records: the tests above; the searches end to end: tests/test_stray_cluster.py)."""
     from tuner import pipeline
     from tuner.context import SearchContext, State
 
@@ -205,40 +203,6 @@ def test_fresh_takes_no_remembered_answer_where_one_would_be_taken(tmp_path, mon
     assert (
         asked == [again.state.data["fingerprint"]] and again.state.data["remembered"]["out"] == record["out"]
     )
-
-
-@pytest.mark.slow
-def test_a_second_search_confirms_the_first_answer(tmp_path):
-    from tests.test_search import DATA, ENV, SHORT_LOSS_RUNS
-
-    env = {**ENV, "TUNER_FRESH": "0", "TUNER_CACHE_DIR": str(tmp_path / "cache")}
-    tiny = ["--config", SMOKE, *SHORT_LOSS_RUNS, "--trials", "2", "--set", "search.repeats=1"]
-    tiny += ["--data", DATA[0]] if DATA else []
-    finished = (Exit.OK, Exit.NO_FEASIBLE, Exit.UNTRUSTED)
-
-    def search(out: Path, *more: str) -> subprocess.CompletedProcess:
-        cmd = [sys.executable, "-m", "tuner.search", "--out", str(out), *tiny, *more]
-        return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
-
-    first = search(tmp_path / "first")
-    assert first.returncode in finished, first.stderr[-3000:]
-    assert (
-        "remembered:" not in first.stderr
-    )  # it searched (it may say it is "not remembered for a later search")
-
-    second = search(tmp_path / "second")
-    assert second.returncode in finished, second.stderr[-3000:]
-    if "not remembered for a later search" in first.stderr:  # its figures were contended (a busy machine)
-        assert "[screen] starting" in second.stderr and "remembered:" not in second.stderr
-        return
-    assert "remembered: this search matches one finished" in second.stderr, (
-        first.stderr[-2000:] + "\n--- the second search ---\n" + second.stderr[-2000:]
-    )
-    assert "[screen] starting" not in second.stderr  # taken, not run
-    summary = json.loads((tmp_path / "second" / "summary.json").read_text())
-    assert summary["remembered"]["out"] == str((tmp_path / "first").resolve())
-    assert {p.name for p in (tmp_path / "second" / "trials").iterdir()} == {"remeasure.jsonl"}
-    assert "A confirmation" in (tmp_path / "second" / "report.md").read_text()
 
 
 def test_a_confirmation_re_measures_fewer_runs_than_a_fresh_search():

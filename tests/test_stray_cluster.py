@@ -8,6 +8,7 @@ record (what `ray.init()` with no address would join) is this test's alone, not 
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
@@ -69,11 +70,16 @@ def drivers(address: str) -> int:
 
 
 def test_a_stray_cluster_never_gets_the_search_alive_or_dead(tmp_path, stray_head):
+    """Also a second search confirming the first one's answer (once test_answers.py's end-to-end test): the
+    search beside the dead cluster has the same settings as the one beside the live cluster, and answers
+    are remembered here (TUNER_FRESH=0, a cache dir of this test's), so it only re-measures."""
     proc, address, env, record = stray_head
+    remembering = {**env, "TUNER_FRESH": "0", "TUNER_CACHE_DIR": str(tmp_path / "cache")}
 
-    alive = search(env, tmp_path / "alive", *TINY)
+    alive = search(remembering, tmp_path / "alive", *TINY)
     assert alive.returncode in FINISHED, alive.stderr[-3000:]
     assert "Ray: a private local instance" in alive.stderr.splitlines()[0], alive.stderr[:500]
+    assert "remembered:" not in alive.stderr  # it searched (it may say "not remembered for a later search")
     assert drivers(address) == 0  # not one trial, not even a driver, on the stray cluster
 
     joined = joining_driver(env, tmp_path / "joined", address)
@@ -82,8 +88,10 @@ def test_a_stray_cluster_never_gets_the_search_alive_or_dead(tmp_path, stray_hea
     stop_group(proc)  # the cluster dies; its record stays, as after a crash or a reboot
     if not record.exists():
         record.write_text(address)
-    dead = search(env, tmp_path / "dead", *TINY)
+    dead = search(remembering, tmp_path / "dead", *TINY)
     assert dead.returncode in FINISHED, dead.stderr[-3000:]
+    assert "Ray: a private local instance" in dead.stderr.splitlines()[0], dead.stderr[:500]
+    confirms_the_first_answer(alive, dead, tmp_path / "alive", tmp_path / "dead")
 
     started = time.time()
     auto = search(env, tmp_path / "auto-dead", "--config", "configs/smoke.yaml", "--address", "auto")
@@ -91,6 +99,22 @@ def test_a_stray_cluster_never_gets_the_search_alive_or_dead(tmp_path, stray_hea
     assert time.time() - started < 30
     errors = [line for line in auto.stderr.splitlines() if line.startswith("error")]
     assert len(errors) == 1 and address in errors[0] and str(record) in errors[0], auto.stderr
+
+
+def confirms_the_first_answer(first, second, first_out: Path, second_out: Path) -> None:
+    """The second search with the first's settings into a new OUT took its remembered answer: no screen, only
+    re-measure runs, a confirmation report naming the first OUT."""
+    if "not remembered for a later search" in first.stderr:  # its figures were contended (a busy machine)
+        assert "[screen] starting" in second.stderr and "remembered:" not in second.stderr
+        return
+    assert "remembered: this search matches one finished" in second.stderr, (
+        first.stderr[-2000:] + "\n--- the second search ---\n" + second.stderr[-2000:]
+    )
+    assert "[screen] starting" not in second.stderr  # taken, not run
+    summary = json.loads((second_out / "summary.json").read_text())
+    assert summary["remembered"]["out"] == str(first_out.resolve())
+    assert {p.name for p in (second_out / "trials").iterdir()} == {"remeasure.jsonl"}
+    assert "A confirmation" in (second_out / "report.md").read_text()
 
 
 def joining_driver(env: dict, out: Path, address: str) -> subprocess.Popen:
