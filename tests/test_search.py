@@ -133,52 +133,20 @@ def test_smoke_search_writes_everything_and_picks_the_fastest_feasible(tmp_path,
     assert load_config(out / "best.yaml").cpu_threads is None
 
 
-def test_oom_and_nan_are_infeasible_and_never_chosen(tmp_path):
-    out = tmp_path / "fail"
-    proc = search(
-        out,
-        "--config",
-        "configs/smoke.yaml",
-        "--set",
-        "train.memory_cap_mb=400",
-        "--set",
-        "search.space={batch_size: [16, 32, 4096], precision: [fp32, fp16], lr: [0.003, 10000.0]}",
-        "--set",
-        "search.start_points=[{batch_size: 4096}, {precision: fp16, lr: 10000.0}]",
-        "--set",
-        "search.probe_batch=false",
-        "--trials",
-        "5",
-        "--set",
-        "search.repeats=2",
-        *SHORT_LOSS_RUNS,
-    )
-    assert proc.returncode in (0, 3, 4), proc.stderr[-3000:]  # 4: the machine was busy
-    s = load_summary(out)
-    screen = [t for t in s["trials"] if t["phase"] == "screen"]
-    statuses = {t["status"] for t in screen}
-    assert "oom" in statuses and "nan" in statuses, [(t["config"], t["status"]) for t in screen]
-    for t in screen:
-        if t["config"].get("batch_size") == 4096:
-            assert t["status"] == "oom" and t["feasible"] is False
-        if t["status"] in ("oom", "nan"):
-            assert t["feasible"] is False and t["error"]
-    if s["best"]:
-        assert s["best"]["config"].get("batch_size") != 4096
-        assert s["best"]["config"].get("lr") != 10000.0
-
-
 def test_a_killed_search_whose_journal_and_ledger_were_cut_resumes_and_loses_nothing_finished(tmp_path):
     """SIGKILL of the search and its Ray mid-screen, then `truncate -s -60 OUT/optuna.journal` and `-200
     OUT/trials/screen.jsonl` (a kill mid-write): --resume drops the two partial records (one line each),
     keeps every row finished before the cut, skips the probe and finishes with every trial once; a resume
-    of a finished search only re-reports."""
+    of a finished search only re-reports.
+
+    Its screen also starts from a real OOM (batch 4096 under a 400 MB cap) and a real NaN (lr 1e4, fp16):
+    they are recorded oom and nan, infeasible with an error, and never picked (once a test of their own)."""
     out = tmp_path / "cut"
     trials = 5
     data = ["--data", DATA[0]] if DATA else []
     # the same settings for every run of OUT (--resume refuses others); one re-measure repeat is enough here
     settings = ["--config", "configs/smoke.yaml", *SHORT_LOSS_RUNS, "--set", "search.repeats=1"]
-    settings += ["--trials", str(trials)]
+    settings += ["--trials", str(trials), *OOM_AND_NAN]
     cmd = [sys.executable, "-m", "tuner.search", *settings, "--out", str(out), *data]
     log = (tmp_path / "first.log").open("w")
     proc = subprocess.Popen(cmd, cwd=ROOT, env=ENV, stdout=log, stderr=log, start_new_session=True)
@@ -209,10 +177,35 @@ def test_a_killed_search_whose_journal_and_ledger_were_cut_resumes_and_loses_not
     assert len([t for t in s["trials"] if t["phase"] == "baseline"]) == 1
     ids = [t["id"] for t in s["trials"]]
     assert len(ids) == len(set(ids))
+    oom_and_nan_are_infeasible_and_never_chosen(s)
 
     again = search(out, *settings, "--resume")  # a finished search just re-reports
     assert again.returncode == resumed.returncode
     assert load_summary(out)["trials"] == s["trials"]
+
+
+# A screen that starts from a real OOM and a real NaN: the space holds batch 4096 (over a 400 MB cap: no
+# probe bounds it) and lr 1e4 in fp16.
+OOM_AND_NAN = [
+    "--set", "train.memory_cap_mb=400",
+    "--set", "search.space={batch_size: [16, 32, 4096], precision: [fp32, fp16], lr: [0.003, 10000.0]}",
+    "--set", "search.start_points=[{batch_size: 4096}, {precision: fp16, lr: 10000.0}]",
+    "--set", "search.probe_batch=false",
+]  # fmt: skip
+
+
+def oom_and_nan_are_infeasible_and_never_chosen(s: dict) -> None:
+    screen = [t for t in s["trials"] if t["phase"] == "screen"]
+    statuses = {t["status"] for t in screen}
+    assert "oom" in statuses and "nan" in statuses, [(t["config"], t["status"]) for t in screen]
+    for t in screen:
+        if t["config"].get("batch_size") == 4096:
+            assert t["status"] == "oom" and t["feasible"] is False
+        if t["status"] in ("oom", "nan"):
+            assert t["feasible"] is False and t["error"]
+    if s["best"]:
+        assert s["best"]["config"].get("batch_size") != 4096
+        assert s["best"]["config"].get("lr") != 10000.0
 
 
 # Every port the head opens, chosen free, so that it stays clear of other Ray instances on the machine.
