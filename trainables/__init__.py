@@ -2,36 +2,44 @@
 
 A user who runs the CLIs from their own folder has it first on sys.path (`python -m` puts the working
 directory there); a `model.py` of theirs (nanoGPT's) would then stand in for the project's `model`
-package. The project's is imported by its file here, before anything imports `model` by name.
+package. So the project's is imported here, before anything imports `model` by name, with the sys.path
+entries that hold a `model` of their own left out of that one search. A workload's own `model.py` is
+imported under a private name (trainables/user_folder.py).
 """
 
-import importlib.util
+import importlib
 import sys
 from pathlib import Path
 
 _ROOT = Path(__file__).resolve().parent.parent
+_MODEL = _ROOT / "model" / "__init__.py"
 
 
 def _project_model_first() -> None:
-    init = _ROOT / "model" / "__init__.py"
     loaded = sys.modules.get("model")
-    if loaded is not None:
-        if Path(getattr(loaded, "__file__", "") or "").resolve() != init:
-            raise ImportError(
-                f"a module named 'model' ({getattr(loaded, '__file__', loaded)}) was imported before this "
-                f"project, whose own 'model' package is at {init.parent}: import the project first, or load "
-                "your model by file (train.workload: 'path/to/job.py:make_workload')"
-            )
-        return
-    found = importlib.util.find_spec("model")
-    if found is not None and found.origin and Path(found.origin).resolve() == init:
-        return
-    spec = importlib.util.spec_from_file_location(
-        "model", init, submodule_search_locations=[str(init.parent)]
-    )
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["model"] = module
-    spec.loader.exec_module(module)
+    if loaded is None:
+        hidden = [(i, p) for i, p in enumerate(sys.path) if _holds_another_model(p)]
+        for i, _ in reversed(hidden):
+            del sys.path[i]
+        try:
+            loaded = importlib.import_module("model")
+        finally:
+            for i, entry in hidden:
+                sys.path.insert(i, entry)
+    if Path(getattr(loaded, "__file__", "") or "").resolve() != _MODEL:
+        raise ImportError(
+            f"a module named 'model' ({getattr(loaded, '__file__', loaded)}) was imported before this "
+            f"project, whose own 'model' package is at {_MODEL.parent}: import the project first, or load "
+            "your model by file (train.workload: 'path/to/job.py:make_workload')"
+        )
+
+
+def _holds_another_model(entry: str) -> bool:
+    """Whether a sys.path entry (a folder; '' is the working directory) holds a `model` that is not ours."""
+    folder = Path(entry or ".")
+    if not folder.is_dir() or folder.resolve() == _ROOT:
+        return False
+    return (folder / "model.py").exists() or (folder / "model" / "__init__.py").exists()
 
 
 _project_model_first()

@@ -1,26 +1,23 @@
 """Importing a user's workload factory, by file (`path/to/job.py:make_workload`) or by module (`pkg.mod:fn`).
 
 The project's top-level packages are `model`, `trainables` and `tuner`. A user's folder may hold a file of
-the same name (nanoGPT's `model.py`): while their code is imported, such names are taken out of
-`sys.modules` and the user's folder comes first on `sys.path`, so `from model import GPT` finds THEIR
-`model.py`; afterwards the project's packages are put back (the user's modules stay bound where they were
-imported). A file is loaded under a name of its own (`_workload_<hash>`), never as a top-level `job`.
-Where this cannot help (a workload module itself named like a project package), one line says the fix.
+the same name (nanoGPT's `model.py`): a workload file is imported as a module of its folder's private
+package (trainables/user_folder.py), where `from model import GPT` finds THEIR `model.py` and the project's
+`model` stays the project's; so is a workload module whose folder holds such a file. Where this cannot help
+(a workload module itself named like a project package), one line says the fix.
 """
 
 from __future__ import annotations
 
-import hashlib
 import importlib
 import importlib.util
-import sys
 import sysconfig
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
+from trainables import user_folder
 from trainables.config import ConfigError, is_file_spec
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -76,24 +73,17 @@ def _load_file(spec: WorkloadSpec, key: str) -> ModuleType:
     path = spec.file
     if not path.is_file():
         raise ConfigError(f"config key {key!r}: file not found: {path} (in {spec.text!r})")
-    name = "_workload_" + hashlib.sha256(str(path).encode()).hexdigest()[:12]
-    if name in sys.modules:  # Ray reuses worker processes: one import per process
-        return sys.modules[name]
-    module_spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(module_spec)
-    sys.modules[name] = module  # dataclasses and pickling look the module up by name while it runs
+    if not path.stem.isidentifier():
+        raise ConfigError(f"config key {key!r}: {path.name!r} is not a Python module name (in {spec.text!r})")
     try:
-        with _user_first(path.parent):
-            module_spec.loader.exec_module(module)
-    except BaseException as err:
-        sys.modules.pop(name, None)
-        if isinstance(err, Exception):
-            raise ConfigError(_import_failed(key, spec, err, path.parent)) from None
-        raise
-    return module
+        return user_folder.import_in(path.parent, path.stem)
+    except Exception as err:  # noqa: BLE001 - whatever the user's import raised becomes one line
+        raise ConfigError(_import_failed(key, spec, err, path.parent)) from None
 
 
 def _load_module(spec: WorkloadSpec, key: str) -> ModuleType:
+    """A module by name, where the path finds it; from a folder that holds a file named like one of this
+    project's packages, privately, as a file is (trainables/user_folder.py)."""
     top = spec.module.partition(".")[0]
     if top in PROJECT_PACKAGES:
         raise ConfigError(
@@ -102,8 +92,9 @@ def _load_module(spec: WorkloadSpec, key: str) -> ModuleType:
         )
     root = _module_root(spec.module, spec.text, key)
     try:
-        with _user_first(root):
-            return importlib.import_module(spec.module)
+        if _clashes(root):
+            return user_folder.import_in(root, spec.module)
+        return importlib.import_module(spec.module)
     except Exception as err:  # noqa: BLE001 - whatever the user's import raised becomes one line
         raise ConfigError(_import_failed(key, spec, err, root)) from None
 
@@ -131,32 +122,15 @@ def needs_path(root: Path) -> bool:
     return root.resolve() not in installed | {PROJECT_ROOT}
 
 
-@contextmanager
-def _user_first(folder: Path) -> Iterator[None]:
-    """The user's folder first on sys.path, and the project's packages that a file of theirs shadows out of
-    sys.modules, while their code is imported; then the project's back, and the folder last on the path (a
-    later import of their own module still finds it, but never in place of the project's)."""
-    folder_s = str(folder)
-    clashes = [n for n in PROJECT_PACKAGES if (folder / f"{n}.py").exists() or (folder / n).is_dir()]
-    saved = {k: m for k, m in sys.modules.items() if k.partition(".")[0] in clashes}
-    for k in saved:
-        del sys.modules[k]
-    sys.path.insert(0, folder_s)
-    try:
-        yield
-    finally:
-        sys.path.remove(folder_s)
-        if folder_s not in sys.path:
-            sys.path.append(folder_s)
-        for k in [k for k in sys.modules if k.partition(".")[0] in clashes]:
-            del sys.modules[k]  # theirs: bound where their code imported it, out of the project's way
-        sys.modules.update(saved)
+def _clashes(folder: Path) -> list[str]:
+    """The project's package names that `folder` holds a module or package of its own by."""
+    return [n for n in PROJECT_PACKAGES if (folder / f"{n}.py").exists() or (folder / n).is_dir()]
 
 
 def _import_failed(key: str, spec: WorkloadSpec, err: Exception, folder: Path) -> str:
     where = _origin(err)
     line = f"config key {key!r}: importing {spec.text!r} failed: {type(err).__name__}: {_first(err)}{where}"
-    clashes = [n for n in PROJECT_PACKAGES if (folder / f"{n}.py").exists() or (folder / n).is_dir()]
+    clashes = _clashes(folder)
     if isinstance(err, ImportError) and (err.name or "").partition(".")[0] in PROJECT_PACKAGES and clashes:
         line += (
             f" ({folder} holds {', '.join(clashes)} of its own, which hide this project's packages from "
