@@ -155,7 +155,9 @@ def test_no_proposal_starts_while_one_proposed_before_still_waits_for_a_place():
     room = room_to_propose(searcher, Placement({"cpu": 1}, room=lambda: free[0]))
     assert room(), "nothing proposed yet, a place free"
     searcher.suggest("t1"), searcher.suggest("t2")
-    searcher.on_trial_result("t2", {"tokens_per_s": 0.0, "training_iteration": 1})  # t2 runs; t1 has not reported from anywhere
+    searcher.on_trial_result(
+        "t2", {"tokens_per_s": 0.0, "training_iteration": 1}
+    )  # t2 runs; t1 has not reported from anywhere
     assert searcher.waiting() and not room()
     searcher.on_trial_result("t1", {"tokens_per_s": 0.0, "training_iteration": 1})
     assert not searcher.waiting() and room()

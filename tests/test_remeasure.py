@@ -357,3 +357,32 @@ def test_a_baseline_figure_from_fewer_runs_still_makes_the_summary_and_report():
     best = finish._best(winner, [1000.0])
     assert best.speedup == 5.0 and best.speedup_one_run == []
     assert "1 of the baseline, 3 of each needed" in best.speedup_one_run_note
+
+
+def test_the_remeasure_places_its_first_round_evenly_over_the_gpus(tmp_path, monkeypatch):
+    """Places sized for every run asked (15: the baseline's 6 among them) while the first round starts 12:
+    Ray fills a GPU before the next, so one of 2 GPUs took 8 and timed them in turn. Sized for the 12, each
+    GPU takes 6."""
+    from tests.test_loss_placement import search_context
+
+    ctx = search_context(tmp_path, gpus=2, cpus=32, gpu_mem_mb=143_771)
+    screen = [
+        make_row(f"screen-{i}", config={"batch_size": b}, tokens_per_s=t, feasible=True, peak_mem_mb=3_000.0)
+        for i, (b, t) in enumerate([(256, 1.6e6), (128, 1.4e6), (64, 7e5)])
+    ]
+    seen = {}
+
+    def measure(ctx, specs, asked, placement, planned_s=None):
+        seen.update(asked=list(asked), placement=placement, specs=specs)
+        return []
+
+    monkeypatch.setattr(remeasure, "measure", measure)
+    remeasure.run(ctx, screen)
+    assert sum(seen["asked"]) == 15, "the baseline 6 times, three finalists 3 times each"
+    first = remeasure.first_round([s.labels.finalist for s in seen["specs"]], seen["asked"])
+    assert sum(first) == 12 and seen["placement"].concurrent == 12
+    shares = [
+        seen["placement"].resources(s.labelled(case=i, repeat=0).as_tune())["gpu"]
+        for i, s in enumerate(seen["specs"])
+    ]
+    assert shares == [pytest.approx(1 / 6)] * len(shares), "two GPUs of six places each: 6 and 6"

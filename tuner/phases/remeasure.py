@@ -56,7 +56,8 @@ def run(ctx: SearchContext, screen: list[TrialRow], planned_s: float | None = No
     base_runs, runs = ctx.cfg.search.remeasure_runs(confirming=bool(ctx.state.data.get("remembered")))
     wanted = [base_runs] + [runs] * (len(cases) - 1)
     specs, asked, peaks = profiled_once(finalists, cases, wanted, peaks)
-    rows = measure(ctx, specs, asked, ctx.placement.remeasure(asked, peaks), planned_s)
+    placement = ctx.placement.remeasure(first_round([s.labels.finalist for s in specs], asked), peaks)
+    rows = measure(ctx, specs, asked, placement, planned_s)
     return [row.speed_only() for row in rows]
 
 
@@ -106,7 +107,10 @@ def measure(
     are timed again (bounded by `more_runs`); the counts follow from the ledger, so --resume goes on.
     The baseline's cases (labelled BASELINE_ID) get their repeats beyond the finalists' in a later round,
     and no further run once `baseline_settled` says its figure cannot change the answer.
-    `planned_s` is the estimate of the first pass (the windows timed again are not in it)."""
+    `planned_s` is the estimate of the first pass (the windows timed again are not in it). `placement` is
+    sized for the first round's runs: Ray fills a GPU's places before the next GPU's, so places sized for
+    all 15 runs the default search asks for put 8 of its first round's 12 on one of 2 H200s, whose
+    windows then took turns while the other GPU timed 4 (docs/benchmarks.md)."""
     base = [case.labels.finalist == BASELINE_ID for case in cases]
     counts, pool = first_round([case.labels.finalist for case in cases], asked), RunPool(ctx)
     requests = [RunRequest(case, Role.REMEASURE) for case in cases]  # one pool: a row keeps its join
