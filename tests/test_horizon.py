@@ -164,10 +164,12 @@ def beside_context(out: Path, *overrides: str) -> SearchContext:
     return SearchContext(cfg, out, cfg.train, Hardware(gpus=2, gpu_mem_mb=81_559), 4, State(out), "")
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def two_fake_gpus():
     """A local Ray that advertises two GPUs it does not have (as tests/test_loss_ahead.py); the runs train
-    the smoke model on the CPU through the search's own trainable, at the gates the driver owns."""
+    the smoke model on the CPU through the search's own trainable, at the gates the driver owns. Started once
+    for the module's tests that use it (Ray's start and a worker's imports are most of one): each test's runs
+    have all ended when it returns (the loss check waits for every run it started), and each has its own OUT."""
     import ray
 
     from trainables.gate import open_gates

@@ -24,8 +24,10 @@ from tuner.select import loss_check_candidates
 SMOKE_SHORT = ["train.tokens=16384", "train.eval_tokens=2048", "search.loss_check_top=2"]
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def two_fake_gpus():
+    """Started once for the module (Ray's start is most of a test here): each test's runs ahead have ended
+    (taken by a round, or cancelled) when it returns, and each has its own OUT."""
     ray.init(address="local", num_cpus=4, num_gpus=2, include_dashboard=False, log_to_driver=False)
     gates = open_gates()  # the search's driver owns one per GPU; a run beside parks at its GPU's
     try:

@@ -62,15 +62,35 @@ def _which_gpu(hold_s: float) -> int:
     return int(ray.get_gpu_ids()[0])
 
 
+@pytest.fixture(scope="module")
+def fake_gpus():
+    """`fake_gpus(n)`: a local Ray that advertises n GPUs it does not have (16 CPUs per GPU), started once per
+    n for the module, not once per test: Ray's start is most of these tests. Every task a test starts has
+    returned (ray.get) before the next test asks, so each finds all the GPUs free."""
+    started: list[int] = []
+
+    def start(gpus: int) -> None:
+        if started[-1:] != [gpus]:
+            ray.shutdown()
+            ray.init(
+                address="local",
+                num_cpus=16 * gpus,
+                num_gpus=gpus,
+                include_dashboard=False,
+                log_to_driver=False,
+            )
+            started.append(gpus)
+
+    yield start
+    ray.shutdown()
+
+
 @pytest.mark.parametrize("runs", [3, 5])
-def test_ray_places_the_spread_shares_evenly_on_two_gpus(runs):
-    ray.init(address="local", num_cpus=1, num_gpus=2, include_dashboard=False, log_to_driver=False)
-    try:
-        cases = spread_over_gpus(ctx(2), [TrialSpec.of({"gpu_memory_fraction": 0.25})] * runs)
-        refs = [_which_gpu.options(num_gpus=c.train.gpu_memory_fraction).remote(1.0) for c in cases]
-        per_gpu = collections.Counter(ray.get(refs, timeout=60))
-    finally:
-        ray.shutdown()
+def test_ray_places_the_spread_shares_evenly_on_two_gpus(runs, fake_gpus):
+    fake_gpus(2)
+    cases = spread_over_gpus(ctx(2), [TrialSpec.of({"gpu_memory_fraction": 0.25})] * runs)
+    refs = [_which_gpu.options(num_gpus=c.train.gpu_memory_fraction).remote(1.0) for c in cases]
+    per_gpu = collections.Counter(ray.get(refs, timeout=60))
     assert sorted(per_gpu.values()) == sorted([runs // 2, math.ceil(runs / 2)])
 
 
@@ -133,20 +153,16 @@ def test_the_remeasure_waits_in_waves_only_when_the_cpus_run_out(tmp_path):
 
 
 @pytest.mark.parametrize("gpus", [2, 4])
-def test_ray_spreads_each_finalists_repeats_over_several_gpus(tmp_path, gpus):
+def test_ray_spreads_each_finalists_repeats_over_several_gpus(tmp_path, gpus, fake_gpus):
     counts = [6, 3, 3, 3]  # the baseline, three finalists
     ctx = search_context(tmp_path, gpus=gpus, cpus=16 * gpus)
     placement = ctx.placement.remeasure(counts, [None, 3_839.0, 3_839.0, 3_839.0])
-    ray.init(address="local", num_cpus=16 * gpus, num_gpus=gpus, include_dashboard=False, log_to_driver=False)
-    try:
-        order = round_robin(counts)  # the order run_cases launches them in
-        refs = [
-            _which_gpu.options(num_gpus=placement.resources(trial(case))["gpu"]).remote(1.0)
-            for case, _ in order
-        ]
-        where = ray.get(refs, timeout=60)
-    finally:
-        ray.shutdown()
+    fake_gpus(gpus)
+    order = round_robin(counts)  # the order run_cases launches them in
+    refs = [
+        _which_gpu.options(num_gpus=placement.resources(trial(case))["gpu"]).remote(1.0) for case, _ in order
+    ]
+    where = ray.get(refs, timeout=60)
     for case in range(len(counts)):
         assert len({g for (c, _), g in zip(order, where) if c == case}) > 1, f"case {case} ran on one GPU"
     assert set(where) == set(range(gpus)), "every GPU re-measured"

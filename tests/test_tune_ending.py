@@ -25,7 +25,9 @@ TESTS = Path(__file__).resolve().parent
 ONE_WORKER = Placement({"cpu": 1}, 1, reuse_actors=True)
 
 
-def test_tune_failing_a_trial_on_its_own_is_a_failure_that_names_it_not_an_interrupt(tmp_path, one_cpu_ray):
+def test_tune_failing_a_trial_on_its_own_is_a_failure_that_names_it_not_an_interrupt(
+    tmp_path, shared_cpu_ray
+):
     # Every proposal is stopped at its first speed report (a resumed screen already found a far faster
     # config), and its data source takes seconds to shut down; Tune then cannot reset that worker for the
     # next trial and fails it without telling the callbacks: fit() returns with a trial unfinished, and
@@ -55,7 +57,7 @@ def test_tune_failing_a_trial_on_its_own_is_a_failure_that_names_it_not_an_inter
     assert signal.getsignal(signal.SIGINT) is before  # Tune's handler is not left behind
 
 
-def test_a_real_ctrl_c_during_a_phase_is_still_an_interrupt(tmp_path, one_cpu_ray):
+def test_a_real_ctrl_c_during_a_phase_is_still_an_interrupt(tmp_path, shared_cpu_ray):
     cases = [TrialSpec.of({**TOY, "seed": i}) for i in range(3)]
     cases[1] = cases[1].with_train(tokens=8 * 16 * 400_000)  # trains for minutes: the Ctrl-C lands in it
     ledger = Ledger(tmp_path, "p")
@@ -76,7 +78,7 @@ def test_a_real_ctrl_c_during_a_phase_is_still_an_interrupt(tmp_path, one_cpu_ra
     assert signal.getsignal(signal.SIGINT) is before
 
 
-def test_a_phase_that_ended_on_its_own_leaves_ctrl_c_to_the_search(tmp_path, one_cpu_ray):
+def test_a_phase_that_ended_on_its_own_leaves_ctrl_c_to_the_search(tmp_path, shared_cpu_ray):
     """Tune leaves its SIGINT handler installed after fit(): a Ctrl-C between phases would only have set
     the flag of a finished experiment, and the search would have gone on."""
     # Python's own handler to start from, as a search has: a suite started in the background by a
