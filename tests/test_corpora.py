@@ -131,9 +131,14 @@ def test_the_training_cli_trains_on_it_by_name(tmp_path):
     assert vocab == CharTokenizer.from_text(corpora.build(SPEC).text)
 
 
-def test_the_training_cli_refuses_an_unknown_name_in_one_line():
-    done = run_train("--data", "builtin:nope", *[a for s in TINY for a in ("--set", s)])
-    assert done.returncode == 2
-    assert done.stderr.strip().splitlines() == [
+def test_the_training_cli_refuses_an_unknown_name_in_one_line(monkeypatch, capsys):
+    """The CLI's `main` in this process (a subprocess's imports were most of this test; the one above runs
+    the CLI as a user does)."""
+    from trainables.train import main
+
+    monkeypatch.setenv("TUNER_OFFLINE", "1")
+    monkeypatch.chdir(REPO)
+    assert main(["--data", "builtin:nope", *[a for s in TINY for a in ("--set", s)]]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
         "error: data 'builtin:nope': no built-in corpus of that name (known: builtin:python-source)"
     ]

@@ -1,9 +1,13 @@
 """bench/decisions_diff.py on two hand-made OUT dirs: a real Optuna journal of a seeded TPE study (as the
 screen's searcher leaves it), its state.json and a summary.json each; run as a user runs it (a
-subprocess), judged by its exit code and the lines it marks."""
+subprocess) in the first test, and through the same `main` in this process in the others (a subprocess's
+imports of Optuna were most of each test), judged by its exit code and the lines it marks."""
 
 from __future__ import annotations
 
+import contextlib
+import importlib.util
+import io
 import json
 import subprocess
 import sys
@@ -63,10 +67,29 @@ def make_out(path: Path, speeds, loss_rows, best=None, seed: int = 0) -> Path:
     return path
 
 
-def diff(a: Path, b: Path) -> subprocess.CompletedProcess:
+def diff_as_a_user_runs_it(a: Path, b: Path) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, str(SCRIPT), str(a), str(b)], capture_output=True, text=True, timeout=120
     )
+
+
+def load_script():
+    spec = importlib.util.spec_from_file_location("decisions_diff", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+SCRIPT_MAIN = load_script().main
+
+
+def diff(a: Path, b: Path) -> subprocess.CompletedProcess:
+    """The script's `main` in this process, its exit code and what it printed, as the subprocess gives them."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = SCRIPT_MAIN([str(a), str(b)])
+    return subprocess.CompletedProcess([str(SCRIPT), str(a), str(b)], code, out.getvalue(), err.getvalue())
 
 
 def marked(stdout: str, mark: str) -> list[str]:
@@ -95,7 +118,7 @@ def test_the_same_decisions_exit_0_however_the_winner_was_timed(tmp_path):
     rows = [BASELINE, contender(2.04, True)]
     a = make_out(tmp_path / "a", SPEEDS, rows, best={"config": {"batch_size": 32}, "tokens_per_s": 950.0})
     b = make_out(tmp_path / "b", SPEEDS, rows, best={"config": {"batch_size": 32}, "tokens_per_s": 990.0})
-    proc = diff(a, b)
+    proc = diff_as_a_user_runs_it(a, b)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     same = marked(proc.stdout, "same")
     assert len(same) == 4 + 2 + 2 + 1 + 3  # proposals, replays, loss runs, loss limit, equal figures

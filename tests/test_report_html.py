@@ -402,7 +402,9 @@ def test_every_string_is_escaped(full):
     assert page.count("&lt;script&gt;") >= 5
 
 
-def test_report_cli_rebuilds_both_files_and_fails_cleanly(tmp_path, full):
+def test_report_cli_rebuilds_both_files_and_fails_cleanly(tmp_path, full, capsys):
+    """As a user runs it (a subprocess), then its failures through the same `main` in this process (a
+    subprocess's imports were most of this test): the same exit codes and lines."""
     out = tmp_path / "out"
     out.mkdir()
     (out / "summary.json").write_text(json.dumps(full))
@@ -413,16 +415,15 @@ def test_report_cli_rebuilds_both_files_and_fails_cleanly(tmp_path, full):
     assert (out / "report.html").read_text() == render_html(full)
     assert str(out / "report.html") in done.stdout
 
-    missing = subprocess.run(
-        [*cli, str(tmp_path / "nope")], capture_output=True, text=True, cwd=REPO, timeout=120
-    )
-    assert missing.returncode == 2 and missing.stdout == ""
-    assert missing.stderr.strip().count("\n") == 0 and "summary.json" in missing.stderr
+    capsys.readouterr()
+    assert rebuild_reports([str(tmp_path / "nope")]) == 2
+    missing = capsys.readouterr()
+    assert missing.out == ""
+    assert missing.err.strip().count("\n") == 0 and "summary.json" in missing.err
     (out / "summary.json").write_text("{not json")
-    broken = subprocess.run([*cli, str(out)], capture_output=True, text=True, cwd=REPO, timeout=120)
-    assert (
-        broken.returncode == 2 and broken.stderr.startswith("error: ") and "not valid JSON" in broken.stderr
-    )
+    assert rebuild_reports([str(out)]) == 2
+    broken = capsys.readouterr().err
+    assert broken.startswith("error: ") and "not valid JSON" in broken
 
 
 def test_a_summary_json_that_named_its_loss_limit_loss_gate_rebuilds_the_same_reports(tmp_path, full):

@@ -7,6 +7,8 @@ else the embedded one; only the smoke acceptance run needs tinyshakespeare.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import math
 import os
@@ -22,6 +24,7 @@ import torch
 import toy_workload
 
 from trainables import cpu_load, loop, timing
+from trainables import train as train_cli
 from trainables.cache_use import classify
 from trainables.config import (
     ConfigError,
@@ -599,12 +602,27 @@ CLI_BAD_INPUT = [
 ]
 
 
+def cli_in_process(*args: str) -> subprocess.CompletedProcess:
+    """The CLI's `main` in this process (a subprocess's imports are most of a bad-input test): its exit code,
+    as `sys.exit(main())` or argparse gives it, and what it printed."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = train_cli.main(list(args))
+        except SystemExit as done:
+            code = done.code
+    return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
+
+
 @pytest.mark.parametrize("args, expected", CLI_BAD_INPUT, ids=[" ".join(args) for args, _ in CLI_BAD_INPUT])
-def test_cli_rejects_bad_input_with_one_line_and_exit_2(tmp_path, args, expected):
+def test_cli_rejects_bad_input_with_one_line_and_exit_2(tmp_path, args, expected, monkeypatch):
+    """The first case as a user runs it (a subprocess: nothing else reaches stderr), the rest in process."""
     write(tmp_path / "bad.yaml", "train: {batch_size: [8}\n")
+    monkeypatch.chdir(REPO)  # the subprocess's cwd
+    cli = run_cli if args == CLI_BAD_INPUT[0][0] else cli_in_process
     args = [a.format(tmp=tmp_path) for a in args]
     config = [] if "--config" in args else ["--config", str(SMOKE)]
-    done = run_cli(*config, *args, "--json")
+    done = cli(*config, *args, "--json")
     assert done.returncode == 2, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), done.stderr
