@@ -70,11 +70,15 @@ def run_in_new_process(cfg_path: Path, out: Path) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def test_a_new_process_with_a_new_out_finds_the_graphs_in_the_kept_cache(tmp_path, no_cache_env):
+def test_a_new_process_finds_the_graphs_in_the_kept_cache_and_another_key_leaves_them_alone(
+    tmp_path, no_cache_env, monkeypatch
+):
+    """One cold compile for both rules (a compile is most of this test): the root it filled is then read warm
+    by a new process, and missed by a run whose key differs."""
     root = tmp_path / "cache"
     first = train(toy(compile_cache=str(root), out_dir=str(tmp_path / "out-a")), log=None)
     assert (first.status, first.compile_cache_use) == ("ok", "miss")
-    key = CacheKey.here("auto")
+    key = mine = CacheKey.here("auto")
     assert json.loads((root / key.name / KEY_FILE).read_text()) == key.as_json()
     assert [p for p in manifest(root / key.name / "inductor") if p.startswith("fxgraph/")]
 
@@ -84,12 +88,8 @@ def test_a_new_process_with_a_new_out_finds_the_graphs_in_the_kept_cache(tmp_pat
     assert (second["status"], second["compile_cache_use"]) == ("ok", "hit")
     assert [p.name for p in root.iterdir()] == [key.name]  # one machine, one key
 
-
-def test_another_key_misses_and_leaves_the_first_keys_entries_alone(tmp_path, no_cache_env, monkeypatch):
-    root = tmp_path / "cache"
+    # another key (as after an upgrade) misses: nothing of the first key is read, nor touched
     cfg = toy(compile_cache=str(root))
-    assert train(cfg, log=None).compile_cache_use == "miss"
-    mine = CacheKey.here("auto")
     before = entries(root / mine.name)
 
     upgraded = {**compile_cache.installed_versions(), "triton": "99.0.0"}  # as after an upgrade

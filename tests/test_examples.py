@@ -1,5 +1,5 @@
 """The two examples a user copies, as the README runs them, from a working directory that is neither the
-repository nor the example's folder: each trains once with `--set model.<own key>=...` changing the built
+repository nor the example's folder: each trains with `--set model.<own key>=...` changing the built
 model, trains to the same loss with `loader=device` as with the DataLoader (the HF one with activation
 checkpointing too), and (slow, nanoGPT's) runs a small CPU search to exit 0 or 3 whose best.yaml trains from anywhere."""
 
@@ -44,21 +44,6 @@ def run(module: str, *args: str, cwd: Path, timeout: int = 900) -> subprocess.Co
     )
 
 
-@pytest.mark.parametrize("name", sorted(EXAMPLES))
-def test_each_example_trains_once_and_its_own_model_keys_change_the_model(name, tmp_path, corpus):
-    pytest.importorskip("transformers") if name == "hf_llama" else None
-    config, key, small, large = EXAMPLES[name]
-    params = {}
-    for value in (small, large):
-        proc = run(
-            "trainables.train", "--config", str(REPO / config), "--data", corpus, "--json",
-            "--set", f"model.{key}={value}", "--set", "tokens=4096", cwd=tmp_path,
-        )  # fmt: skip
-        assert proc.returncode == 0, proc.stderr[-2000:]
-        params[value] = json.loads(proc.stdout.strip().splitlines()[-1])["params"]
-    assert params[small] < params[large]
-
-
 # (the example's own settings for every run, the knobs of each run): runs of one example give one loss
 SAME_LOSS = {
     # dropout on: neither loader may draw from the generator that dropout draws from
@@ -72,11 +57,14 @@ SAME_LOSS = {
 
 @pytest.mark.parametrize("name", sorted(EXAMPLES))
 def test_each_example_trains_to_the_same_loss_with_the_device_loader(name, tmp_path, corpus):
+    """Each run trains once from another cwd; a last one with `--set model.<own key>=` the smaller value
+    builds a smaller model than the others (the example's own value, the larger one) and trains too."""
     pytest.importorskip("transformers") if name == "hf_llama" else None
-    config = EXAMPLES[name][0]
+    config, key, small, large = EXAMPLES[name]
+    assert yaml.safe_load((REPO / config).read_text())["train"]["model"][key] == large
     settings, runs = SAME_LOSS[name]
-    losses = {}
-    for knobs in runs:
+    losses, params = {}, {}
+    for knobs in [*runs, [f"model.{key}={small}"]]:
         sets = [f"--set={item}" for item in [*settings, *knobs, "tokens=4096"]]
         proc = run(
             "trainables.train",
@@ -89,11 +77,15 @@ def test_each_example_trains_to_the_same_loss_with_the_device_loader(name, tmp_p
             cwd=tmp_path,
         )
         assert proc.returncode == 0, proc.stderr[-2000:]
-        assert f"{knobs[0]})" in proc.stderr  # the run's own line says which loader it trained with
         result = json.loads(proc.stdout.strip().splitlines()[-1])
         assert result["status"] == "ok" and result["steps"] == 4
+        params[knobs[0]] = result["params"]
+        if knobs[0].startswith("model."):  # the smaller model's run: its loss is its own
+            continue
+        assert f"{knobs[0]})" in proc.stderr  # the run's own line says which loader it trained with
         losses[" ".join(knobs)] = (result["train_loss"], result["val_loss"])
     assert len(set(losses.values())) == 1, losses
+    assert params[f"model.{key}={small}"] < params["loader=dataloader"]
 
 
 def test_the_hf_example_leaves_activation_checkpointing_to_the_loop(corpus):
