@@ -27,14 +27,47 @@ def one_cpu_ray(monkeypatch):
     ray.shutdown()
 
 
-@pytest.fixture(scope="module")
-def module_cpu_ray():
-    """one_cpu_ray's Ray, started once for a whole module: Ray's start (~6 s on 2 cores) and a worker's first
-    imports are most of a small Tune test. For modules whose Ray tests all want this one-CPU Ray and start no
-    Ray of their own; each test's named actors (telemetry, gates) are got-if-they-exist, so one test's do not
-    stop the next."""
+# One one-CPU Ray for every test that asks for shared_cpu_ray (or module_cpu_ray), kept up from one such test
+# to the next, across modules too: Ray's start (~6 s on 2 cores) and a worker's first imports are most of a
+# small Tune test. It is shut down before the first test of any module with no such test (that module may
+# start a Ray of its own), so a module that uses it must start no Ray of its own. Each test's named actors
+# (telemetry, gates) are got-if-they-exist, so one test's do not stop the next.
+SHARED_RAY_MODULES: set[str] = set()
+_shared_ray_up: list[bool] = []
+
+
+@pytest.hookimpl(trylast=True)  # after `-m`/`-k` deselected: only the tests that will run count
+def pytest_collection_modifyitems(items):
+    SHARED_RAY_MODULES.update(
+        item.nodeid.split("::")[0]
+        for item in items
+        if {"shared_cpu_ray", "module_cpu_ray"} & set(item.fixturenames)
+    )
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    if item.nodeid.split("::")[0] not in SHARED_RAY_MODULES:
+        stop_shared_ray()
+
+
+def pytest_sessionfinish():
+    stop_shared_ray()
+
+
+def stop_shared_ray() -> None:
+    if _shared_ray_up:
+        import ray
+
+        ray.shutdown()
+        _shared_ray_up.clear()
+
+
+def start_shared_ray() -> None:
     import ray
 
+    if _shared_ray_up and ray.is_initialized():
+        return
     before = os.getcwd()
     os.chdir(TESTS)  # workers get the driver's cwd on sys.path: the test workloads import
     try:
@@ -43,11 +76,18 @@ def module_cpu_ray():
         )
     finally:
         os.chdir(before)
-    yield
-    ray.shutdown()
+    _shared_ray_up[:] = [True]
+
+
+@pytest.fixture(scope="module")
+def module_cpu_ray():
+    """The shared one-CPU Ray (above), up for the whole module."""
+    start_shared_ray()
 
 
 @pytest.fixture
-def shared_cpu_ray(module_cpu_ray, monkeypatch):
-    """The module's one-CPU Ray, with this test's cwd where one_cpu_ray puts it."""
+def shared_cpu_ray(monkeypatch):
+    """one_cpu_ray's Ray, started by the first test that asks and kept for the next (above), with this test's
+    cwd where one_cpu_ray puts it."""
+    start_shared_ray()
     monkeypatch.chdir(TESTS)

@@ -107,7 +107,7 @@ def test_a_ledger_written_in_both_spellings_counts_as_one_config():
     assert searcher.measured == {freeze({"batch_size": 16, "micro_batch": None}): 110.0}
 
 
-def test_a_screen_through_tune_runs_each_config_once_and_none_that_cannot_fit(tmp_path, one_cpu_ray):
+def test_a_screen_through_tune_runs_each_config_once_and_none_that_cannot_fit(tmp_path, shared_cpu_ray):
     """run_proposals with real Tune on the toy workload: the probe found a forward of 4 fits, so batch 8 runs
     only in micro-batches of 4; batch 4 with micro_batch 8 is batch 4 in one pass, run once."""
     base = make_config(TOY)

@@ -81,7 +81,7 @@ def test_a_result_with_a_profile_becomes_a_row_with_one():
     assert TrialRow.model_validate_json(row.model_dump_json()).profile == found
 
 
-def test_a_tune_trial_carries_its_profile_into_its_ledger_row(tmp_path, one_cpu_ray):
+def test_a_tune_trial_carries_its_profile_into_its_ledger_row(tmp_path, shared_cpu_ray):
     spec = TrialSpec.of({**TOY, "profile_steps": 3})
     (row,) = run_cases("remeasure", tmp_path, [spec], Placement({"cpu": 1}, 1, reuse_actors=True))
     assert row.status == "ok" and row.steps == TOY_STEPS

@@ -16,7 +16,7 @@ from tuner.report.profile import answer_line
 SMOKE = str(Path(__file__).resolve().parents[1] / "configs" / "smoke.yaml")
 
 
-def test_the_remeasure_profiles_its_runs_after_their_windows(tmp_path, one_cpu_ray):
+def test_the_remeasure_profiles_its_runs_after_their_windows(tmp_path, shared_cpu_ray):
     """Real Tune trials of the smoke model on the CPU: the baseline and one finalist, timed once each."""
     overrides = [
         "search.repeats=1",

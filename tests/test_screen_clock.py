@@ -72,7 +72,7 @@ def test_a_screen_place_is_free_only_where_ray_has_its_cpus_and_gpu_share():
     assert not room_now(need, {"CPU": 8.0})  # no GPU left at all: Ray omits the key
 
 
-def test_a_budget_shorter_than_a_first_step_still_measures_every_start_point(tmp_path, one_cpu_ray):
+def test_a_budget_shorter_than_a_first_step_still_measures_every_start_point(tmp_path, shared_cpu_ray):
     # One slot, so the second start point starts only after the first; each has a 2 s first step (its
     # "compile"); the budget is 0.5 s. The screen runs both start points and nothing else.
     slow_start = {**TOY, "workload": "toy_workload:make_slow_start_workload"}
