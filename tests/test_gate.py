@@ -124,13 +124,13 @@ def test_a_run_beside_timed_ones_never_trains_during_a_window(fake_gpu_cluster):
     # the windows' workers started first: on a busy 2-core machine a worker's start (~1 s) outlasted the
     # whole beside run, which then never met a window (parked 0 s)
     ray.get([timed_window.remote(0.0) for _ in range(3)])
-    beside = beside_run.remote(300, 0.01)
+    beside = beside_run.remote(1000, 0.01)  # 10 s: time for the windows to come on a loaded machine
     # it is training (past its first step, which compiles beside windows as any run's does) when they come
     while not ray.get(gate.stats.remote())["beside"]:
         time.sleep(0.01)
     windows = ray.get([timed_window.remote(0.3) for _ in range(3)])
     spans, parked, syncs = ray.get(beside)
-    assert len(spans) == 300  # it finished its run
+    assert len(spans) == 1000  # it finished its run
     for w_start, w_end, _ in windows:
         overlapping = [(s, e) for s, e in spans if s < w_end and w_start < e]
         assert not overlapping, (w_start, w_end, overlapping)
