@@ -195,11 +195,10 @@ class Cluster:
             node.stop()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def cluster() -> Iterator[Cluster]:
     """Head (driver's view, 1 CPU, 1 fake GPU) and one hidden worker (1 CPU, 1 fake GPU). Its own short
-    root under /tmp (Ray's socket paths must fit 107 bytes) and head port 6395. One for the module (two
-    nodes' start is 10-15 s): each search writes an OUT of its own; the test that loses the worker is last."""
+    root under /tmp (Ray's socket paths must fit 107 bytes) and head port 6395."""
     root = Path(f"/tmp/h11-{os.getpid()}")
     shutil.rmtree(root, ignore_errors=True)
     (root / "driver").mkdir(parents=True)
@@ -251,7 +250,7 @@ def test_a_search_on_two_nodes_gathers_every_trials_results_on_the_driver(cluste
     corpus_there = (
         Path(f"/proc/{worker.raylet().pid}/root") / cluster.driver_dir.relative_to("/") / "corpus.txt"
     )
-    out = cluster.driver_dir / "out-gathered"
+    out = cluster.driver_dir / "out"
     proc = start_search(cluster, out)
     assert not corpus_there.exists(), "the worker sees the driver's folder: the test would prove nothing"
     # 4: both nodes share this machine's cores, so its timed windows may all be contended
@@ -341,7 +340,7 @@ def kill_raylet_mid_trial(
 @pytest.mark.slow
 @needs_root
 def test_a_node_lost_mid_search_costs_its_running_trial_a_rerun_and_nothing_else(cluster):
-    out = cluster.driver_dir / "out-lost"
+    out = cluster.driver_dir / "out"
     # screen runs of a few seconds, none stopped early: the kill finds one mid-run
     proc = start_search(cluster, out, "--set", "search.screen_steps=80", "--set", "search.early_stop_ratio=0")
     before = kill_raylet_mid_trial(cluster, cluster.nodes[1], out, proc)
