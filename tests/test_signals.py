@@ -61,14 +61,30 @@ def wait_for(log: Path, needle: str, proc: subprocess.Popen, timeout: float = 18
     raise AssertionError(f"never printed {needle!r}: {log.read_text(errors='replace')[-2000:]}")
 
 
+def default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_through_tee_exits_130_not_a_crash(tmp_path):
     """`python -m tuner.search ... 2>&1 | tee LOG`, Ctrl-C: SIGINT to the search and to tee alike."""
     out, log = tmp_path / "out", tmp_path / "tee.log"
+    # A shell's background job (`.ci/run ... &`) starts with SIGINT ignored, and children inherit that:
+    # tee then outlived the Ctrl-C. A terminal's foreground pipeline has the default.
     driver = subprocess.Popen(
-        command(out), cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, process_group=0
+        command(out),
+        cwd=ROOT,
+        env=ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        process_group=0,
+        preexec_fn=default_sigint,
     )
     tee = subprocess.Popen(
-        ["tee", str(log)], stdin=driver.stdout, stdout=subprocess.DEVNULL, process_group=driver.pid
+        ["tee", str(log)],
+        stdin=driver.stdout,
+        stdout=subprocess.DEVNULL,
+        process_group=driver.pid,
+        preexec_fn=default_sigint,
     )
     driver.stdout.close()  # tee holds the only reading end
     try:
