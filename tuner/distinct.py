@@ -15,7 +15,6 @@ a failed run is kept), at no cost.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -26,9 +25,6 @@ from tuner.batch_fit import BatchFit
 from tuner.knobs import freeze
 
 MAX_REPEATS = 50  # proposals in a row that repeat known configs before the space counts as exhausted
-# How long a proposal still waiting for its place holds back the next (`DistinctConfigs.waiting`): the
-# screen's runs free places within about a minute (cold first steps of 30-90 s on an H200).
-WAIT_FOR_PLACE_S = 60.0
 
 
 class DistinctConfigs(Searcher):
@@ -46,8 +42,9 @@ class DistinctConfigs(Searcher):
             self.measured[key] = max(value, self.measured.get(key, value))
         self.refused: dict[Any, str] = {}  # frozen config -> why it cannot fit
         self.running: dict[str, Any] = {}  # Tune trial id -> frozen config
-        # Tune trial id -> when proposed, until its trial's first report (where it runs) says it has a place
-        self.unplaced: dict[str, float] = {}
+        self.placed: set[str] = (
+            set()
+        )  # Tune trial ids whose trials reported (their first report: where they run)
         self.alias: dict[str, str] = {}  # Tune trial id -> the searcher's id for it
         self.answered = 0  # repeats answered without a run
         self.exhausted = False
@@ -79,7 +76,6 @@ class DistinctConfigs(Searcher):
                 self.searcher.on_trial_complete(inner, error=True)
             else:
                 self.alias[trial_id], self.running[trial_id] = inner, key
-                self.unplaced[trial_id] = time.monotonic()
                 return config
         self.exhausted = True
         return Searcher.FINISHED
@@ -98,19 +94,16 @@ class DistinctConfigs(Searcher):
 
     def waiting(self) -> bool:
         """Whether a config proposed here waits for a place (Tune holds its trial until Ray has room for its
-        GPU share), for at most WAIT_FOR_PLACE_S: a start point sized two places, proposed with one free,
-        waited 2m 40s on 2 H200s while proposals after it took each single place freed (docs/benchmarks.md).
-        Past that it may wait on places held for minutes (loss runs beside the screen), and the screen
-        goes on without it rather than stand idle."""
-        now = time.monotonic()
-        return any(now - since < WAIT_FOR_PLACE_S for since in self.unplaced.values())
+        GPU share): a start point sized two places, proposed with one free, waited 2m 40s on 2 H200s while
+        proposals after it took each single place freed (docs/benchmarks.md)."""
+        return any(trial_id not in self.placed for trial_id in self.running)
 
     def on_trial_result(self, trial_id: str, result: dict) -> None:
-        self.unplaced.pop(trial_id, None)
+        self.placed.add(trial_id)
         self.searcher.on_trial_result(self.alias.get(trial_id, trial_id), result)
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
-        self.unplaced.pop(trial_id, None)
+        self.placed.discard(trial_id)
         key = self.running.pop(trial_id, None)
         if key is not None:
             value = (result or {}).get(self.metric)
