@@ -18,7 +18,7 @@ from tuner.knobs import freeze
 from tuner.records import ProbedBatch
 from tuner.runs.ledger import Ledger
 from tuner.runs.request import Placement
-from tuner.runs.tune import room_to_propose, run_proposals
+from tuner.runs.tune import run_proposals
 
 
 def optuna_searcher(points: list[dict]) -> OptunaSearch:
@@ -141,29 +141,3 @@ def test_a_screen_through_tune_runs_each_config_once_and_none_that_cannot_fit(tm
     assert ran == [(4, None), (8, 4)]  # the space holds no third config that fits: it ended exhausted
     assert all(r.status == "ok" for r in rows) and len(rows) == 2
     assert [r.train["micro_batch"] for r in rows if r.config["batch_size"] == 4] == [None]
-
-
-def test_no_proposal_starts_while_one_proposed_before_still_waits_for_a_place():
-    """A start point sized two places waits in Tune's queue for them; a proposal after it, sized one, must
-    not take the first place freed (on 2 H200s the answer's start point waited 2m 40s that way)."""
-    points = [
-        {"batch_size": 32, "micro_batch": None, "precision": "bf16"},
-        {"batch_size": 8, "micro_batch": None, "precision": "bf16"},
-    ]
-    searcher = DistinctConfigs(optuna_searcher(points))
-    free = [True]
-    room = room_to_propose(searcher, Placement({"cpu": 1}, room=lambda: free[0]))
-    assert room(), "nothing proposed yet, a place free"
-    searcher.suggest("t1"), searcher.suggest("t2")
-    searcher.on_trial_result(
-        "t2", {"tokens_per_s": 0.0, "training_iteration": 1}
-    )  # t2 runs; t1 has not reported from anywhere
-    assert searcher.waiting() and not room()
-    searcher.on_trial_result("t1", {"tokens_per_s": 0.0, "training_iteration": 1})
-    assert not searcher.waiting() and room()
-    free[0] = False
-    assert not room(), "every proposal placed, but no place free"
-    searcher.on_trial_complete("t1", result={"tokens_per_s": 1.0})
-    searcher.suggest("t3")
-    assert searcher.waiting(), "a new proposal waits until its trial reports"
-    assert room_to_propose(searcher, Placement({"cpu": 1}))() is False

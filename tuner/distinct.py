@@ -42,9 +42,6 @@ class DistinctConfigs(Searcher):
             self.measured[key] = max(value, self.measured.get(key, value))
         self.refused: dict[Any, str] = {}  # frozen config -> why it cannot fit
         self.running: dict[str, Any] = {}  # Tune trial id -> frozen config
-        self.placed: set[str] = (
-            set()
-        )  # Tune trial ids whose trials reported (their first report: where they run)
         self.alias: dict[str, str] = {}  # Tune trial id -> the searcher's id for it
         self.answered = 0  # repeats answered without a run
         self.exhausted = False
@@ -92,18 +89,10 @@ class DistinctConfigs(Searcher):
         log(f"[screen] {why}")
         return True
 
-    def waiting(self) -> bool:
-        """Whether a config proposed here waits for a place (Tune holds its trial until Ray has room for its
-        GPU share): a start point sized two places, proposed with one free, waited 2m 40s on 2 H200s while
-        proposals after it took each single place freed (docs/benchmarks.md)."""
-        return any(trial_id not in self.placed for trial_id in self.running)
-
     def on_trial_result(self, trial_id: str, result: dict) -> None:
-        self.placed.add(trial_id)
         self.searcher.on_trial_result(self.alias.get(trial_id, trial_id), result)
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
-        self.placed.discard(trial_id)
         key = self.running.pop(trial_id, None)
         if key is not None:
             value = (result or {}).get(self.metric)

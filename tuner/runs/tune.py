@@ -242,9 +242,7 @@ def run_proposals(
         measured = {freeze(r.config): r.tokens_per_s or 0.0 for r in done}
         searcher = DistinctConfigs(make_searcher(), measured, fit)  # fit: tuner/batch_fit.py's rules
         if clock is not None:
-            searcher.may_propose = lambda s=searcher: clock.proposing(
-                seen_by(s)[1], room_to_propose(s, placement)
-            )
+            searcher.may_propose = lambda s=searcher: clock.proposing(seen_by(s)[1], placement.room)
         _say_going_on(phase, attempt, len(done), trials)
         best = max((r.tokens_per_s or 0 for r in done if r.status == "ok"), default=0.0)
         slow = SlowTrialStopper(stopper_ratio, best, keep)
@@ -291,13 +289,6 @@ def tpe_searcher(search: TpeSearch) -> OptunaSearch:
         study_name=search.study,
         storage=search.storage,
     )
-
-
-def room_to_propose(searcher: DistinctConfigs, placement: Placement) -> Callable[[], bool]:
-    """Whether a proposal may start now: no config proposed before it still waits for a place, and one is
-    free (`placement.room`, where the placement says). Else the new one, sized one place, takes the place
-    freed first, ahead of a start point that needs two."""
-    return lambda: not searcher.waiting() and (placement.room is None or placement.room())
 
 
 def ended_early(phase: str, finished: int, total: int, untold: list[str]) -> str:
