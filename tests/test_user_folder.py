@@ -16,6 +16,7 @@ import pytest
 import model as project_model
 import trainables as project_trainables
 import tuner as project_tuner
+from tests.test_workloads import GOOD
 from trainables import user_folder
 from trainables.config import make_config
 from trainables.loop import train
@@ -31,27 +32,22 @@ FILES = {
     "tuner.py": "from trainables import WHOSE as TRAINABLES_WHOSE\nWHOSE = 'theirs'\n",
     "helpers/__init__.py": "from .width import WIDTH\n",
     "helpers/width.py": "WIDTH = 16\n",
+    "plain.py": GOOD,  # tests/test_workloads.py's least workload, which job.py builds on
     "job.py": textwrap.dedent(
         """
         import torch
         import trainables
         import tuner
-        from torch.nn import functional as F
         from helpers import WIDTH
         from model import Net
+        from plain import Job as Plain
 
-        class Job:
+        class Job(Plain):
             def __init__(self, cfg):
-                self.cfg = cfg
+                super().__init__(cfg)
                 self.whose = (Net.WHOSE, trainables.WHOSE, tuner.WHOSE, tuner.TRAINABLES_WHOSE)
             def build_model(self):
                 return Net(torch.nn.Embedding(8, WIDTH), torch.nn.Linear(WIDTH, 8))
-            def train_dataset(self):
-                x = torch.randint(8, (32, self.cfg.seq_len))
-                return torch.utils.data.TensorDataset(x, (x + 1) % 8)
-            def loss(self, model, batch):
-                x, y = batch
-                return F.cross_entropy(model(x).flatten(0, 1).float(), y.flatten())
 
         def make_workload(cfg):
             return Job(cfg)
