@@ -9,10 +9,10 @@ import random
 import statistics
 from typing import Any
 
-from tuner.costs import break_even_tokens, time_to_train
-from tuner.gpus import SEARCH, USAGE_PHASES, gpu_population
-from tuner.knobs import SPEED_ONLY_KNOBS
-from tuner.records import Summary, TrialRow
+from tuner.decide.costs import break_even_tokens, time_to_train
+from tuner.space.knobs import SPEED_ONLY_KNOBS
+from tuner.state.records import Summary, TrialRow
+from tuner.telemetry.gpus import SEARCH, USAGE_PHASES, gpu_population
 
 
 def make_row(
@@ -320,7 +320,7 @@ def gpu_usage(timings: dict[str, float], busiest: dict[int, float], node_id: str
 def on_two_gpus(summary: dict, gpu1_factor: float = 1.0) -> dict:
     """The search on a host with two GPUs: the re-measure's repeats alternate between GPU 0 and GPU 1 (runs
     on GPU 1 `gpu1_factor` times as fast), each GPU's use per phase (GPU 1 less busy), and the population
-    tuner.gpus finds in those repeats."""
+    tuner.telemetry.gpus finds in those repeats."""
     out = copy.deepcopy(summary)
     out["hardware"] = {**out["hardware"], "gpus": 2}
     remeasured = [t for t in out["trials"] if t["phase"] == "remeasure"]

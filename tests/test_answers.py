@@ -1,4 +1,4 @@
-"""Remembered answers (tuner/answers.py): what makes two searches the same, and how the pipeline takes one. End
+"""Remembered answers (tuner/state/answers.py): what makes two searches the same, and how the pipeline takes one. End
 to end, a second search confirming the first one's answer is in tests/test_stray_cluster.py (its two searches
 beside a live and a dead stray cluster share their settings)."""
 
@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from trainables.config import read_yaml
-from tuner import answers
 from tuner.config import CONFIRM_RUNS, SearchSection, load_search_config
 from tuner.phases import finish
-from tuner.records import Hardware, TrialRow
+from tuner.state import answers
+from tuner.state.records import Hardware, TrialRow
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE = str(ROOT / "configs" / "smoke.yaml")

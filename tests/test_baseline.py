@@ -10,7 +10,9 @@ from factories import make_row
 
 from trainables.config import TrainConfig
 from trainables.spec import TrialSpec
-from tuner.baseline import (
+from tuner.config import load_search_config
+from tuner.context import SearchContext, State
+from tuner.measure.baseline import (
     _twin_point,
     _with_execution,
     loss_case,
@@ -19,11 +21,9 @@ from tuner.baseline import (
     start_seeds_beside,
     twins,
 )
-from tuner.config import load_search_config
-from tuner.context import SearchContext, State
-from tuner.records import BESIDE_PHASE, Hardware
 from tuner.runs.ledger import Ledger
 from tuner.runs.tasks import TaskRun
+from tuner.state.records import BESIDE_PHASE, Hardware
 
 BASE = {"batch_size": 8, "precision": "fp32", "compile": "none", "loader": "dataloader", "lr_scaling": "none"}
 

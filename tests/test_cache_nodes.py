@@ -1,7 +1,7 @@
 """The search's compile caches follow its trials to other nodes (issue #24, part 3).
 
 A trial on a node other than the driver's fetches its key's part of the driver's cache root (Inductor, Triton)
-into its node's own copy before it trains, and sends back what it compiled (trainables/compile_cache.py, tuner/cache_server.py). The
+into its node's own copy before it trains, and sends back what it compiled (trainables/compile_cache.py, tuner/session/cache_server.py). The
 two-node test proves it with real Inductor on CPU: the driver's node runs no trial, node 1 compiles cold,
 and node 2, whose cache dir is elsewhere on disk and starts empty, finds node 1's graphs, through the driver.
 """
@@ -19,9 +19,9 @@ from model import library_env
 from trainables import compile_cache
 from trainables.compile_cache import NODE_CACHE_VAR, CacheKey, NodeCache, manifest, node_cache_root
 from trainables.spec import TrialSpec
-from tuner import cache_server
 from tuner.runs.request import Placement, TrialInputs
 from tuner.runs.tune import run_cases
+from tuner.session import cache_server
 
 TESTS = Path(__file__).resolve().parent
 
@@ -31,7 +31,7 @@ OTHER = CacheKey("NVIDIA H200 sm_90", {"torch": "2.11.0+cu130", "triton": "3.6.0
 
 
 class DirDriver:
-    """The driver's cache root as a plain dir, served as tuner/cache_server.py serves it, without Ray: a dir
+    """The driver's cache root as a plain dir, served as tuner/session/cache_server.py serves it, without Ray: a dir
     is named by its path in the root ("<key>/inductor")."""
 
     def __init__(self, root: Path, fail: str | None = None):

@@ -23,8 +23,9 @@ from trainables.compile_cache import KEY_FILE, CacheKey, manifest
 from trainables.config import ConfigError, dump_config
 from trainables.exit_codes import Exit
 from trainables.loop import train
-from tuner import caches, search
+from tuner import search
 from tuner.config import load_search_config
+from tuner.state import caches
 
 TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent

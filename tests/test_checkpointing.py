@@ -19,7 +19,7 @@ from trainables.step_model import step_module
 from trainables.workload import HybridLMWorkload, Job, check_workload, load_workload
 from trainables.workload_job import as_job
 from tuner.config import load_search_config
-from tuner.space import fit_to_workload
+from tuner.space.domains import fit_to_workload
 
 FOUR_BLOCKS = {**TINY_MODEL, "n_layers": 4}
 

@@ -38,11 +38,11 @@ from tests.test_telemetry import read_scalars
 from trainables.data import Corpus, DataError, load_char_data, shipped_corpus
 from trainables.gate import GATE_PREFIX
 from trainables.trainable import _own_compile_caches
-from tuner import node_loss
 from tuner.config import load_search_config
 from tuner.context import SearchContext, State
-from tuner.records import Hardware
 from tuner.runs import ledger as runs_ledger
+from tuner.session import node_loss
+from tuner.state.records import Hardware
 
 ROOT = Path(__file__).resolve().parents[1]
 SHAKESPEARE = ROOT.parent / "shared" / "data" / "tinyshakespeare.txt"

@@ -13,8 +13,8 @@ from trainables.workload import WorkloadInfo
 from tuner import search
 from tuner.config import SearchConfig
 from tuner.context import State
-from tuner.out_lock import OutLock
-from tuner.space import fit_to_workload
+from tuner.session.out_lock import OutLock
+from tuner.space.domains import fit_to_workload
 
 SMOKE = str(Path(__file__).resolve().parents[1] / "configs" / "smoke.yaml")
 TEXT = "".join(f"line {i}: the quick brown fox jumps over the lazy dog\n" for i in range(6000))

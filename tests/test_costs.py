@@ -1,12 +1,12 @@
-"""What the planned run costs: cold warm-ups per compiled graph and break-even against eager (tuner/costs.py)."""
+"""What the planned run costs: cold warm-ups per compiled graph and break-even against eager (tuner/decide/costs.py)."""
 
 from __future__ import annotations
 
 import pytest
 
 from tests.factories import make_row
-from tuner.costs import break_even, break_even_tokens, cold_warmup, warm_warmup, warmups_beside
-from tuner.records import BASELINE_ID, Finalist
+from tuner.decide.costs import break_even, break_even_tokens, cold_warmup, warm_warmup, warmups_beside
+from tuner.state.records import BASELINE_ID, Finalist
 
 BASE = {"batch_size": 8, "precision": "fp32", "compile": "none", "kernels": "torch", "lr": 3e-4}
 RO32 = {"batch_size": 32, "precision": "bf16", "compile": "reduce-overhead"}

@@ -1,4 +1,4 @@
-"""The screen's proposal filter (tuner/distinct.py) with the batch rules (tuner/batch_fit.py), around a real
+"""The screen's proposal filter (tuner/space/distinct.py) with the batch rules (tuner/space/batch_fit.py), around a real
 TPE searcher: no config measured twice, in either spelling of "the whole batch in one pass", and no config
 run whose forward batch the batch probe found cannot fit at its precision and checkpointing setting."""
 
@@ -12,13 +12,13 @@ from toy_workload import TOY
 from tests.test_batch_fit import BASE, PROBED
 from trainables.config import make_config
 from trainables.spec import TrialSpec
-from tuner.batch_fit import BatchFit
-from tuner.distinct import DistinctConfigs
-from tuner.knobs import freeze
-from tuner.records import ProbedBatch
 from tuner.runs.ledger import Ledger
 from tuner.runs.request import Placement
 from tuner.runs.tune import run_proposals
+from tuner.space.batch_fit import BatchFit
+from tuner.space.distinct import DistinctConfigs
+from tuner.space.knobs import freeze
+from tuner.state.records import ProbedBatch
 
 
 def optuna_searcher(points: list[dict]) -> OptunaSearch:

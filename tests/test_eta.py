@@ -1,4 +1,4 @@
-"""The search's estimate of its loss check, from what the screen measured (tuner/eta.py)."""
+"""The search's estimate of its loss check, from what the screen measured (tuner/measure/eta.py)."""
 
 from __future__ import annotations
 
@@ -11,16 +11,16 @@ from tests.factories import make_row
 from tests.test_failures import FakeTrial
 from trainables.progress import fmt_seconds
 from trainables.spec import TrialSpec
-from tuner import baseline
 from tuner.config import load_search_config
 from tuner.context import SearchContext, State
-from tuner.costs import CACHED_SHARE, cached_warmup
-from tuner.eta import after_screen, loss_check_s, remeasure_s
-from tuner.records import Hardware
+from tuner.decide.costs import CACHED_SHARE, cached_warmup
+from tuner.measure import baseline
+from tuner.measure.eta import after_screen, loss_check_s, remeasure_s
 from tuner.runs.ahead import pending
 from tuner.runs.ledger import Ledger, LedgerCallback
 from tuner.runs.request import Role
 from tuner.runs.tasks import Pending, PendingRun, TaskRun
+from tuner.state.records import Hardware
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 

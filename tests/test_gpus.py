@@ -1,4 +1,4 @@
-"""The GPUs side by side (tuner/gpus.py): when each phase ran, each GPU's use from the samplers' answers, and
+"""The GPUs side by side (tuner/telemetry/gpus.py): when each phase ran, each GPU's use from the samplers' answers, and
 whether the GPUs of a host time a config alike, by the rule the selection ties configs with."""
 
 from __future__ import annotations
@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from tests.factories import make_row
-from tuner.gpus import POOLED, SEARCH, compare, gpu_population, gpu_usage, phase_spans
-from tuner.records import Finalist
-from tuner.select import pick_winner
+from tuner.decide.select import pick_winner
+from tuner.state.records import Finalist
+from tuner.telemetry.gpus import POOLED, SEARCH, compare, gpu_population, gpu_usage, phase_spans
 
 NODE = "7088e154e66767fe6807b1254f2e09d538e0af71761592aeee82b61b"
 

@@ -1,7 +1,7 @@
-"""The loss horizon (tuner/horizon.py): when the planned run is longer than `quality.loss_horizon`, the
+"""The loss horizon (tuner/decide/horizon.py): when the planned run is longer than `quality.loss_horizon`, the
 baseline (two seeds) and every contender train the same prefix of it, equal tokens, with the planned run's
 lr schedule; the loss limit is their mean + the tolerance, and the seed-to-seed noise measured there is shown
-beside it, not added (tuner/loss_limit.py)."""
+beside it, not added (tuner/decide/loss_limit.py)."""
 
 from __future__ import annotations
 
@@ -12,16 +12,23 @@ import pytest
 
 from tests.factories import make_row, synthetic_summary
 from trainables.config import ConfigError, TrainConfig
-from tuner import baseline
 from tuner.config import load_search_config
 from tuner.context import SearchContext, State
-from tuner.horizon import LossHorizon, at_horizon, horizon_for, parse_tokens, step_tokens, validation_note
+from tuner.decide.horizon import (
+    LossHorizon,
+    at_horizon,
+    horizon_for,
+    parse_tokens,
+    step_tokens,
+    validation_note,
+)
+from tuner.measure import baseline
 from tuner.phases import loss_check
-from tuner.records import BASELINE_ID, BESIDE_PHASE, Hardware, LossLimit
 from tuner.report.horizon_section import HEAD
 from tuner.report.html import render_html
 from tuner.report.markdown import render_markdown
 from tuner.runs.ledger import Ledger
+from tuner.state.records import BASELINE_ID, BESIDE_PHASE, Hardware, LossLimit
 
 SMOKE = str(
     Path(__file__).resolve().parents[1] / "configs" / "smoke.yaml"

@@ -13,8 +13,8 @@ from tests.test_train import REPO
 from trainables.config import make_config
 from trainables.preflight import preflight
 from tuner.config import load_search_config
-from tuner.knobs import loss_key
-from tuner.space import start_point, to_tune
+from tuner.space.domains import start_point, to_tune
+from tuner.space.knobs import loss_key
 
 CONFIG = REPO / "configs" / "hybrid-100m.yaml"
 

@@ -8,8 +8,15 @@ from pydantic import ValidationError
 
 from trainables.config import ConfigError, TrainConfig, make_config
 from trainables.config_fields import ExecutionKnobs, LossKnobs, RunSettings
-from tuner.knobs import CLASSES, GRAPH_FIELDS, HARDWARE_KNOBS, RUN_ONLY_FIELDS, SPEED_ONLY_KNOBS, is_loss_knob
-from tuner.space import applicable, capabilities
+from tuner.space.domains import applicable, capabilities
+from tuner.space.knobs import (
+    CLASSES,
+    GRAPH_FIELDS,
+    HARDWARE_KNOBS,
+    RUN_ONLY_FIELDS,
+    SPEED_ONLY_KNOBS,
+    is_loss_knob,
+)
 
 
 def test_every_train_config_field_declares_its_class():

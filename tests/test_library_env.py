@@ -9,7 +9,7 @@ from pathlib import Path
 import ray
 
 from model import library_env
-from tuner import ray_noise
+from tuner.session import ray_noise
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV_WRITE = re.compile(r"os\.environ\[[^]]+\]\s*=[^=]|os\.environ\.(setdefault|update|pop)\(|os\.putenv\(")

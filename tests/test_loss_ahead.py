@@ -15,11 +15,11 @@ from tests.test_loss_placement import rounds_without_training
 from trainables.gate import open_gates
 from tuner.config import load_search_config
 from tuner.context import SearchContext, State
+from tuner.decide.select import loss_check_candidates
 from tuner.phases import loss_check
-from tuner.records import AHEAD_PHASE, Hardware
 from tuner.runs.ahead import RunsAhead
 from tuner.runs.ledger import Ledger
-from tuner.select import loss_check_candidates
+from tuner.state.records import AHEAD_PHASE, Hardware
 
 SMOKE_SHORT = ["train.tokens=16384", "train.eval_tokens=2048", "search.loss_check_top=2"]
 
@@ -60,7 +60,7 @@ def test_the_fastest_candidates_train_ahead_and_a_round_takes_their_rows(
         make_row("screen-2", config={"lr": 1e-3, "batch_size": 8}, tokens_per_s=1_000.0),
         # the baseline's loss (its group passes with it: were it faster, none of the others would be checked)
         make_row("screen-3", config={"compile": "default"}, tokens_per_s=900.0),
-        # the baseline itself, a start point (tuner/recipe.py): what "slower than the baseline" is told by
+        # the baseline itself, a start point (tuner/space/recipe.py): what "slower than the baseline" is told by
         make_row("screen-4", config={}, tokens_per_s=500.0),
     ]
     ahead.consider(screen[:1])  # as the screen's first trial finishes: none ahead before the baseline's row

@@ -14,14 +14,14 @@ import ray
 
 from tests.factories import make_row
 from trainables.spec import TrialSpec
-from tuner import baseline
 from tuner.config import load_search_config
 from tuner.context import SearchContext, State
+from tuner.measure import baseline
 from tuner.phases import loss_check
 from tuner.phases.loss_check import spread_over_gpus
-from tuner.records import Hardware, ProbedBatch
 from tuner.runs.tasks import TaskRun
 from tuner.runs.tune import round_robin
+from tuner.state.records import Hardware, ProbedBatch
 
 
 def ctx(gpus: int, on_gpu: bool = True):

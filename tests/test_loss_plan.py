@@ -1,4 +1,4 @@
-"""The loss check's plan (tuner/loss_plan.py): which candidates train, in what order, when it stops and how it
+"""The loss check's plan (tuner/decide/loss_plan.py): which candidates train, in what order, when it stops and how it
 says so; and issue 43's recorded nanoGPT search replayed through it. Pure functions: no Ray."""
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ import pytest
 from tests.factories import make_row
 from tuner.config import QualitySection, load_search_config
 from tuner.context import SearchContext, State
-from tuner.knobs import loss_key
-from tuner.loss_outcome import LossCheckOutcome
-from tuner.loss_plan import Limits, LossCheck, LossPlan, baseline_speed, ordered
+from tuner.decide.loss_outcome import LossCheckOutcome
+from tuner.decide.loss_plan import Limits, LossCheck, LossPlan, baseline_speed, ordered
+from tuner.decide.select import loss_check_candidates, with_feasibility
 from tuner.phases import loss_check
-from tuner.records import Hardware, Summary
 from tuner.report.markdown import render_markdown
-from tuner.select import loss_check_candidates, with_feasibility
+from tuner.space.knobs import loss_key
+from tuner.state.records import Hardware, Summary
 
 BASE = {"batch_size": 64, "grad_accum": 1, "lr": 1e-3, "lr_scaling": "none", "lr_base_batch": 64}
 BASE |= {"precision": "fp32", "compile": "none", "fused_adamw": False, "tokens": 10_240_000}

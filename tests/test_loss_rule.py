@@ -1,4 +1,4 @@
-"""The loss rule (tuner/loss_limit.py), said the same everywhere (issue 43 item 6): limit = the baseline's loss
+"""The loss rule (tuner/decide/loss_limit.py), said the same everywhere (issue 43 item 6): limit = the baseline's loss
 (the mean of its seeds) + the tolerance, absolute or relative, and nothing else; the sentence every output
 uses states those numbers; a workload may declare its own scale, which a config's own setting beats."""
 
@@ -14,8 +14,8 @@ from trainables.config import ConfigError
 from trainables.loss_tolerance import declared_tolerance
 from tuner import search
 from tuner.config import QualitySection, SearchConfig, load_search_config
-from tuner.horizon import LossHorizon
-from tuner.loss_limit import LossLimit
+from tuner.decide.horizon import LossHorizon
+from tuner.decide.loss_limit import LossLimit
 from tuner.report.html import render_html
 from tuner.report.markdown import render_markdown
 

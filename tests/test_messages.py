@@ -15,9 +15,9 @@ from trainables.exit_codes import Exit
 from trainables.spec import LABELS, TrialSpec
 from tuner import emit, search
 from tuner.config import SearchConfig, SearchSection, load_search_config
-from tuner.ray_session import RaySession
 from tuner.report import __main__ as report
 from tuner.runs.phase_progress import planned_tokens
+from tuner.session.ray_session import RaySession
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE = str(ROOT / "configs" / "smoke.yaml")
@@ -217,7 +217,7 @@ def no_ray(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("Ray started before the bad input was caught")
 
-    monkeypatch.setattr("tuner.ray_session.connect", refuse)
+    monkeypatch.setattr("tuner.session.ray_session.connect", refuse)
 
 
 def one_error_line(capsys) -> str:

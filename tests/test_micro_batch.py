@@ -14,7 +14,7 @@ from tests.test_train import SMOKE, run_cli, tiny_config, toy_config
 from trainables.config import ConfigError, make_config
 from trainables.loop import train
 from trainables.micro_batches import micro_batches
-from tuner.knobs import GRAPH_FIELDS, SPEED_ONLY_KNOBS, execution, loss_key
+from tuner.space.knobs import GRAPH_FIELDS, SPEED_ONLY_KNOBS, execution, loss_key
 
 
 def trajectory(cfg) -> tuple[list[float], list[float], int]:

@@ -41,7 +41,7 @@ def no_ray(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("Ray started before the bad input was caught")
 
-    monkeypatch.setattr("tuner.ray_session.connect", refuse)
+    monkeypatch.setattr("tuner.session.ray_session.connect", refuse)
 
 
 def refused_by_search(capsys, out: Path, data: Path, *argv: str, code: int = Exit.BAD_INPUT) -> str:

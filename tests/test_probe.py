@@ -19,7 +19,7 @@ def probe(limit: int, **extra) -> int:
     base = training_section(read_yaml(ROOT / "configs" / "smoke.yaml"))
     base = {**base, "data": str(SHAKESPEARE) if SHAKESPEARE.exists() else None, **extra}
     code = (
-        "import json, sys; from tuner.batch_finder import max_batch; "
+        "import json, sys; from tuner.space.batch_finder import max_batch; "
         f"print(max_batch(json.loads(sys.argv[1]), 'fp32', limit={limit}).model_dump_json())"
     )
     proc = subprocess.run(

@@ -17,9 +17,9 @@ from trainables.loop import train
 from trainables.profile import HOST_WRAPPERS, OpTime, Profile, summarize
 from trainables.result import RunResult
 from trainables.spec import TrialSpec
-from tuner.records import TrialRow
 from tuner.runs.request import Placement
 from tuner.runs.tune import run_cases
+from tuner.state.records import TrialRow
 
 # --- a real profile, after the timed window -------------------------------------------------------------
 

@@ -9,9 +9,9 @@ from tests.factories import make_row, make_summary, synthetic_summary
 from tuner.config import load_search_config
 from tuner.context import SearchContext, State
 from tuner.phases import remeasure
-from tuner.records import BASELINE_ID, Hardware
 from tuner.report import render_html, render_markdown
 from tuner.report.profile import answer_line
+from tuner.state.records import BASELINE_ID, Hardware
 
 SMOKE = str(Path(__file__).resolve().parents[1] / "configs" / "smoke.yaml")
 

@@ -1,12 +1,12 @@
 """The range in which one run of the winner and one of the baseline, outside the search, should put their
-speed ratio (tuner/ratio.py)."""
+speed ratio (tuner/decide/ratio.py)."""
 
 import math
 import statistics
 
 import pytest
 
-from tuner.ratio import one_run_ratio_range, t_975
+from tuner.decide.ratio import one_run_ratio_range, t_975
 from tuner.report.fmt import one_run_text
 
 
@@ -56,8 +56,8 @@ def test_no_range_without_three_runs_of_each_or_without_any_spread(best, base):
 
 def test_with_two_repeats_the_report_says_there_are_too_few_runs_for_a_range():
     # issue 23: repeats 2 printed "0.3x-16.6x at 95%", a t interval on one degree of freedom
-    from tuner.ratio import too_few_runs
-    from tuner.records import Best
+    from tuner.decide.ratio import too_few_runs
+    from tuner.state.records import Best
 
     note = too_few_runs([700.0, 650.0], [10.0, 11.0, 12.0])
     assert note.startswith("no range for one run of each outside the search: 2 run(s) of it and 3")
@@ -69,7 +69,7 @@ def test_the_winners_record_and_the_report_carry_the_range():
     from test_report import SUMMARY, rendered
 
     from tuner.phases.finish import _best
-    from tuner.records import Finalist
+    from tuner.state.records import Finalist
 
     winner = Finalist(id="screen-3", config={"batch_size": 64}, runs=[680e3, 682e3, 668e3], feasible=True)
     best = _best(winner, [14.8e3, 13.7e3, 13.2e3, 15.1e3, 14.0e3, 13.9e3])

@@ -1,4 +1,4 @@
-"""Where the search's Ray runs (tuner/ray_session.py) and who may write OUT (tuner/out_lock.py), through
+"""Where the search's Ray runs (tuner/session/ray_session.py) and who may write OUT (tuner/session/out_lock.py), through
 their functions and through the CLI: local means local, an unreachable cluster is one line in seconds with
 the environment's exit code, SIGTERM while connecting is an interrupt, and one driver holds OUT."""
 
@@ -19,8 +19,8 @@ from trainables.config import ConfigError
 from trainables.errors import EnvironmentFault
 from trainables.exit_codes import Exit
 from tuner import search
-from tuner.out_lock import OutLock
-from tuner.ray_session import RayTarget, check_reachable, ray_target
+from tuner.session.out_lock import OutLock
+from tuner.session.ray_session import RayTarget, check_reachable, ray_target
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE = str(ROOT / "configs" / "smoke.yaml")
@@ -67,7 +67,7 @@ def test_auto_names_the_record_it_found(stale_record):
 
 
 def test_only_a_found_cluster_gets_the_hosts_token_unasked(monkeypatch):
-    from tuner.ray_session import _has_token
+    from tuner.session.ray_session import _has_token
 
     monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
     assert not _has_token(RayTarget("10.0.0.9:6379", "--address auto", auto=True))
@@ -164,7 +164,7 @@ def test_sigterm_while_connecting_is_exit_130(tmp_path, silent_port):
 def _hold_lock(out: Path) -> subprocess.Popen:
     """Another driver's hold on OUT: a process that takes the lock and sleeps."""
     code = (
-        "import sys, time; from pathlib import Path; from tuner.out_lock import OutLock; "
+        "import sys, time; from pathlib import Path; from tuner.session.out_lock import OutLock; "
         "OutLock(Path(sys.argv[1])).take('python -m tuner.search --out elsewhere'); print('held', flush=True); "
         "time.sleep(600)"
     )

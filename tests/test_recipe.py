@@ -1,4 +1,4 @@
-"""The usual hand recipe (tuner/recipe.py): always a start point of the screen, trimmed to what the hardware
+"""The usual hand recipe (tuner/space/recipe.py): always a start point of the screen, trimmed to what the hardware
 runs, recorded in summary.json and said in the report beside the answer."""
 
 from __future__ import annotations
@@ -12,9 +12,12 @@ from pydantic import ValidationError
 from trainables.config import TrainConfig
 from tuner.config import RECIPE, SearchConfig, SearchSection, load_search_config
 from tuner.context import SearchContext, State
-from tuner.loss_plan import Limits, LossPlan
+from tuner.decide.loss_plan import Limits, LossPlan
 from tuner.phases.remeasure import _recipe_finalist
-from tuner.recipe import (
+from tuner.report.recipe_section import recipe_line
+from tuner.runs.tune import SlowTrialStopper
+from tuner.space.domains import applicable
+from tuner.space.recipe import (
     SCREEN_MARGIN,
     as_run_here,
     in_reach,
@@ -24,10 +27,7 @@ from tuner.recipe import (
     row_ids,
     start_points,
 )
-from tuner.records import Hardware
-from tuner.report.recipe_section import recipe_line
-from tuner.runs.tune import SlowTrialStopper
-from tuner.space import applicable
+from tuner.state.records import Hardware
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = TrainConfig(batch_size=64, precision="fp32", compile="none", fused_adamw=False)

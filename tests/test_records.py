@@ -15,22 +15,24 @@ from tests.factories import make_row, make_summary, on_two_gpus, synthetic_summa
 from trainables.profile import Profile, TopOp
 from trainables.result import RunResult, TrialResult
 from trainables.spec import TrialSpec
-from tuner.records import LossLimit, Summary, TrialRow, loss_limit_in, summary_schema
-from tuner.trial_rows import NOT_IN_ROW, trial_row
+from tuner.state.records import LossLimit, Summary, TrialRow, loss_limit_in, summary_schema
+from tuner.state.trial_rows import NOT_IN_ROW, trial_row
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_the_committed_schema_is_the_models_schema():
     committed = json.loads((ROOT / "docs" / "summary.schema.json").read_text())
-    assert committed == summary_schema(), "regenerate: python -m tuner.records > docs/summary.schema.json"
+    assert committed == summary_schema(), (
+        "regenerate: python -m tuner.state.records > docs/summary.schema.json"
+    )
 
 
 def test_the_documented_command_writes_the_committed_schema_byte_for_byte():
-    """`python -m tuner.records > docs/summary.schema.json` (docs/architecture.md) is what regenerates it:
+    """`python -m tuner.state.records > docs/summary.schema.json` (docs/architecture.md) is what regenerates it:
     run as __main__, it must print what the test above accepts, in the committed file's formatting."""
     printed = subprocess.run(
-        [sys.executable, "-m", "tuner.records"], cwd=ROOT, capture_output=True, text=True, check=True
+        [sys.executable, "-m", "tuner.state.records"], cwd=ROOT, capture_output=True, text=True, check=True
     )
     assert printed.stdout == (ROOT / "docs" / "summary.schema.json").read_text()
     assert json.loads(printed.stdout) == summary_schema()
@@ -97,7 +99,7 @@ def test_a_summary_that_named_its_loss_limit_loss_gate_is_read_as_written():
 
 def test_every_figure_a_trial_reports_has_a_home_in_its_row():
     # A figure added to RunResult (or TrialResult) must be a TrialRow field of the same name, or be left
-    # out, with its reason, in the one place for that (tuner/trial_rows.py:NOT_IN_ROW): never dropped unseen.
+    # out, with its reason, in the one place for that (tuner/state/trial_rows.py:NOT_IN_ROW): never dropped unseen.
     reported = {f.name for f in fields(TrialResult)}
     homeless = reported - set(TrialRow.model_fields) - set(NOT_IN_ROW)
     assert not homeless, f"give these a TrialRow field or a NOT_IN_ROW reason: {sorted(homeless)}"

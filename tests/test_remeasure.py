@@ -20,12 +20,12 @@ from toy_workload import TOY
 from tests.factories import make_row, synthetic_summary, without_best, without_telemetry
 from trainables.spec import TrialSpec
 from tuner.context import Telemetry
+from tuner.decide.select import finish_first, pick_winner, refuse_untrusted
 from tuner.phases import finish, remeasure
-from tuner.records import BASELINE_ID, TrialRow
 from tuner.report import render_html, render_markdown, view
 from tuner.runs.request import Placement, TrialInputs
 from tuner.runs.tune import round_robin, run_cases
-from tuner.select import finish_first, pick_winner, refuse_untrusted
+from tuner.state.records import BASELINE_ID, TrialRow
 
 TESTS = Path(__file__).resolve().parent
 BUSY_LOOP = "import time\nend = time.time() + 600\nwhile time.time() < end: pass\n"

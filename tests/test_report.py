@@ -10,7 +10,7 @@ from tests.factories import legacy_summary, on_two_gpus, synthetic_summary
 from trainables import progress
 from trainables.flops import peak_flops
 from tuner import report
-from tuner.costs import break_even_tokens, time_to_train
+from tuner.decide.costs import break_even_tokens, time_to_train
 from tuner.report import fmt_mem, fmt_seconds, render_html, render_markdown, write_reports
 from tuner.report.fmt import DASH
 from tuner.report.view import View

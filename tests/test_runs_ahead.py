@@ -10,12 +10,12 @@ from toy_workload import TOY
 
 from tests.test_runs_pool import pool_context
 from trainables.spec import TrialSpec
-from tuner.records import AHEAD_PHASE
 from tuner.runs.ahead import RunsAhead, pending
 from tuner.runs.ledger import Ledger
 from tuner.runs.pool import RunPool
 from tuner.runs.request import Role, RunRequest
 from tuner.runs.tasks import PendingRun, TaskRun
+from tuner.state.records import AHEAD_PHASE
 
 BROKEN = {**TOY, "workload": "toy_workload:make_broken_workload"}  # fails in its first step
 

@@ -17,12 +17,12 @@ from toy_workload import TOY
 
 from trainables.spec import TrialSpec
 from tuner.context import Telemetry
-from tuner.records import AHEAD_PHASE, BESIDE_PHASE
 from tuner.runs.ledger import Ledger
 from tuner.runs.phase_progress import trial_spec
 from tuner.runs.pool import RunPool
 from tuner.runs.request import Placement, Role, RunRequest, TpeSearch, TrialInputs, spec_key
 from tuner.runs.tasks import start_loss_run
+from tuner.state.records import AHEAD_PHASE, BESIDE_PHASE
 
 ONE_WORKER = Placement({"cpu": 1}, 1, reuse_actors=True)
 

@@ -6,8 +6,8 @@ import pytest
 
 from tuner.config import load_search_config
 from tuner.context import SearchContext, State
-from tuner.records import Hardware
-from tuner.screen_clock import wall_budget_s
+from tuner.measure.screen_clock import wall_budget_s
+from tuner.state.records import Hardware
 
 ROOT = Path(__file__).resolve().parents[1]
 

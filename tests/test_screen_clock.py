@@ -10,12 +10,12 @@ from ray.tune.search.optuna import OptunaSearch
 from toy_workload import TOY
 
 from trainables.spec import TrialSpec
-from tuner.knobs import freeze
+from tuner.measure.screen_clock import ScreenClock
 from tuner.runs.ledger import Ledger
 from tuner.runs.placement import room_now
 from tuner.runs.request import Placement
 from tuner.runs.tune import run_proposals
-from tuner.screen_clock import ScreenClock
+from tuner.space.knobs import freeze
 
 TESTS = Path(__file__).resolve().parent
 START = {"seed": 1}, {"seed": 2}

@@ -22,9 +22,9 @@ from tests.k8s import checks
 from tests.ray_procs import free_ports, stop_group
 from trainables.config import load_config
 from trainables.data import resolve_corpus
-from tuner.knobs import execution, knob_diff, loss_key
-from tuner.records import Finalist
-from tuner.select import pick_winner, spread
+from tuner.decide.select import pick_winner, spread
+from tuner.space.knobs import execution, knob_diff, loss_key
+from tuner.state.records import Finalist
 
 ROOT = Path(__file__).resolve().parents[1]
 SHAKESPEARE = ROOT.parent / "shared" / "data" / "tinyshakespeare.txt"

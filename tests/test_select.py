@@ -16,11 +16,8 @@ from trainables.config import load_config
 from trainables.exit_codes import Exit
 from tuner.config import QualitySection, load_search_config
 from tuner.context import SearchContext, State
-from tuner.knobs import knob_diff, loss_key, train_point
-from tuner.loss_plan import Limits, LossPlan
-from tuner.phases import finish
-from tuner.records import BASELINE_ID, Finalist, Hardware, LossLimit, Summary
-from tuner.select import (
+from tuner.decide.loss_plan import Limits, LossPlan
+from tuner.decide.select import (
     ScreenOutcome,
     Selection,
     could_be_remeasured,
@@ -31,6 +28,9 @@ from tuner.select import (
     spread,
     with_feasibility,
 )
+from tuner.phases import finish
+from tuner.space.knobs import knob_diff, loss_key, train_point
+from tuner.state.records import BASELINE_ID, Finalist, Hardware, LossLimit, Summary
 
 BASELINE = {
     "batch_size": 8,

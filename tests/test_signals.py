@@ -165,7 +165,7 @@ def test_a_sigkilled_driver_leaves_no_ray_process_10_s_later(tmp_path):
         ray_procs = [
             p
             for p in psutil.Process(driver.pid).children(recursive=True)
-            if "tuner.reaper" not in p.cmdline()
+            if "tuner.session.reaper" not in p.cmdline()
         ]
         session = _ray_session(ray_procs)
         pids = {p.pid: p.create_time() for p in ray_procs}

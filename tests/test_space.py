@@ -7,8 +7,8 @@ from trainables.config import ConfigError, TrainConfig
 from tuner.config import Range, SearchSection, load_search_config, parse_duration
 from tuner.context import SearchContext, State
 from tuner.pipeline import _space_for_hardware
-from tuner.records import Hardware
-from tuner.space import applicable, bound_batch, to_tune
+from tuner.space.domains import applicable, bound_batch, to_tune
+from tuner.state.records import Hardware
 
 CPU = {"cuda": False, "bf16": False, "cpus": 2, "backends": {"fla": "no CUDA", "mamba_ssm": "no CUDA"}}
 GPU = {"cuda": True, "bf16": True, "cpus": 16, "backends": {"fla": True, "mamba_ssm": True}}

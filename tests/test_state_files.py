@@ -21,7 +21,7 @@ from tuner import search
 from tuner.context import State
 from tuner.phases.screen import _fail_stale_trials
 from tuner.runs.ledger import Ledger
-from tuner.state_files import repair_state_files
+from tuner.state.state_files import repair_state_files
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE = str(ROOT / "configs" / "smoke.yaml")
@@ -113,7 +113,7 @@ def test_resume_repairs_before_ray_starts(tmp_path, monkeypatch, capsys):
     def stop(*args, **kwargs):
         raise KeyboardInterrupt("stopped here")
 
-    monkeypatch.setattr("tuner.ray_session.connect", stop)
+    monkeypatch.setattr("tuner.session.ray_session.connect", stop)
     assert search.main([*argv, "--resume"]) == 130
     err = capsys.readouterr().err
     assert "screen.jsonl: dropped its last record" in err and "optuna.journal: dropped its last record" in err

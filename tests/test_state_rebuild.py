@@ -14,7 +14,7 @@ from trainables.config import ConfigError
 from tuner.config import SearchConfig
 from tuner.context import State
 from tuner.runs.ledger import Ledger
-from tuner.state_files import DAMAGED_STATE, rebuild_state
+from tuner.state.state_files import DAMAGED_STATE, rebuild_state
 
 SHA = "ab" * 32
 CFG = SearchConfig(train={**TOY}, search={"space": {"batch_size": [8, 16]}, "trials": 3})

@@ -20,10 +20,9 @@ from tensorboardX.proto.event_pb2 import Event
 from tests.factories import make_row
 from tests.fake_nvml import POWER_CAP, THERMAL, FakeNvml, NVMLError_LibraryNotFound
 from trainables.spec import TrialSpec
-from tuner import observe
 from tuner.context import Telemetry
-from tuner.gpus import gpu_usage
 from tuner.runs.request import Role
+from tuner.state.trial_rows import trial_row
 from tuner.telemetry import (
     HW_POWER_BRAKE_SLOWDOWN,
     HW_THERMAL_SLOWDOWN,
@@ -34,13 +33,14 @@ from tuner.telemetry import (
     downsample,
     fetch_usage,
     fetch_window,
+    observe,
     start_telemetry,
     summarize_usage,
     summarize_window,
     telemetry_nodes,
     write_tensorboard,
 )
-from tuner.trial_rows import trial_row
+from tuner.telemetry.gpus import gpu_usage
 
 REPO = Path(__file__).resolve().parents[1]
 NO_SUCH_PID = 2**22 + 17  # above Linux's largest pid_max: never a process we can see
@@ -480,7 +480,7 @@ def test_actor_samples_through_the_fake_and_answers_windows(local_ray):
 
 def test_each_trial_joins_its_own_gpu_and_usage_answers_for_every_gpu(local_ray):
     """Two fake GPUs busy to different degrees (50 % and 60 %): a trial on GPU 1 gets GPU 1's window, not
-    GPU 0's, through the join the search runs (tuner/observe.py), and the usage query answers for both."""
+    GPU 0's, through the join the search runs (tuner/telemetry/observe.py), and the usage query answers for both."""
     actors = start_telemetry(hz=20.0, nvml_module="tests.fake_nvml", energy_hz=5.0)
     ((node_id, actor),) = actors.items()
     assert ray.get(actor.info.remote(), timeout=60)["available"]

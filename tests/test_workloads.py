@@ -28,7 +28,7 @@ from trainables.workload import Job, check_workload, load_workload
 from trainables.workload_fields import fields_markdown
 from tuner import search
 from tuner.config import load_search_config
-from tuner.space import fit_to_workload
+from tuner.space.domains import fit_to_workload
 
 REPO = Path(__file__).resolve().parents[1]
 NANOGPT = REPO / "examples" / "nanogpt"

@@ -20,7 +20,7 @@ _KIND = {"fxgraph_cache_hit": "hit", "fxgraph_cache_miss": "miss", "fxgraph_cach
 
 
 def _read() -> Counter:
-    # Imported on use: tuner/records.py takes CacheUse from here, and the search's driver need not load Dynamo.
+    # Imported on use: tuner/state/records.py takes CacheUse from here, and the search's driver need not load Dynamo.
     from torch._dynamo.utils import counters
 
     out: Counter = Counter()

@@ -1,7 +1,7 @@
 """A search's compile caches on a node other than its driver's: what the node lacks comes from the driver,
 what it compiled goes back, so no node compiles cold what another already paid for, and no storage is shared.
 
-The driver keeps the search's cache root (below) and serves it (tuner/cache_server.py, an actor on the
+The driver keeps the search's cache root (below) and serves it (tuner/session/cache_server.py, an actor on the
 driver's node). A trial on another node trains against a cache
 dir of that node (`node_cache_root`), shared by the node's trials as OUT's is by the driver node's: before
 training it fetches the files the node lacks (`NodeCache.pull`), after it sends back those the driver lacks

@@ -2,7 +2,7 @@
 what is trained (`LossKnobs`), those that change only how it runs (`ExecutionKnobs`) and the run's own
 settings (`RunSettings`). TrainConfig (trainables/config.py) inherits all three; they are not used alone.
 
-Each field still declares its class on itself (tuner/knobs.py reads it there); the group it sits in must
+Each field still declares its class on itself (tuner/space/knobs.py reads it there); the group it sits in must
 agree, and a test holds them to it.
 """
 
@@ -45,11 +45,11 @@ def graphs_overwrite(compile_mode: str, forwards: int) -> str | None:
 @dataclasses.dataclass(frozen=True)
 class KnobClass:
     """What a TrainConfig field is to the search, declared on the field (`Annotated[type, KnobClass(...)]`)
-    so every list that tells knobs apart is derived from here (tuner/knobs.py). `kind`: "loss" changes what
+    so every list that tells knobs apart is derived from here (tuner/space/knobs.py). `kind`: "loss" changes what
     is trained (one loss run per distinct set of these), "execution" only how it runs (a loss run stands
     for every config that differs only in these), "run" is bookkeeping or a cap, never judged. `graph`: it
     changes the graph torch.compile builds. `needs`: (value, capability) pairs, a value that runs only where
-    the trials' hardware has "cuda", "bf16" or "fused" (tuner/space.py drops it elsewhere, saying `why`).
+    the trials' hardware has "cuda", "bf16" or "fused" (tuner/space/domains.py drops it elsewhere, saying `why`).
     `cuda_only`: (value, instead) pairs, a value that cannot do what it asks without CUDA (most of `needs`
     still runs there, only slower or to no effect): a run set to one is refused on a machine without CUDA
     before any work, told to use `instead` (trainables/preflight.py)."""
@@ -277,7 +277,7 @@ class RunSettings(BaseModel):
         None,
         description="root of the compile caches: Inductor's and Triton's (kernels, autotune results) go to "
         "a subdir per device and software version (<root>/<key>/, key.json says what it stands for; "
-        "python -m tuner.caches lists and clears them). A search's best.yaml names the search's, so its run "
+        "python -m tuner.state.caches lists and clears them). A search's best.yaml names the search's, so its run "
         "reuses the kernels the search compiled; None = the environment's / torch's default",
     )
     cpu_threads: Annotated[int | None, RUN] = Field(

@@ -3,8 +3,8 @@
 `trainables.loop.train` returns a RunResult; `python -m trainables.train --json` prints its `metrics()`,
 and the run's result.json is `as_json()`. A Ray trial reports a `TrialResult` (the same figures, plus the
 few only its trainable measures) as its metrics dict, and the search's ledger row keeps every field of it
-that `tuner/trial_rows.py:NOT_IN_ROW` does not name (tests/test_records.py fails on a field with no home).
-Adding a measured figure is one field here (and one in tuner/records.py:TrialRow, or a line in NOT_IN_ROW)
+that `tuner/state/trial_rows.py:NOT_IN_ROW` does not name (tests/test_records.py fails on a field with no home).
+Adding a measured figure is one field here (and one in tuner/state/records.py:TrialRow, or a line in NOT_IN_ROW)
 plus the code that measures it: a figure the loop sets without a field here is a TypeError, not a loss.
 """
 

@@ -1,7 +1,7 @@
 """What goes into a trial: `TrialSpec`, the validated training config plus the labels its phase gives it.
 
 The trainable trains `spec.train` and never reads the labels; the search's ledger row is built from the
-spec and the run's `TrialResult` (tuner/trial_rows.py), so a row comes out of the runner labelled, never
+spec and the run's `TrialResult` (tuner/state/trial_rows.py), so a row comes out of the runner labelled, never
 patched afterwards. Ray Tune carries a trial's config as plain values (a searcher proposes its knobs as
 top-level keys, which Ray's tables show): `as_tune` and `of_tune` are the one conversion each way.
 """

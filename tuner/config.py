@@ -31,8 +31,8 @@ from trainables.config import (
     with_workload_paths,
 )
 from trainables.micro_batches import splits
-from tuner.horizon import LossHorizon, parse_tokens
-from tuner.loss_limit import LossLimit, ToleranceFrom
+from tuner.decide.horizon import LossHorizon, parse_tokens
+from tuner.decide.loss_limit import LossLimit, ToleranceFrom
 
 
 class Range(BaseModel):
@@ -74,7 +74,7 @@ class SearchSection(BaseModel):
         default_factory=lambda: dict(RECIPE),
         description="the usual hand recipe, knob -> value, at the baseline's batch, lr and token budget: "
         "always a start point of the screen (its knobs join the space), and OUT/recipe.yaml, so the answer "
-        "can be held against it (tuner/recipe.py); null = none",
+        "can be held against it (tuner/space/recipe.py); null = none",
     )
     left_out: dict[str, str] = Field(
         default_factory=dict,
@@ -184,7 +184,7 @@ class SearchSection(BaseModel):
     @model_serializer(mode="wrap")
     def _added_later_left_out(self, handler: Any) -> dict[str, Any]:
         """Fields added after searches were remembered are not written while unset (None): a config that does
-        not set them dumps, and fingerprints (tuner/answers.py), as it did before they existed."""
+        not set them dumps, and fingerprints (tuner/state/answers.py), as it did before they existed."""
         return {k: v for k, v in handler(self).items() if not (k in ADDED_LATER and v is None)}
 
     @field_validator("time_budget", "compile_deadline", "loss_check_time", mode="before")
@@ -216,7 +216,7 @@ CONFIRM_RUNS = (3, 2)  # a confirmation's re-measure: at most 3 runs of the base
 
 
 class QualitySection(BaseModel):
-    """The loss rule's settings (the rule itself: tuner/loss_limit.py). When the config sets neither
+    """The loss rule's settings (the rule itself: tuner/decide/loss_limit.py). When the config sets neither
     `tolerance` nor `mode`, the workload's `loss_tolerance` ('relative', 0.05) stands in for them where it
     declares one (`with_workload_default`), else 0.05 absolute; a config that sets either owns both."""
 
@@ -240,7 +240,7 @@ class QualitySection(BaseModel):
         None,
         description="the loss budget, in tokens (20000000, '20M'): when train.tokens is longer, the baseline "
         "(two seeds) and every contender train this prefix of the planned run and are compared there "
-        "(tuner/horizon.py); None = the whole planned run",
+        "(tuner/decide/horizon.py); None = the whole planned run",
     )
 
     @field_validator("loss_horizon", mode="before")
@@ -325,7 +325,7 @@ def batch_pairs(search: SearchSection, train: TrainConfig) -> str | None:
     """The one line for a batch_size or micro_batch choice that pairs with none of the other knob's values,
     or a start point that fixes a pair that cannot run (a micro_batch below its batch must divide it). A
     space's other bad pairs (batch_size [12, 16] x micro_batch [8]: 12 in 8s) are the screen's to skip
-    (tuner/batch_fit.py:BatchFit.refusal); a choice that pairs with nothing would never run at all."""
+    (tuner/space/batch_fit.py:BatchFit.refusal); a choice that pairs with nothing would never run at all."""
     space = search.space
     batches = space.get("batch_size", [train.batch_size])
     micros = space.get("micro_batch", [train.micro_batch])

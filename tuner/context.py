@@ -21,9 +21,9 @@ from trainables.files import write_atomically
 from trainables.progress import log
 from trainables.workload import WorkloadInfo
 from tuner.config import SearchConfig
-from tuner.records import Hardware, ProbedBatch
 from tuner.runs.placement import PlacementPolicy
 from tuner.runs.request import TrialInputs
+from tuner.state.records import Hardware, ProbedBatch
 
 T = TypeVar("T")
 

@@ -16,17 +16,20 @@ from trainables.errors import EnvironmentFault
 from trainables.exit_codes import Exit
 from trainables.gate import open_gates, retire_idle_gates
 from trainables.workload import WorkloadInfo
-from tuner import answers, baseline, eta, observe, recipe
 from tuner.config import SearchConfig
 from tuner.context import SearchContext, State, log
-from tuner.loss_plan import LossCheck
+from tuner.decide.loss_plan import LossCheck
+from tuner.decide.select import with_feasibility
+from tuner.measure import baseline, eta
 from tuner.phases import finish, loss_check, probe, remeasure, screen
-from tuner.records import Hardware, ProbedBatch, TrialRow
 from tuner.runs.ahead import pending
 from tuner.runs.request import TrialInputs
 from tuner.runs.tasks import on_a_trial_node
-from tuner.select import with_feasibility
-from tuner.space import applicable, autotune_notice, probe_hardware
+from tuner.space import recipe
+from tuner.space.domains import applicable, autotune_notice, probe_hardware
+from tuner.state import answers
+from tuner.state.records import Hardware, ProbedBatch, TrialRow
+from tuner.telemetry import observe
 
 
 def run_search(ctx: SearchContext, fresh: bool = False, kept: Path | None = None) -> int:

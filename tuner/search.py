@@ -1,7 +1,7 @@
 """`python -m tuner.search`: the fastest training config whose loss stays within tolerance of the baseline.
 
 This module is the command line: it reads and checks the input (before anything is started or written),
-starts Ray (tuner/ray_session.py), claims OUT, and runs the pipeline (tuner/pipeline.py: hardware -> batch
+starts Ray (tuner/session/ray_session.py), claims OUT, and runs the pipeline (tuner/pipeline.py: hardware -> batch
 probe -> speed screen -> loss check -> re-measure -> answer). Each finished phase is recorded in OUT/state.json, each phase is a Ray Tune experiment under OUT/ray/, and the
 Optuna study lives in OUT/optuna.journal (or an RDB URL), so `--resume` finishes an interrupted search
 without rerunning or duplicating finished trials.
@@ -32,22 +32,24 @@ from trainables.errors import EnvironmentFault, find_cause, first_line
 from trainables.exit_codes import Exit
 from trainables.preflight import preflight
 from trainables.workload import WorkloadInfo
-from tuner import answers, cache_server, caches, emit
+from tuner import emit
 from tuner.config import SearchConfig, load_search_config, parse_duration
 from tuner.context import PhaseError, SearchFailed, log
-from tuner.out_lock import OutLock
 from tuner.pipeline import open_context, run_search
-from tuner.ray_session import CONNECT_TIMEOUT_S, RaySession, RayTarget, ray_target, terminated
 from tuner.runs.request import TrialInputs
-from tuner.space import fit_to_workload
-from tuner.state_files import rebuild_state, repair_state_files
-from tuner.streams import guarded_streams, say
+from tuner.session import cache_server
+from tuner.session.out_lock import OutLock
+from tuner.session.ray_session import CONNECT_TIMEOUT_S, RaySession, RayTarget, ray_target, terminated
+from tuner.session.streams import guarded_streams, say
+from tuner.space.domains import fit_to_workload
+from tuner.state import answers, caches
+from tuner.state.state_files import rebuild_state, repair_state_files
 
 EPILOG = """\
 phases: hardware -> batch probe -> speed screen -> loss check (the baseline's too) -> re-measure ->
   answer; docs/architecture.md says what each one measures.
 
-loss rule: a config passes when it trains to a val loss <= the limit (tuner/loss_limit.py), where
+loss rule: a config passes when it trains to a val loss <= the limit (tuner/decide/loss_limit.py), where
   quality.mode absolute (default): limit = baseline + quality.tolerance (0.05: in the loss's units, nats)
   quality.mode relative:           limit = baseline x (1 + quality.tolerance) (0.05: 5% above it)
   The baseline's loss is the mean of its seeds where it trains two (at a quality.loss_horizon prefix);
@@ -154,7 +156,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--cache-dir",
         metavar="DIR",
         help="keep the compile caches here (default: search.cache_dir, else your user cache dir; "
-        "python -m tuner.caches lists and clears them)",
+        "python -m tuner.state.caches lists and clears them)",
     )
     p.add_argument(
         "--emit-rayjob",
@@ -280,7 +282,7 @@ def trial_env(cfg: SearchConfig, cache_dir: str | None = None) -> tuple[dict[str
     """The trials' environment, and the compile cache best.yaml should name (None: the user set their own).
 
     One cache root, kept across searches (`cache_dir`, else search.cache_dir, else the user's cache dir:
-    tuner/caches.py), which each trial keys by its device and software, so a kernel is compiled (and
+    tuner/state/caches.py), which each trial keys by its device and software, so a kernel is compiled (and
     autotuned) once per machine, not per trial or search; best.yaml names it, so the user's run reuses it
     too. Compile threads: the cores left for each of the runs that compile at once on a GPU."""
     threads = max(1, (os.cpu_count() or 1) // cfg.resources.speed_runs_per_gpu)

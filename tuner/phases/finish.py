@@ -11,28 +11,11 @@ from pathlib import Path
 from trainables.config import dump_config, make_config
 from trainables.exit_codes import Exit
 from trainables.progress import metrics_text, per_second
-from tuner import baseline, costs
 from tuner.context import SearchContext, log
-from tuner.gpu_records import GpuUsage, TelemetrySummary
-from tuner.gpus import gpu_population, gpu_usage, phase_spans
-from tuner.loss_outcome import LossCheckOutcome
-from tuner.ratio import one_run_ratio_range, too_few_runs
-from tuner.recipe import as_run_here
-from tuner.recipe import result as recipe_result
-from tuner.records import (
-    BASELINE_ID,
-    BaselineResult,
-    Best,
-    Finalist,
-    LossLimit,
-    Summary,
-    TrialRow,
-)
-from tuner.report import write_reports
-from tuner.report.fmt import one_run_text
-from tuner.report.horizon_section import budget_text
-from tuner.screen_clock import wall_budget_s
-from tuner.select import (
+from tuner.decide import costs
+from tuner.decide.loss_outcome import LossCheckOutcome
+from tuner.decide.ratio import one_run_ratio_range, too_few_runs
+from tuner.decide.select import (
     ScreenOutcome,
     finish_first,
     headline_untrusted,
@@ -41,7 +24,25 @@ from tuner.select import (
     refuse_untrusted,
     spread,
 )
+from tuner.measure import baseline
+from tuner.measure.screen_clock import wall_budget_s
+from tuner.report import write_reports
+from tuner.report.fmt import one_run_text
+from tuner.report.horizon_section import budget_text
+from tuner.space.recipe import as_run_here
+from tuner.space.recipe import result as recipe_result
+from tuner.state.gpu_records import GpuUsage, TelemetrySummary
+from tuner.state.records import (
+    BASELINE_ID,
+    BaselineResult,
+    Best,
+    Finalist,
+    LossLimit,
+    Summary,
+    TrialRow,
+)
 from tuner.telemetry import fetch_usage
+from tuner.telemetry.gpus import gpu_population, gpu_usage, phase_spans
 
 # Said when the baseline stays the answer of a search on CPUs: the usual outcome there, not a failure.
 CPU_BASELINE_NOTE = (

@@ -2,8 +2,8 @@
 the full token budget, several at once on a GPU (fractions, each with a memory cap), since only their val
 loss is used. Each trains with the fastest execution the screen found for its loss key (for a candidate,
 itself; for the baseline, its twin). Round 0 holds the baseline, whose loss sets the loss limit every verdict
-comes from (tuner.records.LossLimit). Which candidates train, in what order, and when it stops is
-tuner/loss_plan.py's: never one screened slower than the baseline or a passing config, the baseline's (batch,
+comes from (tuner.state.records.LossLimit). Which candidates train, in what order, and when it stops is
+tuner/decide/loss_plan.py's: never one screened slower than the baseline or a passing config, the baseline's (batch,
 lr) first, then spread over the others; `max_loss_checks` runs once a faster config passed, else as long as
 `loss_check_time` allows. How it ended (LossCheckOutcome) goes to summary.json, and a cap or budget that left
 faster configs unchecked is a notice and a line of report.md.
@@ -21,18 +21,18 @@ import math
 from collections.abc import Sequence
 
 from trainables.spec import TrialSpec
-from tuner import baseline
 from tuner.context import SearchContext
-from tuner.horizon import at_horizon
-from tuner.knobs import execution, loss_key
-from tuner.loss_plan import Limits, LossCheck, LossPlan, baseline_speed
-from tuner.recipe import as_run_here, row_ids, times_baseline
-from tuner.records import LossLimit, TrialRow
+from tuner.decide.horizon import at_horizon
+from tuner.decide.loss_plan import Limits, LossCheck, LossPlan, baseline_speed
+from tuner.decide.select import Candidate
+from tuner.measure import baseline
 from tuner.runs.ahead import RunsAhead
 from tuner.runs.pool import RunPool
 from tuner.runs.request import Role, RunRequest
 from tuner.runs.tasks import TaskRun
-from tuner.select import Candidate
+from tuner.space.knobs import execution, loss_key
+from tuner.space.recipe import as_run_here, row_ids, times_baseline
+from tuner.state.records import LossLimit, TrialRow
 
 # The shortest default of search.loss_check_time: a baseline whose loss run takes seconds still leaves time
 # to check a few fast candidates past max_loss_checks while none has passed.
@@ -50,7 +50,7 @@ def run(
     and how the check ended. With `beside` (the baseline's loss run, started with the screen) and
     `seeds_beside` (its runs at other seeds, baseline.start_seeds_beside), round 0 trains none of those, and
     the verdicts wait for their rows. With `ahead`, a candidate whose loss run trained beside the screen
-    takes that run's row. Which candidates train, in what order, and when it stops: tuner/loss_plan.py."""
+    takes that run's row. Which candidates train, in what order, and when it stops: tuner/decide/loss_plan.py."""
     s = ctx.cfg.search
     plan = LossPlan.of(screen, ctx.base.model_dump(), limits(ctx), recipe_runs(ctx, screen))
     if s.loss_check_top == 0:
@@ -100,7 +100,7 @@ def run(
 
 
 def recipe_runs(ctx: SearchContext, screen: list[TrialRow]) -> frozenset[str]:
-    """The screen runs of the usual recipe as it runs here (tuner/recipe.py)."""
+    """The screen runs of the usual recipe as it runs here (tuner/space/recipe.py)."""
     return row_ids(screen, as_run_here(ctx.cfg.search, ctx.base, ctx.hw.model_dump()), ctx.base)
 
 

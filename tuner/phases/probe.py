@@ -1,17 +1,17 @@
 """The batch probe: the largest forward batch (the micro-batch, or the whole batch) that trains a step at each
 precision and, where the space searches activation checkpointing, at its setting that keeps the most
 activations and the one that keeps the least, so the screen wastes no trial on configs that cannot fit
-(tuner/batch_fit.py reads a setting between them). One fresh worker per probe: an OOM must not leave
+(tuner/space/batch_fit.py reads a setting between them). One fresh worker per probe: an OOM must not leave
 state behind for the next."""
 
 from __future__ import annotations
 
-from tuner.batch_fit import largest_anywhere
 from tuner.config import Knob, Range
 from tuner.context import SearchContext, log
-from tuner.records import ProbedBatch
 from tuner.runs.tasks import probe_batches
-from tuner.space import bound_batch
+from tuner.space.batch_fit import largest_anywhere
+from tuner.space.domains import bound_batch
+from tuner.state.records import ProbedBatch
 
 # Precisions whose runs hold the same tensors: tf32 is fp32 storage, fp16 is bf16's size; one probe each.
 SAME_MEMORY = {"tf32": "fp32", "fp16": "bf16"}

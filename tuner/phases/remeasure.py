@@ -20,10 +20,10 @@ from collections.abc import Sequence
 
 from trainables.spec import TrialSpec
 from tuner.context import SearchContext
-from tuner.recipe import as_run_here, in_reach, row_ids
-from tuner.records import BASELINE_ID, TrialRow
 from tuner.runs.pool import RunPool
 from tuner.runs.request import Placement, Role, RunRequest
+from tuner.space.recipe import as_run_here, in_reach, row_ids
+from tuner.state.records import BASELINE_ID, TrialRow
 
 # steps one re-measure run of each finalist trains under torch.profiler after its timed window
 # (trainables/profile.py): a fraction of its timed steps, enough for each op's share
@@ -63,7 +63,7 @@ def run(ctx: SearchContext, screen: list[TrialRow], planned_s: float | None = No
 
 def _recipe_finalist(ctx: SearchContext, feasible: list[TrialRow]) -> TrialRow | None:
     """The usual recipe's screen run, when it passed the loss check and its screen figure is in reach of the
-    fastest feasible one's (tuner/recipe.py): the answer is then picked against it on exclusive runs."""
+    fastest feasible one's (tuner/space/recipe.py): the answer is then picked against it on exclusive runs."""
     ids = row_ids(feasible, as_run_here(ctx.cfg.search, ctx.base, ctx.hw.model_dump()), ctx.base)
     mine = next((t for t in feasible if t.id in ids), None)
     top = feasible[0].tokens_per_s if feasible else None

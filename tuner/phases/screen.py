@@ -14,16 +14,16 @@ from optuna.storages.journal import JournalFileBackend
 from optuna.trial import TrialState
 
 from trainables.spec import TrialSpec
-from tuner.batch_fit import BatchFit
 from tuner.config import Knob
 from tuner.context import SearchContext, log
-from tuner.recipe import start_points
-from tuner.records import TrialRow
+from tuner.decide.select import ScreenOutcome
+from tuner.measure.screen_clock import screen_clock, wall_budget_s
 from tuner.runs.pool import RunPool
 from tuner.runs.request import Role, RunRequest, TpeSearch
-from tuner.screen_clock import screen_clock, wall_budget_s
-from tuner.select import ScreenOutcome
-from tuner.space import to_tune
+from tuner.space.batch_fit import BatchFit
+from tuner.space.domains import to_tune
+from tuner.space.recipe import start_points
+from tuner.state.records import TrialRow
 
 STUDY = "screen"
 optuna.logging.set_verbosity(optuna.logging.WARNING)  # our progress lines say what the study does

@@ -12,10 +12,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from tuner.records import Summary
 from tuner.report.fmt import as_summary, fmt_jpt, fmt_loss, fmt_mem, fmt_seconds, fmt_tps
 from tuner.report.html import render_html
 from tuner.report.markdown import render_markdown
+from tuner.state.records import Summary
 
 __all__ = [
     "fmt_jpt",

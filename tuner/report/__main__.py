@@ -9,8 +9,8 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from trainables.cli import OneLineParser
-from tuner.records import Summary
 from tuner.report import write_reports
+from tuner.state.records import Summary
 
 
 def _load(path: Path) -> Summary:

@@ -17,12 +17,12 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, MaxNLocator, NullLocator
 
-from tuner.records import TrialRow
 from tuner.report import units
 from tuner.report.canvas import Canvas, canvas, si
 from tuner.report.fmt import DASH, fmt_jpt, fmt_loss, fmt_tps, is_num
 from tuner.report.measured import Facts
 from tuner.report.view import Entry
+from tuner.state.records import TrialRow
 
 # Colours: precision picks the hue, the role (winner / baseline) a ring; failures are red.
 PRECISION_COLORS = {"fp32": "#1971c2", "tf32": "#7048e8", "bf16": "#e8590c", "fp16": "#2f9e44"}

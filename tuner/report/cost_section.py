@@ -1,6 +1,6 @@
 """What the planned run costs, as both reports show it: each finalist's compile + warm-up (cold and with the
 search's caches warm) and time to train the planned run, and per compile mode the run length after which
-its compile has paid for itself (tuner/costs.py computes them; this module only words them)."""
+its compile has paid for itself (tuner/decide/costs.py computes them; this module only words them)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import math
 import statistics
 from dataclasses import dataclass
 
-from tuner.records import BASELINE_ID, BreakEven, Finalist, Summary
 from tuner.report.fmt import fmt_seconds, fmt_tokens, fmt_tps, fmt_warmup, is_num
 from tuner.report.measured import Facts
 from tuner.report.mfu import finalist_runs, fmt_mfu, mfu_at, shown
+from tuner.state.records import BASELINE_ID, BreakEven, Finalist, Summary
 
 FINALIST_HEAD = ("Finalist", "Tok/s", "Warm-up cold", "Warm-up warm", "Time to train")
 FINALIST_HEAD_MFU = ("Finalist", "Tok/s", "MFU", "Warm-up cold", "Warm-up warm", "Time to train")

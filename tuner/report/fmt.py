@@ -8,8 +8,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from trainables.progress import fmt_seconds
-from tuner.knobs import RUN_ONLY_FIELDS, knob_diff
-from tuner.records import Best, LossLimit, Summary, short_node_id
+from tuner.space.knobs import RUN_ONLY_FIELDS, knob_diff
+from tuner.state.records import Best, LossLimit, Summary, short_node_id
 
 DASH = "—"
 NODE_ID = re.compile(r"\b[0-9a-f]{56}\b")  # a Ray node id, as notices from before short ids spell it

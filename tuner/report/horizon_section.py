@@ -1,11 +1,11 @@
-"""Where the loss limit was applied (tuner/horizon.py): the full planned run, or a prefix of it, with the seed
+"""Where the loss limit was applied (tuner/decide/horizon.py): the full planned run, or a prefix of it, with the seed
 noise measured on the baseline there and how far short-horizon verdicts are known to agree with full runs."""
 
 from __future__ import annotations
 
-from tuner.horizon import LossHorizon
-from tuner.records import LossLimit, Summary
+from tuner.decide.horizon import LossHorizon
 from tuner.report.fmt import fmt_loss
+from tuner.state.records import LossLimit, Summary
 
 HEAD = "Where the loss was judged"
 

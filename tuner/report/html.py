@@ -20,7 +20,6 @@ from markupsafe import Markup, escape
 
 import tuner.report.charts as charts
 from trainables.progress import metrics_text
-from tuner.records import BASELINE_ID, Summary, TrialRow
 from tuner.report.cost_section import BREAK_EVEN_HEAD, FINALIST_HEAD, costs, planned_cost
 from tuner.report.fmt import (
     DASH,
@@ -50,6 +49,7 @@ from tuner.report.view import (
     tps_text,
     trust_notes,
 )
+from tuner.state.records import BASELINE_ID, Summary, TrialRow
 
 HERE = Path(__file__).parent
 TABLE_HEAD = (*TABLE_COLUMNS, "J/token", "Status")

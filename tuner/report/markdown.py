@@ -7,7 +7,6 @@ from collections.abc import Mapping
 from typing import Any
 
 import tuner.report.view as view
-from tuner.records import Summary
 from tuner.report.cost_section import BREAK_EVEN_HEAD, costs
 from tuner.report.fmt import DASH, fmt_mem, fmt_seconds, fmt_warmup
 from tuner.report.gpu_section import USAGE_HEAD
@@ -18,6 +17,7 @@ from tuner.report.mfu import fmt_mfu
 from tuner.report.profile import answer_lines
 from tuner.report.recipe_section import recipe_lines
 from tuner.report.units import in_unit
+from tuner.state.records import Summary
 
 
 def _cell(value: Any) -> str:

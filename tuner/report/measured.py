@@ -14,8 +14,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from tuner.knobs import SPEED_ONLY_KNOBS, knob_diff
-from tuner.records import BASELINE_ID, LossLimit, Summary, TrialRow
 from tuner.report import mfu
 from tuner.report.fmt import (
     fmt_jpt,
@@ -29,6 +27,8 @@ from tuner.report.fmt import (
 )
 from tuner.report.horizon_section import budget_text
 from tuner.report.rows import ConfigRow
+from tuner.space.knobs import SPEED_ONLY_KNOBS, knob_diff
+from tuner.state.records import BASELINE_ID, LossLimit, Summary, TrialRow
 
 SPEED_KNOBS = ", ".join(sorted(SPEED_ONLY_KNOBS))
 

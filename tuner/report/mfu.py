@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from trainables import flops
-from tuner.records import Summary, TrialRow
 from tuner.report.fmt import DASH, is_num
+from tuner.state.records import Summary, TrialRow
 
 SOURCE_WORDS = {
     flops.FROM_WORKLOAD: "the workload's own count (its flops_per_token(model))",

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from tuner.records import BASELINE_ID, Summary, TrialRow
 from tuner.report.mfu import finalist_runs, fmt_mfu, mfu_at
+from tuner.state.records import BASELINE_ID, Summary, TrialRow
 
 
 def answer_id(summary: Summary) -> str:

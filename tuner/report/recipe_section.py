@@ -1,9 +1,9 @@
-"""The usual hand recipe beside the answer (tuner/recipe.py): one line under the answer in both reports, so a
+"""The usual hand recipe beside the answer (tuner/space/recipe.py): one line under the answer in both reports, so a
 reader sees at once whether the search beat what an engineer would have tried first by hand."""
 
 from __future__ import annotations
 
-from tuner.records import BASELINE_ID, Summary
+from tuner.state.records import BASELINE_ID, Summary
 
 
 def recipe_line(summary: Summary) -> str:

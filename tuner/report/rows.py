@@ -6,9 +6,9 @@ import math
 import statistics
 from typing import Any, Literal
 
-from tuner.knobs import RUN_ONLY_FIELDS, freeze
-from tuner.records import BASELINE_ID, Summary, TrialRow
 from tuner.report.fmt import is_num
+from tuner.space.knobs import RUN_ONLY_FIELDS, freeze
+from tuner.state.records import BASELINE_ID, Summary, TrialRow
 
 PHASES = ("baseline", "screen", "loss_check", "remeasure")
 # Where a config's speed comes from, best first: loss-check runs share a GPU, so they never count.

@@ -13,7 +13,6 @@ from functools import cached_property
 from typing import Any
 
 from trainables.progress import metrics_text, one_of, per_second
-from tuner.records import BASELINE_ID, FAILED_STATUSES, Summary, TrialRow
 from tuner.report.cost_section import planned_run
 from tuner.report.fmt import (
     DASH,
@@ -37,6 +36,7 @@ from tuner.report.mfu import how as mfu_how
 from tuner.report.rows import ConfigRow, Trust, group_rows, loss_run, records_sharing, worst
 from tuner.report.trust import CONTENDED, MARKS, NOTES, UNTRUSTED_ANSWER, UNTRUSTED_FIGURES
 from tuner.report.trust import CONTENDED_NOTE as CONTENDED_NOTE  # the table's note, as view's
+from tuner.state.records import BASELINE_ID, FAILED_STATUSES, Summary, TrialRow
 
 TABLE_COLUMNS = (
     "Config",

@@ -1,7 +1,7 @@
 """Loss runs trained ahead, beside the screen. As the screen's trials finish, the loss check's plan names the
 loss runs it would train if the screen ended then, most wanted first; those with a place free start at once,
 each as a Ray task on its share of a GPU (one screen run's place), yielding the GPU to every timed window
-(as the baseline's does: tuner/baseline.py:start_beside). A loss-check round then asks for a run's row by its
+(as the baseline's does: tuner/measure/baseline.py:start_beside). A loss-check round then asks for a run's row by its
 request: the row of the run trained ahead for the request's key (waited for while it still trains), or None,
 and the round trains it now. Runs no round asked for are stopped before the re-measure, which needs quiet
 GPUs. Their rows are kept in OUT/trials/loss_check_ahead.jsonl, so a resumed search takes them as they were.
@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trainables.progress import log
-from tuner.records import TrialRow
 from tuner.runs.pool import RunPool
 from tuner.runs.request import Role, RunRequest
 from tuner.runs.tasks import Pending, PendingRun, TaskRun
+from tuner.state.records import TrialRow
 
 CANCEL_WAIT_S = 10.0  # how long cancel_rest waits for its stopped runs' processes to end
 

@@ -17,11 +17,11 @@ from typing import Any
 
 from ray.tune import Callback
 
-from tuner.node_loss import died_with_node
-from tuner.records import TrialRow, short_node_id
 from tuner.runs.phase_progress import PhaseProgress, trial_spec
 from tuner.runs.request import Role, spec_key
-from tuner.trial_rows import trial_error, trial_row, untold_end
+from tuner.session.node_loss import died_with_node
+from tuner.state.records import TrialRow, short_node_id
+from tuner.state.trial_rows import trial_error, trial_row, untold_end
 
 # How often `on_row` is told the rows again with no trial finished: a listener that starts runs when a place
 # frees (the loss runs ahead of the loss check) must not wait for the next trial to end, which may be never

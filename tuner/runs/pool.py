@@ -4,7 +4,7 @@ a loss run beside the screen (tuner/runs/tasks.py). Every finished run, from eit
 
     its row -> its phase's ledger (OUT/trials/<phase>.jsonl, the moment it ends: a crashed driver's --resume
                reads it) -> the listeners (told the phase's rows so far, as each is added)
-            -> `RunPool.record` (once the rows are in): the telemetry join (tuner/observe.py), read by role
+            -> `RunPool.record` (once the rows are in): the telemetry join (tuner/telemetry/observe.py), read by role
 
 The join waits for the phase's rows because it needs them together: the processes of the runs that took
 turns at a GPU's timing gate are no contention of each other's window, and a notice counts a phase's
@@ -20,16 +20,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trainables.progress import log
-from tuner.batch_fit import BatchFit
 from tuner.context import SearchContext
-from tuner.observe import annotate
-from tuner.records import AHEAD_PHASE, BESIDE_PHASE, TrialRow
+from tuner.measure.screen_clock import ScreenClock
 from tuner.runs.ledger import Ledger
 from tuner.runs.request import Placement, Role, RunRequest, TpeSearch, spec_key
 from tuner.runs.tasks import TaskRun, start_loss_run
 from tuner.runs.tune import run_cases, run_proposals, tpe_searcher
-from tuner.screen_clock import ScreenClock
-from tuner.trial_rows import trial_row
+from tuner.space.batch_fit import BatchFit
+from tuner.state.records import AHEAD_PHASE, BESIDE_PHASE, TrialRow
+from tuner.state.trial_rows import trial_row
+from tuner.telemetry.observe import annotate
 
 TASK_LEDGERS = {Role.BESIDE: BESIDE_PHASE, Role.AHEAD: AHEAD_PHASE}  # the ledgers of runs trained as tasks
 WAIT_LINE_S = 30.0  # the longest the search is silent while it waits for a run beside the screen

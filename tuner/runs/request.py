@@ -112,7 +112,9 @@ class TrialInputs:
     """What every trial gets through Ray's object store (tune.with_parameters), not from its node's disk."""
 
     corpus: Corpus | None = None  # the corpus the driver resolved (None: each trial resolves its own)
-    cache_server: str | None = None  # the name of the driver's compile-cache server (tuner/cache_server.py)
+    cache_server: str | None = (
+        None  # the name of the driver's compile-cache server (tuner/session/cache_server.py)
+    )
 
 
 @dataclass(frozen=True)

@@ -14,9 +14,9 @@ import ray
 from trainables.data import Corpus
 from trainables.spec import TrialSpec
 from trainables.trainable import run_beside
-from tuner.batch_finder import max_batch
-from tuner.records import ProbedBatch
 from tuner.runs.request import Role, RunRequest, TrialInputs
+from tuner.space.batch_finder import max_batch
+from tuner.state.records import ProbedBatch
 
 
 @dataclass

@@ -21,16 +21,16 @@ from ray.tune.stopper import CombinedStopper
 from trainables.progress import log
 from trainables.spec import TRAIN, TrialSpec
 from trainables.trainable import train_trial
-from tuner.batch_fit import BatchFit
-from tuner.distinct import DistinctConfigs
-from tuner.knobs import freeze
-from tuner.node_loss import NODE_LOSS_RERUNS
-from tuner.ray_noise import quiet_trial_failures
-from tuner.records import TrialRow
+from tuner.measure.screen_clock import ScreenClock, ScreenEnd, seen_by
 from tuner.runs.ledger import Ledger, LedgerCallback
 from tuner.runs.request import Placement, Role, TpeSearch, TrialInputs, spec_key
-from tuner.screen_clock import ScreenClock, ScreenEnd, seen_by
-from tuner.stop_signals import TuneSigint
+from tuner.session.node_loss import NODE_LOSS_RERUNS
+from tuner.session.ray_noise import quiet_trial_failures
+from tuner.session.stop_signals import TuneSigint
+from tuner.space.batch_fit import BatchFit
+from tuner.space.distinct import DistinctConfigs
+from tuner.space.knobs import freeze
+from tuner.state.records import TrialRow
 
 
 class Interrupted(KeyboardInterrupt):
@@ -228,7 +228,7 @@ def run_proposals(
     """Up to `trials` searcher-proposed trials in total, across resumes, never one config twice (fewer
     when the searcher keeps repeating measured configs: the space is exhausted); rows in completion order;
     `on_row` is told the rows so far as each one finishes; `clock` says when to stop proposing and when
-    the experiment ends (tuner/screen_clock.py; None: when the trials are done).
+    the experiment ends (tuner/measure/screen_clock.py; None: when the trials are done).
     Trials lost with their nodes are proposed anew, in a fresh experiment with a fresh searcher (the study
     and the ledger carry what was learned)."""
     ledger = Ledger(out, phase)
@@ -240,7 +240,7 @@ def run_proposals(
         if remaining <= 0 or (budget is not None and budget <= 0):
             break
         measured = {freeze(r.config): r.tokens_per_s or 0.0 for r in done}
-        searcher = DistinctConfigs(make_searcher(), measured, fit)  # fit: tuner/batch_fit.py's rules
+        searcher = DistinctConfigs(make_searcher(), measured, fit)  # fit: tuner/space/batch_fit.py's rules
         if clock is not None:
             searcher.may_propose = lambda s=searcher: clock.proposing(seen_by(s)[1], placement.room)
         _say_going_on(phase, attempt, len(done), trials)

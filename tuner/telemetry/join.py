@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from tuner.records import short_node_id
+from tuner.state.records import short_node_id
 
 
 def annotate_trial(

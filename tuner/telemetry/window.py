@@ -225,7 +225,7 @@ def _median(values: np.ndarray) -> float | None:
     return float(np.median(present)) if present.size else None
 
 
-# statistic -> (the GpuSample field it is of, how a span's readings are reduced): tuner.gpu_records.UsageStats
+# statistic -> (the GpuSample field it is of, how a span's readings are reduced): tuner.state.gpu_records.UsageStats
 _USAGE = {
     "util_mean": ("util_gpu", _mean),
     "util_median": ("util_gpu", _median),

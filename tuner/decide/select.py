@@ -12,8 +12,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from tuner.knobs import freeze, knob_diff, loss_key
-from tuner.records import (
+from tuner.space.knobs import freeze, knob_diff, loss_key
+from tuner.state.records import (
     BASELINE_ID,
     FAILED_STATUSES,
     Finalist,

@@ -25,7 +25,7 @@ SPEED_ONLY_KNOBS = _of_kind("execution")
 # Fields that neither change the loss at the full token budget nor are searched: bookkeeping, memory caps,
 # and `max_steps` (speed screens cut runs short; the loss is judged at the full budget).
 RUN_ONLY_FIELDS = _of_kind("run")
-# Fields whose values run only on some hardware: the space drops those values elsewhere (tuner/space.py).
+# Fields whose values run only on some hardware: the space drops those values elsewhere (tuner/space/domains.py).
 HARDWARE_KNOBS = {name: c for name, c in CLASSES.items() if c and c.needs}
 
 

@@ -25,7 +25,7 @@ import ray
 from model import library_env
 from trainables.config import ConfigError
 from trainables.errors import EnvironmentFault, first_line
-from tuner import stop_signals
+from tuner.session import stop_signals
 
 ASKS_TOKEN = "asks for a token"  # a GCS that refused us for want of one: it is Ray, behind token auth
 CONNECT_TIMEOUT_S = 20.0  # --connect-timeout's default: a live head answers in well under a second
@@ -202,7 +202,9 @@ class RaySession:
 
     target: RayTarget | None = None
     others: frozenset[int] = frozenset()  # the driver's descendants before Ray started: not Ray's
-    reaper: subprocess.Popen | None = None  # ends the local Ray when the driver dies (tuner/reaper.py)
+    reaper: subprocess.Popen | None = (
+        None  # ends the local Ray when the driver dies (tuner/session/reaper.py)
+    )
     lifeline: int | None = None  # the reaper's pipe: this end closes when the driver ends, however
 
     def start(
@@ -236,7 +238,7 @@ class RaySession:
     def _start_reaper(self) -> None:
         read, self.lifeline = os.pipe()  # not inheritable: no Ray process holds the write end open
         self.reaper = subprocess.Popen(
-            [sys.executable, "-m", "tuner.reaper", str(os.getpid())],
+            [sys.executable, "-m", "tuner.session.reaper", str(os.getpid())],
             stdin=read,
             start_new_session=True,
         )

@@ -18,8 +18,8 @@ from typing import Any
 
 from trainables.config import TrainConfig
 from tuner.config import Knob, Range, SearchSection
-from tuner.records import RecipeResult, TrialRow
-from tuner.space import applicable, start_point
+from tuner.space.domains import applicable, start_point
+from tuner.state.records import RecipeResult, TrialRow
 
 # Screen figures of compiled runs came out up to 37% under the same config's figure alone where other runs
 # compiled beside them (the recipe on an H200: nanoGPT 706K in the screen, 1.12M alone; the HF Llama 1.08M,

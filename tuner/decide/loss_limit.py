@@ -4,11 +4,11 @@
     limit = baseline loss + tolerance x |baseline loss|   (quality.mode: relative; baseline x (1 + tolerance))
 
 The baseline loss is its val loss, or the mean of its seeds' where it trained several (at a prefix of the
-planned run, tuner/horizon.py, two). Nothing else moves the limit: the seeds' spread is recorded and shown
+planned run, tuner/decide/horizon.py, two). Nothing else moves the limit: the seeds' spread is recorded and shown
 beside it, so a reader can judge how much of a gap is noise, but it is not added to it. A hidden widening
 made the limit say more than the tolerance the user set (the 100M answer passed at +0.065 over the
 baseline the report printed, "within 0.05"); a user who wants room for the noise sets a larger tolerance,
-and sees it. tuner/records.py re-exports LossLimit, a field of summary.json.
+and sees it. tuner/state/records.py re-exports LossLimit, a field of summary.json.
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field
 
-from tuner.horizon import LossHorizon, seed_noise, validation_note
-from tuner.record_base import Record
+from tuner.decide.horizon import LossHorizon, seed_noise, validation_note
+from tuner.state.record_base import Record
 
 if TYPE_CHECKING:
-    from tuner.records import TrialRow
+    from tuner.state.records import TrialRow
 
 Mode = Literal["absolute", "relative"]
 # Where the tolerance and its mode came from (tuner/config.py:QualitySection.tolerance_from).

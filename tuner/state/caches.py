@@ -1,9 +1,9 @@
 """The compile caches a search keeps across searches: where they are, how big they grew, and clearing them.
 
-    python -m tuner.caches                      each key's size, files, last use and what it stands for
-    python -m tuner.caches --clear KEY          remove one key's caches (a name from the listing)
-    python -m tuner.caches --clear              remove every key's caches
-    python -m tuner.caches --cache-dir DIR ...  another root (a search's --cache-dir or search.cache_dir)
+    python -m tuner.state.caches                      each key's size, files, last use and what it stands for
+    python -m tuner.state.caches --clear KEY          remove one key's caches (a name from the listing)
+    python -m tuner.state.caches --clear              remove every key's caches
+    python -m tuner.state.caches --cache-dir DIR ...  another root (a search's --cache-dir or search.cache_dir)
 
 A root holds one subdir per cache key (trainables/compile_cache.py:CacheKey): a GPU (name and compute
 capability) or the CPU, and the versions of torch, Triton, the fused kernels and Python. A key left behind
@@ -114,7 +114,7 @@ def start_line(root: Path) -> str:
         held = "empty: this search compiles cold and keeps what it compiles for the next"
     else:
         held = f"{human(sum(k.size for k in keys))} in {counted(len(keys), 'key')}"
-    return f"compile cache: {root} ({held}; python -m tuner.caches lists and clears it)"
+    return f"compile cache: {root} ({held}; python -m tuner.state.caches lists and clears it)"
 
 
 def clear(root: Path, key: str) -> list[str]:
@@ -144,7 +144,7 @@ def listing(root: Path, here: CacheKey | None) -> list[str]:
 
 def build_parser() -> OneLineParser:
     p = OneLineParser(
-        prog="python -m tuner.caches",
+        prog="python -m tuner.state.caches",
         description=__doc__.split("\n\n", 1)[0],
         epilog=__doc__.split("\n\n", 1)[1],
         formatter_class=argparse.RawDescriptionHelpFormatter,

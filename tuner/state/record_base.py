@@ -1,4 +1,4 @@
-"""The base of the search's typed records (tuner/records.py, tuner/gpu_records.py), its own module so
+"""The base of the search's typed records (tuner/state/records.py, tuner/state/gpu_records.py), its own module so
 that each module of records can derive from it without importing the other."""
 
 from __future__ import annotations

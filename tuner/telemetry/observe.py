@@ -7,8 +7,8 @@ import ray
 from tensorboardX import SummaryWriter
 
 from tuner.context import SearchContext, Telemetry
-from tuner.records import TrialRow
 from tuner.runs.request import Role
+from tuner.state.records import TrialRow
 from tuner.telemetry import (
     annotate_trial,
     describe_unavailable,

@@ -13,8 +13,8 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from tuner.knobs import graph_key
-from tuner.records import BASELINE_ID, BreakEven, Finalist, TrialRow
+from tuner.space.knobs import graph_key
+from tuner.state.records import BASELINE_ID, BreakEven, Finalist, TrialRow
 
 
 def time_to_train(warmup_s: float | None, tokens: int, tokens_per_s: float | None) -> float | None:

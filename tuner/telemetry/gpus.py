@@ -10,9 +10,9 @@ import statistics
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from tuner.gpu_records import GpuComparison, GpuPopulation, GpuSpeed, GpuUsage, GpuVerdict, UsageStats
-from tuner.records import AHEAD_PHASE, TrialRow
-from tuner.select import spread
+from tuner.decide.select import spread
+from tuner.state.gpu_records import GpuComparison, GpuPopulation, GpuSpeed, GpuUsage, GpuVerdict, UsageStats
+from tuner.state.records import AHEAD_PHASE, TrialRow
 
 SEARCH = "search"  # the span of every phase together
 USAGE_PHASES = ("probe", "screen", "loss_check", "remeasure")  # in the order they run

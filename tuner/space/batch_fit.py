@@ -1,11 +1,11 @@
-"""What fits in memory, read from the batch probe's findings (tuner/records.py:ProbedBatch), and the one
+"""What fits in memory, read from the batch probe's findings (tuner/state/records.py:ProbedBatch), and the one
 spelling of a config's micro-batch. What must fit is the forward batch (the micro-batch, or the whole batch:
 TrainConfig.forward_batch) at the config's precision and activation-checkpointing setting. The probe runs
 only the setting that keeps the most and the one that keeps the least; another setting is bounded by what
 we know of it without interpolating: activation_checkpointing k recomputes the k-th, 2k-th, ... of n equal
 blocks, floor(n / k) of them, so a smaller k > 0 never keeps more, and a batch that did not fit where fewer
-activations are kept does not fit here either. Read by the space's bounds (tuner/space.py) and the screen's
-proposal filter (tuner/distinct.py)."""
+activations are kept does not fit here either. Read by the space's bounds (tuner/space/domains.py) and the screen's
+proposal filter (tuner/space/distinct.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from typing import Any
 from trainables.config import TrainConfig
 from trainables.config_fields import graphs_overwrite
 from trainables.micro_batches import forward_batch, forwards_per_step, splits
-from tuner.records import ProbedBatch
+from tuner.state.records import ProbedBatch
 
 
 def keeps_at_most(probed_k: int, k: int) -> bool:

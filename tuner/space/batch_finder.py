@@ -11,7 +11,7 @@ from typing import Any
 from trainables.config import TrainConfig, make_config
 from trainables.data import Corpus, shipped_corpus
 from trainables.loop import resolve_device, train
-from tuner.records import ProbedBatch
+from tuner.state.records import ProbedBatch
 
 # What the probe sets itself: a setting cannot name them.
 PROBE_KEYS = frozenset({"batch_size", "micro_batch", "precision", "max_steps", "out_dir"})

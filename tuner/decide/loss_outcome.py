@@ -1,5 +1,5 @@
-"""How the loss check ended (tuner/loss_plan.py decides it): summary.json's `loss_check`, its own module so
-that tuner/records.py's Summary carries it without growing past its size."""
+"""How the loss check ended (tuner/decide/loss_plan.py decides it): summary.json's `loss_check`, its own module so
+that tuner/state/records.py's Summary carries it without growing past its size."""
 
 from __future__ import annotations
 
@@ -7,14 +7,14 @@ from typing import Literal
 
 from pydantic import Field
 
-from tuner.record_base import Record
+from tuner.state.record_base import Record
 
 LossCheckEnd = Literal["all_checked", "max_loss_checks", "loss_check_time", "loss_check_top"]
 CAPPED = ("max_loss_checks", "loss_check_time")
 
 
 class LossCheckOutcome(Record):
-    """How the loss check ended (tuner/loss_plan.py): summary.json's `loss_check`."""
+    """How the loss check ended (tuner/decide/loss_plan.py): summary.json's `loss_check`."""
 
     ended_by: LossCheckEnd = Field(
         description="all_checked: every candidate screened faster than the best passing config (or the "

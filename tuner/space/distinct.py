@@ -6,7 +6,7 @@ to the searcher with the measured value at no cost, a repeat of one still runnin
 as failed (TPE ignores failed trials), and the searcher is asked again; when it keeps repeating itself the
 space is exhausted and the screen ends early (`exhausted`).
 
-With a `BatchFit` (tuner/batch_fit.py) a proposal is first put in its one spelling (a micro_batch of at least
+With a `BatchFit` (tuner/space/batch_fit.py) a proposal is first put in its one spelling (a micro_batch of at least
 the batch is None), so two spellings of one config are one, and a config that cannot run (a micro_batch
 below its batch that does not divide it) or whose forward batch the batch probe found cannot fit is refused
 before it runs, with its reason in one line: answered to the searcher as a config that measured nothing (as
@@ -21,8 +21,8 @@ from typing import Any
 from ray.tune.search import Searcher
 
 from trainables.progress import log
-from tuner.batch_fit import BatchFit
-from tuner.knobs import freeze
+from tuner.space.batch_fit import BatchFit
+from tuner.space.knobs import freeze
 
 MAX_REPEATS = 50  # proposals in a row that repeat known configs before the space counts as exhausted
 

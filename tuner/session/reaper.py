@@ -1,4 +1,4 @@
-"""`python -m tuner.reaper DRIVER_PID`: ends the local Ray processes a driver started when the driver dies,
+"""`python -m tuner.session.reaper DRIVER_PID`: ends the local Ray processes a driver started when the driver dies,
 however it died (SIGKILL included, where no clean-up of the driver's own can run).
 
 Ray ties its GCS and raylet to the driver that started them (the kernel's parent-death signal), but the

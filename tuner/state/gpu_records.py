@@ -1,5 +1,5 @@
 """The records of how a search used its GPUs, read from the telemetry: each GPU's use over the search and
-its phases, and whether the GPUs of one host time a config alike (tuner/gpus.py makes them; Summary
+its phases, and whether the GPUs of one host time a config alike (tuner/telemetry/gpus.py makes them; Summary
 carries them, so they are part of docs/summary.schema.json)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from tuner.record_base import Record
+from tuner.state.record_base import Record
 
 
 class TelemetrySummary(Record):

@@ -20,14 +20,14 @@ from typing import Any
 from ray.tune import Stopper
 
 from tuner.context import SearchContext, log
-from tuner.knobs import freeze
+from tuner.space.knobs import freeze
 
 
 @dataclass
 class ScreenClock:
     budget_s: float  # wall time after which the screen ends, once no start point is running
     cap_s: float  # the screen ends here regardless (its budget plus the trials' compile deadline)
-    first_wave: frozenset[Hashable]  # the start points, frozen (tuner.knobs.freeze)
+    first_wave: frozenset[Hashable]  # the start points, frozen (tuner.space.knobs.freeze)
     started: float = field(default_factory=time.monotonic)
     cold_first_steps: list[float] = field(default_factory=list)  # warm-ups of cache misses, seconds
 
@@ -75,7 +75,7 @@ class ScreenClock:
 
 class ScreenEnd(Stopper):
     """Ends the screen's Tune experiment when the clock says so, from the searcher's running and measured
-    configs (tuner.distinct.DistinctConfigs keeps both, frozen)."""
+    configs (tuner.space.distinct.DistinctConfigs keeps both, frozen)."""
 
     def __init__(self, clock: ScreenClock, searcher: Any):
         self.clock, self.searcher = clock, searcher

@@ -7,7 +7,7 @@ On GPUs its loss run does not wait for the screen: when a start point shares the
 default config's first one, the baseline under CUDA graphs) it trains with that execution from the screen's
 start, beside it, in its GPU's idle time (`start_beside`; trainables/gate.py says how it yields to every
 timed window). It was the loss check's longest run, 102-122 s of its 113-131 s on 4 H200s, so the loss check
-no longer waits for it. At a prefix of the planned run (tuner/horizon.py) its run at a second seed, for the
+no longer waits for it. At a prefix of the planned run (tuner/decide/horizon.py) its run at a second seed, for the
 seed noise, trains beside the screen with it (`start_seeds_beside`)."""
 
 from __future__ import annotations
@@ -18,13 +18,13 @@ from typing import Any
 from trainables.spec import TrialSpec
 from tuner.config import Knob
 from tuner.context import SearchContext, SearchFailed, log
-from tuner.horizon import LossHorizon, at_horizon, horizon_for
-from tuner.knobs import execution, loss_key
-from tuner.records import BASELINE_ID, LossLimit, TrialRow
+from tuner.decide.horizon import LossHorizon, at_horizon, horizon_for
 from tuner.runs.pool import RunPool
 from tuner.runs.request import Role, RunRequest
 from tuner.runs.tasks import TaskRun
-from tuner.space import start_point
+from tuner.space.domains import start_point
+from tuner.space.knobs import execution, loss_key
+from tuner.state.records import BASELINE_ID, LossLimit, TrialRow
 
 # A run the early stopper or the time budget stopped after steady steps has proven its execution works and
 # how fast: the baseline under CUDA graphs is slow next to large batches and is often stopped early, and

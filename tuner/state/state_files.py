@@ -25,7 +25,7 @@ from trainables.config import ConfigError
 from trainables.errors import first_line
 from trainables.files import write_atomically
 from tuner.config import SearchConfig
-from tuner.records import TrialRow
+from tuner.state.records import TrialRow
 
 JOURNAL = "optuna.journal"
 STATE = "state.json"

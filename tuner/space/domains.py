@@ -13,9 +13,9 @@ from ray import tune
 from model.ops import available_backends, tuning
 from trainables.config import TrainConfig, is_file_spec
 from trainables.workload import WorkloadInfo
-from tuner.batch_fit import normalized
 from tuner.config import Knob, Range, SearchConfig
-from tuner.knobs import HARDWARE_KNOBS
+from tuner.space.batch_fit import normalized
+from tuner.space.knobs import HARDWARE_KNOBS
 
 
 def probe_hardware() -> dict[str, Any]:
@@ -116,7 +116,7 @@ def bound_batch(
     space: dict[str, Knob], largest: int, base_micro: int | None = None
 ) -> tuple[dict[str, Knob], list[str]]:
     """Keep what can fit, `largest` being the largest forward batch the OOM probe fit at any precision and
-    setting (tuner/batch_fit.py): micro_batch choices up to it (None, the whole batch, stays), and batch
+    setting (tuner/space/batch_fit.py): micro_batch choices up to it (None, the whole batch, stays), and batch
     sizes up to it or above it where a micro_batch that fits divides it (`base_micro` where micro_batch is
     not searched). A knob left without any keeps its smallest. Which configs fit is the screen's to refuse."""
     micro = space.get("micro_batch")

@@ -24,12 +24,12 @@ from typing import Any
 
 from pydantic import Field, model_validator
 
-from tuner.knobs import knob_diff, train_point
-from tuner.loss_outcome import LossCheckOutcome
-from tuner.recipe import in_reach
-from tuner.record_base import Record
-from tuner.records import BASELINE_ID, TrialRow
-from tuner.select import Candidate, could_be_remeasured, loss_check_candidates
+from tuner.decide.loss_outcome import LossCheckOutcome
+from tuner.decide.select import Candidate, could_be_remeasured, loss_check_candidates
+from tuner.space.knobs import knob_diff, train_point
+from tuner.space.recipe import in_reach
+from tuner.state.record_base import Record
+from tuner.state.records import BASELINE_ID, TrialRow
 
 
 def speed(row: TrialRow) -> float:
@@ -79,7 +79,7 @@ class LossPlan:
     passed: list[Candidate]  # groups that passed (the baseline's own loss group from the start)
     base_speed: float | None
     base: dict
-    reference: frozenset[str] = frozenset()  # the recipe's screen runs (tuner/recipe.py)
+    reference: frozenset[str] = frozenset()  # the recipe's screen runs (tuner/space/recipe.py)
     failed_points: set[tuple[int, float]] = field(default_factory=set)
     runs: int = 0
     spent_s: float = 0.0

@@ -18,14 +18,14 @@ import statistics
 
 from trainables.config import TrainConfig
 from trainables.progress import fmt_seconds
-from tuner import baseline
 from tuner.context import SearchContext, log
-from tuner.costs import cached_warmup
-from tuner.knobs import loss_key
-from tuner.loss_plan import Limits, LossPlan
-from tuner.records import TrialRow
+from tuner.decide.costs import cached_warmup
+from tuner.decide.loss_plan import Limits, LossPlan
+from tuner.measure import baseline
 from tuner.runs.request import Role
 from tuner.runs.tasks import Pending
+from tuner.space.knobs import loss_key
+from tuner.state.records import TrialRow
 
 NONE_BESIDE = Pending()  # no run beside the screen: on CPUs, or with no place to spare beside it
 
@@ -34,7 +34,7 @@ def loss_check_s(ctx: SearchContext, screen: list[TrialRow], pending: Pending = 
     """The baseline's loss runs (its seeds: one, or two at a prefix of the planned run) count at its twin's
     speed, less those `pending` says trained beside the screen and are done; of the candidates' runs only
     the ones with no loss run ahead (`pending`'s runs ahead of the loss check, which beside the screen have
-    mostly trained by its end). Each run trains the loss horizon's tokens (tuner/horizon.py: the planned
+    mostly trained by its end). Each run trains the loss horizon's tokens (tuner/decide/horizon.py: the planned
     run, or its prefix)."""
     beside_done = sum(run.done for run in pending.of(Role.BESIDE))
     base = ctx.base.model_dump()

@@ -15,10 +15,10 @@ from pydantic import ConfigDict, Field, model_validator
 
 from trainables.cache_use import CacheUse
 from trainables.profile import Profile
-from tuner.gpu_records import GpuPopulation, GpuUsage, TelemetrySummary
-from tuner.loss_limit import LossLimit
-from tuner.loss_outcome import LossCheckOutcome
-from tuner.record_base import Record
+from tuner.decide.loss_limit import LossLimit
+from tuner.decide.loss_outcome import LossCheckOutcome
+from tuner.state.gpu_records import GpuPopulation, GpuUsage, TelemetrySummary
+from tuner.state.record_base import Record
 
 Status = Literal["ok", "oom", "nan", "error", "timeout", "stopped"]
 FAILED_STATUSES = frozenset({"oom", "nan", "error", "timeout"})
@@ -290,7 +290,7 @@ class Best(Record):
     speedup_one_run: list[float] = Field(
         default_factory=list,
         description="[low, high]: where one run of it and one of the baseline, outside the search, should "
-        "put their tok/s ratio (95% prediction interval from the re-measure runs' spread; tuner/ratio.py)",
+        "put their tok/s ratio (95% prediction interval from the re-measure runs' spread; tuner/decide/ratio.py)",
     )
     speedup_one_run_note: str | None = Field(
         None, description="why there is no such range: too few re-measure runs for a meaningful one"
@@ -326,7 +326,7 @@ class SelectionResult(Record):
 
 
 class RecipeResult(Record):
-    """The usual hand recipe (tuner/recipe.py) as this search timed and judged it."""
+    """The usual hand recipe (tuner/space/recipe.py) as this search timed and judged it."""
 
     knobs: dict[str, Any] = Field(
         description="the recipe as it ran here (knobs the hardware cannot run left out)"
@@ -436,7 +436,7 @@ def loss_limit_in(summary: dict[str, Any]) -> Any:
 
 
 def summary_schema() -> dict[str, Any]:
-    """The JSON Schema of summary.json (docs/summary.schema.json: `python -m tuner.records`)."""
+    """The JSON Schema of summary.json (docs/summary.schema.json: `python -m tuner.state.records`)."""
     return Summary.model_json_schema()
 
 
