@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -87,7 +88,8 @@ def test_the_default_configs_first_start_point_lends_the_baselines_loss_run_its_
 def test_no_loss_run_beside_the_screen_on_cpus_without_a_twin_start_point_or_after_the_loss_check(tmp_path):
     assert start_beside(search_context(tmp_path / "cpu", gpus=0), {}) is None
     ctx = search_context(tmp_path / "one-place", gpus=1)
-    ctx.cluster_cpus = 2  # one screen run at a time: the loss run would take the screen's only place
+    # one screen run at a time: the loss run would take the screen's only place
+    ctx = replace(ctx, cluster_cpus=2)
     assert start_beside(ctx, to_space(ctx)) is None
     ctx = search_context(tmp_path / "none", gpus=1, start_points="[{batch_size: 64}]")
     assert start_beside(ctx, to_space(ctx)) is None  # no start point trains what the baseline trains
@@ -118,7 +120,8 @@ def test_the_second_seed_trains_beside_the_screen_only_at_a_prefix_and_where_the
     ctx = search_context(tmp_path / "none", 1, HORIZON)
     assert start_seeds_beside(ctx, None) == [], "no first seed's run beside the screen: round 0 trains both"
     ctx = search_context(tmp_path / "two-places", 1, HORIZON)
-    ctx.cluster_cpus = 4  # two screen runs at a time: the first seed's run takes one, the screen keeps one
+    # two screen runs at a time: the first seed's run takes one, the screen keeps one
+    ctx = replace(ctx, cluster_cpus=4)
     assert ctx.placement.speed().concurrent == 2 and room_beside(ctx) and not room_beside(ctx, runs=2)
     assert start_seeds_beside(ctx, first_beside(ctx)) == []
 

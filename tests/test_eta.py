@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -66,10 +67,11 @@ def test_loss_check_estimate_counts_cached_compiles_the_twin_and_the_shared_gpu(
         118.0 * CACHED_SHARE
     )  # b64's: no hit of its graph was timed; above the twin's 9.6 and 8.0
     assert loss_check_s(ctx, screen) == pytest.approx(slowest_warmup + work)
-    ctx.hw.gpus = 4  # the runs spread over four GPUs: the twin's run is the longest
+    # the runs spread over four GPUs: the twin's run is the longest
+    ctx = replace(ctx, hw=ctx.hw.model_copy(update={"gpus": 4}))
     assert loss_check_s(ctx, screen) == pytest.approx(slowest_warmup + tokens / 113_000)
     # the two fastest trained their loss runs ahead, beside the screen: b64 and the twin are left
-    ctx.hw.gpus = 1
+    ctx = replace(ctx, hw=ctx.hw.model_copy(update={"gpus": 1}))
     ahead = Pending(tuple(PendingRun(Role.AHEAD, r.config, done=False) for r in screen[:2]))
     left = tokens * (1 / 447_000 + 1 / 113_000)
     assert loss_check_s(ctx, screen, ahead) == pytest.approx(slowest_warmup + left)
@@ -174,7 +176,7 @@ def test_remeasure_estimate_counts_each_run_at_least_its_overhead_outside_the_wi
     ctx = eta_context(tmp_path, "search.remeasure_top=3")
     runs = 3 * ctx.cfg.search.repeats + ctx.cfg.search.baseline_runs
     assert remeasure_s(ctx, fastest) == pytest.approx(runs * 5.0 + 10.0 * CACHED_SHARE)
-    ctx.hw.gpus = 2
+    ctx = replace(ctx, hw=ctx.hw.model_copy(update={"gpus": 2}))
     assert remeasure_s(ctx, fastest) == pytest.approx(runs * 5.0 / 2 + 10.0 * CACHED_SHARE)
 
 

@@ -117,7 +117,9 @@ def test_one_gpu_warms_all_fifteen_remeasure_runs_up_at_once(tmp_path):
     assert placement.resources(trial(1, 128)) == {"cpu": 1, "gpu": pytest.approx(1 / 15)}
     # 7.9 GB with 25% headroom is 0.12 of 80 GB: two fifteenths
     assert placement.resources(trial(2, 128))["gpu"] == pytest.approx(2 / 15)
-    ctx.probed = {"bf16": ProbedBatch(batch=512)}  # the unscreened baseline: its batch against the probe's
+    ctx = ctx.with_probed(
+        {"bf16": ProbedBatch(batch=512)}
+    )  # the unscreened baseline: its batch against the probe's
     assert placement.resources(trial(0, 8))["gpu"] == pytest.approx(1 / 15)
 
 
@@ -126,7 +128,9 @@ def test_runs_that_fit_one_gpu_together_take_even_shares_and_all_start_at_once(t
     # 2/15 and summed to 18/15, so three baseline runs waited ~55 s for a place. The 15 runs need at most
     # 0.47 of the GPU together: each takes 1/15 and all warm up at once.
     ctx = search_context(tmp_path, gpus=1, cpus=64, gpu_mem_mb=143_771)
-    ctx.probed = {"fp32": ProbedBatch(batch=512, peak_mb=60_000.0)}  # the baseline's batch 8: ~0.9 GB
+    ctx = ctx.with_probed(
+        {"fp32": ProbedBatch(batch=512, peak_mb=60_000.0)}
+    )  # the baseline's batch 8: ~0.9 GB
     peaks, asked = [None, 3_839.0, 3_839.0, 7_858.0], [6, 3, 3, 3]
     placement = ctx.placement.remeasure(asked, peaks)
     shares = [
@@ -136,7 +140,7 @@ def test_runs_that_fit_one_gpu_together_take_even_shares_and_all_start_at_once(t
     # where the largest 15 would not fit one GPU together, a case's share follows its peak again
     big = ctx.placement.remeasure(asked, [None, 3_839.0, 3_839.0, 40_000.0])
     assert big.resources(trial(3))["gpu"] == pytest.approx(6 / 15)
-    ctx.probed = {}  # the baseline's memory unknown: no even shares on a guess
+    ctx = ctx.with_probed({})  # the baseline's memory unknown: no even shares on a guess
     assert ctx.placement.remeasure(asked, peaks).resources(trial(3))["gpu"] == pytest.approx(2 / 15)
 
 
@@ -172,10 +176,10 @@ def test_a_screen_runs_share_follows_the_memory_the_probe_measured(tmp_path):
     # Run K (4x H200, 141 GB each): everything up to batch 512 fitted, so batch / bound gave batch 512 a
     # whole GPU and batch 128 two sixths; the eager step at 512 peaked near 60 GB.
     ctx = search_context(tmp_path, gpus=4, cpus=64, gpu_mem_mb=143_771)
-    ctx.probed = {"bf16": ProbedBatch(batch=512)}  # a state.json from before the peak was kept
+    ctx = ctx.with_probed({"bf16": ProbedBatch(batch=512)})  # a state.json from before the peak was kept
     share = ctx.placement.speed().resources  # the policy of the cluster as the probe left it
     assert share(trial(0, 512))["gpu"] == 1.0 and share(trial(0, 128))["gpu"] == pytest.approx(2 / 6)
-    ctx.probed = {"bf16": ProbedBatch(batch=512, peak_mb=60_000.0)}
+    ctx = ctx.with_probed({"bf16": ProbedBatch(batch=512, peak_mb=60_000.0)})
     share = ctx.placement.speed().resources
     assert share(trial(0, 512))["gpu"] == pytest.approx(4 / 6)  # 75 GB of 141 with headroom
     assert share(trial(0, 128))["gpu"] == pytest.approx(1 / 6)

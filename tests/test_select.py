@@ -637,7 +637,7 @@ def test_the_cpu_note_is_not_said_on_a_gpu(tmp_path, capsys):
         "screen-0", "screen", {"batch_size": 64, "lr_scaling": "sqrt"}, tokens_per_s=30000.0
     )
     ctx, summary = finished_search(tmp_path, [infeasible])
-    ctx.hw = Hardware(cpus=16, cuda=True, gpus=1)
+    ctx = replace(ctx, hw=Hardware(cpus=16, cuda=True, gpus=1))
     assert finish.write(ctx, summary) == Exit.NO_FEASIBLE
     assert finish.CPU_BASELINE_NOTE not in capsys.readouterr().err
 

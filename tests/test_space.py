@@ -5,8 +5,8 @@ from ray.tune.search.sample import Categorical, Float, Integer
 
 from trainables.config import ConfigError, TrainConfig
 from tuner.config import Range, SearchSection, load_search_config, parse_duration
-from tuner.context import SearchContext, State
-from tuner.pipeline import _space_for_hardware
+from tuner.context import Notices, SearchContext, State
+from tuner.pipeline import fit_to_hardware
 from tuner.space.domains import applicable, bound_batch, to_tune
 from tuner.state.records import Hardware
 
@@ -47,9 +47,9 @@ def cpu_context(tmp_path, *overrides: str) -> SearchContext:
 
 def test_the_knobs_left_one_choice_are_the_baselines_typed_and_as_the_dict_had_them(tmp_path):
     ctx = cpu_context(tmp_path)
-    space = _space_for_hardware(ctx)
-    assert "precision" not in space and isinstance(ctx.base, TrainConfig)  # bf16 dropped: fp32 fixed
-    assert ctx.base.model_dump() == {**ctx.cfg.train.model_dump(), "precision": "fp32"}
+    space, base = fit_to_hardware(ctx.cfg, ctx.hw, Notices())
+    assert "precision" not in space and isinstance(base, TrainConfig)  # bf16 dropped: fp32 fixed
+    assert base.model_dump() == {**ctx.cfg.train.model_dump(), "precision": "fp32"}
 
 
 def test_a_knob_left_one_choice_that_cannot_train_with_the_baseline_is_one_line(tmp_path):
@@ -57,7 +57,7 @@ def test_a_knob_left_one_choice_that_cannot_train_with_the_baseline_is_one_line(
     micro-batches of 8, the space's one micro_batch (which its batch sizes 8 to 64 all pair with)."""
     ctx = cpu_context(tmp_path, "train.batch_size=12", "search.space.micro_batch=[8]")
     with pytest.raises(ConfigError) as err:
-        _space_for_hardware(ctx)
+        fit_to_hardware(ctx.cfg, ctx.hw, Notices())
     assert str(err.value) == (
         "config key 'train.micro_batch': must divide batch_size 12 (one of [1, 2, 3, 4, 6]) or be at least it "
         "(got 8); the search space leaves one choice of each here: {'precision': 'fp32', 'micro_batch': 8}"

@@ -1,8 +1,13 @@
-"""What every phase of a search works with, set up in one place: the config, the hardware the trials run on,
-the telemetry handles, the durable state in OUT, and the notices for the report.
+"""What every phase of a search works with, set up once by `pipeline.open_context` and frozen after: the
+config, the baseline fitted to the hardware and the space trimmed to it, the cluster the trials run on, the
+telemetry handles, the durable state in OUT, and the notices for the report.
 
-A phase is a plain function `run(ctx, ...)` over a `SearchContext`; `SearchContext.phase` runs it once and
-records its result in OUT/state.json, so `--resume` skips finished phases.
+Nothing assigns into a context: a phase whose result the later ones read (the batch probe's peaks) hands
+them a new one (`with_probed`). Two members are handles, not values: `state` (OUT/state.json, which each
+finished phase extends) and `notices` (the report's notices, said as they come).
+
+A phase is a plain function `run(ctx, ...)`; `SearchContext.phase` runs it once and records its result in
+OUT/state.json, so `--resume` skips finished phases.
 """
 
 from __future__ import annotations
@@ -10,7 +15,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -64,8 +69,34 @@ class State:
     def timings(self) -> dict[str, float]:
         return dict(self.data.get("timings", {}))
 
+    def run_phase(self, name: str, run: Callable[[], T], kind: Any) -> T:
+        """`run()` once per search: its result (of type `kind`) is kept in state.json for --resume."""
+        adapter = TypeAdapter(kind)
+        done = self.phase(name)
+        if done is not None:
+            log(f"[{name}] already done (from {self.path})")
+            return adapter.validate_python(done)
+        log(f"[{name}] starting")
+        started = time.time()
+        try:
+            value = run()
+        except (ConfigError, SearchFailed, PhaseError):
+            raise  # already says what went wrong (a nested phase's error names the inner phase)
+        except Exception as err:
+            raise PhaseError(name, err) from err
+        self.finish(name, adapter.dump_python(value, mode="json"), time.time() - started)
+        return value
 
-@dataclass
+
+class Notices(list):
+    """The report's notices, in the order they were said; each is logged as it comes."""
+
+    def say(self, msg: str) -> None:
+        self.append(msg)
+        log(f"notice: {msg}")
+
+
+@dataclass(frozen=True)
 class Telemetry:
     """The NVML sampler actors by Ray node id, and why telemetry is missing (None when it is complete)."""
 
@@ -77,7 +108,7 @@ class Telemetry:
         return bool(self.actors) and self.notice is None
 
 
-@dataclass
+@dataclass(frozen=True)
 class SearchContext:
     cfg: SearchConfig
     out: Path
@@ -90,12 +121,13 @@ class SearchContext:
     command: str
     resume: bool = False
     telemetry: Telemetry = field(default_factory=Telemetry)
-    notices: list[str] = field(default_factory=list)
+    notices: Notices = field(default_factory=Notices)
     probed: dict[str, ProbedBatch] = field(default_factory=dict)  # precision -> the probe's largest batch
     compile_cache: str | None = None  # the Inductor/Triton caches the trials share, when the search's own
     node_cpus: int = 0  # the CPUs of the largest node (0: as many as the cluster's): what one trial can take
     workload: WorkloadInfo | None = None  # what the workload implements (the knobs it lacks are left out)
     inputs: TrialInputs = field(default_factory=TrialInputs)  # what every trial gets through Ray (the corpus)
+    space: dict[str, Any] = field(default_factory=dict)  # the space trimmed to the trials' hardware
 
     @property
     def knobs_left_out(self) -> list[str]:
@@ -103,26 +135,15 @@ class SearchContext:
         return self.workload.unsupported if self.workload else []
 
     def notice(self, msg: str) -> None:
-        self.notices.append(msg)
-        log(f"notice: {msg}")
+        self.notices.say(msg)
 
     def phase(self, name: str, run: Callable[[], T], kind: Any) -> T:
         """`run()` once per search: its result (of type `kind`) is kept in state.json for --resume."""
-        adapter = TypeAdapter(kind)
-        done = self.state.phase(name)
-        if done is not None:
-            log(f"[{name}] already done (from {self.state.path})")
-            return adapter.validate_python(done)
-        log(f"[{name}] starting")
-        started = time.time()
-        try:
-            value = run()
-        except (ConfigError, SearchFailed, PhaseError):
-            raise  # already says what went wrong (a nested phase's error names the inner phase)
-        except Exception as err:
-            raise PhaseError(name, err) from err
-        self.state.finish(name, adapter.dump_python(value, mode="json"), time.time() - started)
-        return value
+        return self.state.run_phase(name, run, kind)
+
+    def with_probed(self, probed: dict[str, ProbedBatch]) -> SearchContext:
+        """The context of the phases after the batch probe: its peaks size their GPU shares."""
+        return replace(self, probed=probed)
 
     # --- how a phase's trials take the cluster ---
     @property

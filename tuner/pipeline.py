@@ -17,7 +17,7 @@ from trainables.exit_codes import Exit
 from trainables.gate import open_gates, retire_idle_gates
 from trainables.workload import WorkloadInfo
 from tuner.config import SearchConfig
-from tuner.context import SearchContext, State, log
+from tuner.context import Notices, SearchContext, State, log
 from tuner.decide.loss_plan import LossCheck
 from tuner.decide.select import with_feasibility
 from tuner.measure import baseline, eta
@@ -46,11 +46,8 @@ def run_search(ctx: SearchContext, fresh: bool = False, kept: Path | None = None
 
 def _pipeline(ctx: SearchContext, fresh: bool, kept: Path) -> int:
     remembered = recall_answer(ctx, fresh, kept)
-    space = _space_for_hardware(ctx)
-    ctx.telemetry = observe.start(ctx)
-
-    ctx.probed = ctx.phase("probe", lambda: probe.run(ctx, space), dict[str, ProbedBatch])
-    space = probe.bounded(ctx, space, ctx.probed)
+    ctx = ctx.with_probed(ctx.phase("probe", lambda: probe.run(ctx, ctx.space), dict[str, ProbedBatch]))
+    space = probe.bounded(ctx, ctx.space, ctx.probed)
     beside = baseline.start_beside(ctx, space)  # the baseline's loss run, in the screen's idle GPU time
     seeds_beside = baseline.start_seeds_beside(ctx, beside)  # at a loss horizon: its second seed's, too
     ahead = loss_check.start_ahead(ctx)  # the candidates' loss runs, as the screen finds them
@@ -113,22 +110,23 @@ def recall_answer(ctx: SearchContext, fresh: bool, kept: Path) -> bool:
     return True
 
 
-def _space_for_hardware(ctx: SearchContext):
-    """The space trimmed to what applies on the trials' hardware; knobs left with one choice are fixed."""
-    offered = recipe.in_space(ctx.cfg.search.space, ctx.cfg.search.recipe, ctx.base, ctx.hw.cuda)
-    space, fixed, notices = applicable(offered, ctx.hw.model_dump())
-    ctx.base = with_fixed(ctx.base, fixed)
-    if ctx.base.kernels == "fused" and not ctx.hw.cuda:
+def fit_to_hardware(cfg: SearchConfig, hw: Hardware, notices: Notices) -> tuple[dict[str, Any], TrainConfig]:
+    """The space trimmed to what applies on the trials' hardware, and the baseline with the knobs left one
+    choice fixed."""
+    offered = recipe.in_space(cfg.search.space, cfg.search.recipe, cfg.train, hw.cuda)
+    space, fixed, said = applicable(offered, hw.model_dump())
+    base = with_fixed(cfg.train, fixed)
+    if base.kernels == "fused" and not hw.cuda:
         raise EnvironmentFault("config key 'train.kernels': 'fused' needs CUDA workers (use torch or auto)")
-    for n in notices:
-        ctx.notice(n)
-    if autotune := autotune_notice(space, ctx.hw.model_dump()):
-        ctx.notice(autotune)
+    for n in said:
+        notices.say(n)
+    if autotune := autotune_notice(space, hw.model_dump()):
+        notices.say(autotune)
     if fixed:
-        ctx.notice(f"fixed (one choice left): {fixed}")
-    for choice, why in ctx.cfg.search.left_out.items():
-        ctx.notice(f"left out of the space: {choice}: {why}")
-    return space
+        notices.say(f"fixed (one choice left): {fixed}")
+    for choice, why in cfg.search.left_out.items():
+        notices.say(f"left out of the space: {choice}: {why}")
+    return space, base
 
 
 def with_fixed(base: TrainConfig, fixed: dict[str, Any]) -> TrainConfig:
@@ -150,27 +148,34 @@ def open_context(
     workload: WorkloadInfo | None = None,
     inputs: TrialInputs | None = None,
 ) -> SearchContext:
-    """The context every phase works with: the cluster's resources and the trials' hardware."""
+    """The context every phase works with, frozen: the cluster's resources, the trials' hardware, the baseline
+    and the space fitted to it, and the telemetry."""
     state = State(out)
     state.data.setdefault("config", cfg.model_dump())
     state.data.setdefault("command", command)
     state.save()
     resources = ray.cluster_resources()
     gpus = int(resources.get("GPU", 0))
-    ctx = SearchContext(
+    node_hw = state.run_phase(
+        "hardware", lambda: Hardware(**on_a_trial_node(probe_hardware, gpu=bool(gpus))), Hardware
+    )
+    hw = node_hw.model_copy(update={"gpus": gpus})  # every GPU of the cluster, not just the probed node's
+    notices = Notices()
+    space, base = fit_to_hardware(cfg, hw, notices)
+    return SearchContext(
         cfg=cfg,
         out=out,
-        base=cfg.train,
-        hw=Hardware(),
+        base=base,
+        hw=hw,
         cluster_cpus=int(resources.get("CPU", 1)),
         node_cpus=max((int(n["Resources"].get("CPU", 0)) for n in ray.nodes() if n["Alive"]), default=0),
         state=state,
         command=command,
         resume=resume,
+        telemetry=observe.start(cfg.search.telemetry_hz, hw.gpus > 0, notices),
+        notices=notices,
         compile_cache=compile_cache,
         workload=workload,
         inputs=inputs or TrialInputs(),
+        space=space,
     )
-    hw = ctx.phase("hardware", lambda: Hardware(**on_a_trial_node(probe_hardware, gpu=bool(gpus))), Hardware)
-    ctx.hw = hw.model_copy(update={"gpus": gpus})  # every GPU of the cluster, not just the probed node's
-    return ctx

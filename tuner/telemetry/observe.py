@@ -6,7 +6,7 @@ from __future__ import annotations
 import ray
 from tensorboardX import SummaryWriter
 
-from tuner.context import SearchContext, Telemetry
+from tuner.context import Notices, SearchContext, Telemetry
 from tuner.runs.request import Role
 from tuner.state.records import TrialRow
 from tuner.telemetry import (
@@ -19,18 +19,16 @@ from tuner.telemetry import (
 )
 
 
-def start(ctx: SearchContext) -> Telemetry:
-    """One sampler per GPU node; on a machine without NVML it says so once and the search goes on."""
-    hz = ctx.cfg.search.telemetry_hz
+def start(hz: float, on_gpu: bool, notices: Notices) -> Telemetry:
+    """One sampler per GPU node (per node on CPUs); on a machine without NVML it says so once and the search
+    goes on."""
     if not hz:
         return Telemetry(notice="telemetry off (search.telemetry_hz = 0)")
-    telemetry = Telemetry(actors=start_telemetry(hz=hz, all_nodes=not ctx.on_gpu))
-    for info in ray.get([a.info.remote() for a in telemetry.actors.values()]):
-        line = describe_unavailable(info)
-        if line:
-            telemetry.notice = line
-            ctx.notice(line)
-    return telemetry
+    actors = start_telemetry(hz=hz, all_nodes=not on_gpu)
+    lines = [describe_unavailable(info) for info in ray.get([a.info.remote() for a in actors.values()])]
+    for line in filter(None, lines):
+        notices.say(line)
+    return Telemetry(actors=actors, notice=next(filter(None, reversed(lines)), None))
 
 
 def annotate(ctx: SearchContext, rows: list[TrialRow], role: Role) -> list[TrialRow]:
