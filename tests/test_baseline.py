@@ -13,9 +13,10 @@ from trainables.config import TrainConfig
 from trainables.spec import TrialSpec
 from tuner.config import load_search_config
 from tuner.context import SearchContext, State
+from tuner.decide.horizon import horizon_for
 from tuner.measure.baseline import (
+    _execution_of,
     _twin_point,
-    _with_execution,
     loss_case,
     room_beside,
     start_beside,
@@ -23,6 +24,8 @@ from tuner.measure.baseline import (
     twins,
 )
 from tuner.runs.ledger import Ledger
+from tuner.runs.request import Role
+from tuner.runs.shapes import RunShapes
 from tuner.runs.tasks import TaskRun
 from tuner.state.records import BESIDE_PHASE, Hardware
 
@@ -30,7 +33,9 @@ BASE = {"batch_size": 8, "precision": "fp32", "compile": "none", "loader": "data
 
 
 def ctx():
-    return SimpleNamespace(base=TrainConfig(**BASE), notices=[], notice=lambda msg: None)
+    base, notices = TrainConfig(**BASE), []
+    shapes = RunShapes(base, 8, horizon_for(base, {}, None))  # the planned run
+    return SimpleNamespace(base=base, notices=notices, notice=notices.append, shapes=shapes)
 
 
 def test_a_twin_the_early_stopper_stopped_after_steady_steps_still_lends_its_execution():
@@ -57,10 +62,9 @@ def test_runs_that_failed_or_never_reached_steady_steps_are_no_twins():
 
 
 def test_without_a_twin_the_baseline_trains_as_configured():
-    notes = []
-    c = SimpleNamespace(base=TrainConfig(**BASE), notice=notes.append)
+    c = ctx()
     case, twin = loss_case(c, [make_row("screen-0", config={"batch_size": 64}, tokens_per_s=1e5)])
-    assert twin is None and case["compile"] == "none" and notes
+    assert twin is None and case["compile"] == "none" and c.notices
 
 
 # --- the baseline's loss run beside the screen --------------------------------------------------------------
@@ -81,7 +85,7 @@ def test_the_default_configs_first_start_point_lends_the_baselines_loss_run_its_
     ctx = search_context(tmp_path, gpus=1)
     point = _twin_point(ctx, to_space(ctx))
     assert point["compile"] == "reduce-overhead" and point["batch_size"] == 8 and point["precision"] == "fp32"
-    case = _with_execution(ctx, point)
+    case = ctx.shapes.case(Role.BESIDE, _execution_of(ctx, point))
     assert ctx.placement.beside_share(case) == pytest.approx(1 / 6)  # one of the GPU's six screen-run places
 
 
@@ -108,7 +112,7 @@ HORIZON = "quality.loss_horizon=1M"  # a prefix of the default config's 10,240,0
 def first_beside(ctx: SearchContext) -> TaskRun:
     """The first seed's run beside the screen as start_beside builds it (its task aside: none is started)."""
     point = _twin_point(ctx, to_space(ctx))
-    case = {**_with_execution(ctx, point), "out_dir": None, "max_steps": 40}
+    case = {**ctx.shapes.case(Role.BESIDE, _execution_of(ctx, point)), "max_steps": 40}
     return TaskRun(None, TrialSpec.of({**case, "gpu_memory_fraction": 1 / 6}), point, 0.0)
 
 

@@ -6,7 +6,6 @@ beside it, not added (tuner/decide/loss_limit.py)."""
 from __future__ import annotations
 
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
@@ -89,12 +88,12 @@ def test_a_validation_is_cited_where_the_bench_wrote_one(tmp_path):
     assert "11/12" in validation_note(path) and "10%" in validation_note(path)
 
 
-def test_at_the_planned_run_the_baseline_trains_one_seed():
+def test_at_the_planned_run_the_baseline_trains_one_seed(tmp_path):
     cfg = load_search_config(SMOKE)
-    ctx = SimpleNamespace(cfg=cfg, base=cfg.train)
+    ctx = SearchContext(cfg, tmp_path, cfg.train, Hardware(gpus=0), 1, State(tmp_path), "")
     assert baseline.noise_cases(ctx, ctx.base.model_dump()) == []
     cfg = load_search_config(SMOKE, ["quality.loss_horizon=8192", "train.tokens=65536"])
-    ctx = SimpleNamespace(cfg=cfg, base=cfg.train)
+    ctx = SearchContext(cfg, tmp_path, cfg.train, Hardware(gpus=0), 1, State(tmp_path), "")
     assert [c["seed"] for c in baseline.noise_cases(ctx, ctx.base.model_dump())] == [ctx.base.seed + 1]
 
 

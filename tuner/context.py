@@ -26,8 +26,10 @@ from trainables.files import write_atomically
 from trainables.progress import log
 from trainables.workload import WorkloadInfo
 from tuner.config import SearchConfig
+from tuner.decide.horizon import horizon_for
 from tuner.runs.placement import PlacementPolicy
 from tuner.runs.request import TrialInputs
+from tuner.runs.shapes import RunShapes
 from tuner.state.records import Hardware, ProbedBatch
 
 T = TypeVar("T")
@@ -157,15 +159,10 @@ class SearchContext:
             self.cfg.resources, self.hw, self.cluster_cpus, self.node_cpus, self.base, self.probed
         )
 
-    def short_run(self, knobs: dict[str, Any]) -> dict[str, Any]:
-        """A short exclusive speed run of baseline + knobs: a fixed number of steady steps, a token eval."""
-        steps = self.cfg.search.screen_steps
-        return {
-            **self.base.model_dump(),
-            **knobs,
-            "max_steps": self.base.timing_warmup_steps + steps,
-            "eval_interval": 0,
-            "eval_tokens": self.base.example_units * self.base.eval_batch_size,  # one val batch
-            "log_interval": max(1, steps // 4),
-            "out_dir": None,
-        }
+    @property
+    def shapes(self) -> RunShapes:
+        """The shape of each kind of run of this search (tuner/runs/shapes.py)."""
+        s = self.cfg.search
+        return RunShapes(
+            self.base, s.screen_steps, horizon_for(self.base, s.space, self.cfg.quality.loss_horizon)
+        )

@@ -18,7 +18,7 @@ from typing import Any
 from trainables.spec import TrialSpec
 from tuner.config import Knob
 from tuner.context import SearchContext, SearchFailed, log
-from tuner.decide.horizon import LossHorizon, at_horizon, horizon_for
+from tuner.decide.horizon import LossHorizon
 from tuner.runs.pool import RunPool
 from tuner.runs.request import Role, RunRequest
 from tuner.runs.tasks import TaskRun
@@ -44,9 +44,8 @@ def start_beside(ctx: SearchContext, space: dict[str, Knob]) -> TaskRun | None:
     point = _twin_point(ctx, space)
     if point is None:
         return None
-    case = {**_with_execution(ctx, point), "out_dir": None}
-    share = ctx.placement.beside_share(case)
-    spec = TrialSpec.of(at_horizon({**case, "gpu_memory_fraction": share}, loss_horizon(ctx)))
+    case = ctx.shapes.case(Role.BESIDE, _execution_of(ctx, point))
+    spec = TrialSpec.of({**case, "gpu_memory_fraction": ctx.placement.beside_share(case)})
     run = _start_or_kept(ctx, spec, BESIDE_WHO, point)
     if run.ref is not None:
         how = ", ".join(f"{k}={v}" for k, v in execution(case).items() if getattr(ctx.base, k) != v)
@@ -144,22 +143,22 @@ def twin(ctx: SearchContext, screen: list[TrialRow]) -> TrialRow | None:
 
 def loss_horizon(ctx: SearchContext) -> LossHorizon:
     """Where the loss runs are compared: the planned run, or the prefix `quality.loss_horizon` sets."""
-    return horizon_for(ctx.base, ctx.cfg.search.space, ctx.cfg.quality.loss_horizon)
+    return ctx.shapes.horizon
 
 
 def loss_case(ctx: SearchContext, screen: list[TrialRow]) -> tuple[dict[str, Any], TrialRow | None]:
-    """The baseline's loss run (its config with its twin's execution) and the twin (None: none screened)."""
+    """The baseline's loss run (its config with its twin's execution, at the loss horizon) and the twin
+    (None: none screened)."""
     twin_row = twin(ctx, screen)
     if twin_row is None:
         ctx.notice("no screened config shares the baseline's loss knobs: its loss run trains as configured")
-        return {**ctx.base.model_dump(), "out_dir": None}, None
-    return {**_with_execution(ctx, twin_row.config), "out_dir": None}, twin_row
+        return ctx.shapes.case(Role.LOSS), None
+    return ctx.shapes.case(Role.LOSS, _execution_of(ctx, twin_row.config)), twin_row
 
 
-def _with_execution(ctx: SearchContext, knobs: dict[str, Any]) -> dict[str, Any]:
-    """The baseline's config with the speed-only knobs `knobs` sets: what it trains, run as `knobs` runs."""
-    base = ctx.base.model_dump()
-    return {**base, **execution({**base, **knobs})}
+def _execution_of(ctx: SearchContext, knobs: dict[str, Any]) -> dict[str, Any]:
+    """The speed-only knobs `knobs` sets over the baseline: what it trains, run as `knobs` runs."""
+    return execution({**ctx.base.model_dump(), **knobs})
 
 
 def loss_seeds(ctx: SearchContext) -> list[int]:

@@ -22,7 +22,6 @@ from collections.abc import Sequence
 
 from trainables.spec import TrialSpec
 from tuner.context import SearchContext
-from tuner.decide.horizon import at_horizon
 from tuner.decide.loss_plan import Limits, LossCheck, LossPlan, baseline_speed
 from tuner.decide.select import Candidate
 from tuner.measure import baseline
@@ -203,7 +202,6 @@ def _baseline_specs(
     if not seeds:
         return [], None
     base_case, twin = baseline.loss_case(ctx, screen)
-    base_case = at_horizon(base_case, baseline.loss_horizon(ctx))
     cases = [c for c in [base_case, *baseline.noise_cases(ctx, base_case)] if c["seed"] in seeds]
     return [TrialSpec.of({**case, "gpu_memory_fraction": _gpu_share(ctx, twin)}) for case in cases], twin
 
@@ -228,9 +226,8 @@ def _beside_or_own(
 
 def _spec(ctx: SearchContext, pick: Candidate) -> TrialSpec:
     """A candidate's loss run, labelled with the screen trial it checks, whose execution it trains with."""
-    share = _gpu_share(ctx, pick.row)
-    case = {**ctx.base.model_dump(), **pick.config, "gpu_memory_fraction": share, "out_dir": None}
-    case = at_horizon(case, baseline.loss_horizon(ctx))  # the same prefix as the baseline's, at a prefix
+    case = ctx.shapes.case(Role.LOSS, pick.config)  # the same prefix as the baseline's, at a prefix
+    case = {**case, "gpu_memory_fraction": _gpu_share(ctx, pick.row)}
     return TrialSpec.of(
         case, knobs=pick.config, screen_id=pick.id, twin_of=pick.id, execution=execution(case)
     )

@@ -41,17 +41,18 @@ def run(ctx: SearchContext, screen: list[TrialRow], planned_s: float | None = No
     feasible = [t for t in screen if t.feasible and t.status == "ok"]
     feasible.sort(key=lambda t: -(t.tokens_per_s or 0))
     finalists: list[tuple[str, dict]] = [(BASELINE_ID, {})]
-    cases, peaks = [ctx.short_run({})], [None]  # the baseline is not screened (its twin is)
+    shapes = ctx.shapes
+    cases, peaks = [shapes.case(Role.REMEASURE)], [None]  # the baseline is not screened (its twin is)
     for t in feasible:  # distinct configs only
-        case = ctx.short_run(t.config)
+        case = shapes.case(Role.REMEASURE, t.config)
         if case not in cases and len(finalists) <= ctx.cfg.search.remeasure_top:
             finalists.append((t.id, t.config))
             cases.append(case)
             peaks.append(t.peak_mem_mb)
     recipe = _recipe_finalist(ctx, feasible)  # beside the top, where the screen cannot tell them apart
-    if recipe is not None and ctx.short_run(recipe.config) not in cases:
+    if recipe is not None and shapes.case(Role.REMEASURE, recipe.config) not in cases:
         finalists.append((recipe.id, recipe.config))
-        cases.append(ctx.short_run(recipe.config))
+        cases.append(shapes.case(Role.REMEASURE, recipe.config))
         peaks.append(recipe.peak_mem_mb)
     base_runs, runs = ctx.cfg.search.remeasure_runs(confirming=bool(ctx.state.data.get("remembered")))
     wanted = [base_runs] + [runs] * (len(cases) - 1)

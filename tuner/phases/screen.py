@@ -44,7 +44,7 @@ def run(
     searcher = TpeSearch(
         STUDY, storage, s.seed, startup_trials=max(2, min(8, s.trials // 3)), points=tuple(points)
     )
-    short_run = TrialSpec.of({**ctx.short_run({}), "compile_deadline_s": s.compile_deadline_s})
+    short_run = TrialSpec.of({**ctx.shapes.case(Role.SPEED), "compile_deadline_s": s.compile_deadline_s})
     pool = RunPool(ctx, listeners=[on_row] if on_row is not None else [])
     rows = pool.proposals(
         "screen",

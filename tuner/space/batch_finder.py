@@ -11,28 +11,12 @@ from typing import Any
 from trainables.config import TrainConfig, make_config
 from trainables.data import Corpus, shipped_corpus
 from trainables.loop import resolve_device, train
+from tuner.runs.shapes import PROBE_KEYS, probe_case
 from tuner.state.records import ProbedBatch
-
-# What the probe sets itself: a setting cannot name them.
-PROBE_KEYS = frozenset({"batch_size", "micro_batch", "precision", "max_steps", "out_dir"})
 
 
 def _config(base: dict[str, Any], batch: int, precision: str) -> TrainConfig:
-    return make_config(
-        {
-            **base,
-            "batch_size": batch,
-            "micro_batch": None,  # the whole batch in one forward: the size probed is the micro-batch
-            "precision": precision,
-            "max_steps": 2,
-            "timing_warmup_steps": 1,
-            "log_interval": 1,
-            "eval_interval": 0,
-            "eval_batch_size": 1,
-            "eval_tokens": base.get("seq_len", 256),
-            "out_dir": None,
-        }
-    )
+    return make_config(probe_case(base, batch, precision))
 
 
 def _fits(base: dict[str, Any], batch: int, precision: str) -> float | None:
