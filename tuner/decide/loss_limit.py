@@ -14,15 +14,20 @@ and sees it. tuner/state/records.py re-exports LossLimit, a field of summary.jso
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Literal
+from typing import Literal, Protocol
 
 from pydantic import Field
 
 from tuner.decide.horizon import LossHorizon, seed_noise, validation_note
 from tuner.state.record_base import Record
 
-if TYPE_CHECKING:
-    from tuner.state.records import TrialRow
+
+class LossRun(Protocol):
+    """What a verdict reads of a loss run (a TrialRow has it): whether it trained, and its val loss."""
+
+    status: str
+    val_loss: float | None
+
 
 Mode = Literal["absolute", "relative"]
 # Where the tolerance and its mode came from (tuner/config.py:QualitySection.tolerance_from).
@@ -99,7 +104,7 @@ class LossLimit(Record):
         """Whether a val loss is within the limit (None or NaN never is)."""
         return isinstance(val_loss, int | float) and math.isfinite(val_loss) and val_loss <= self.limit
 
-    def verdict(self, run: TrialRow) -> bool:
+    def verdict(self, run: LossRun) -> bool:
         """A loss run's verdict: it trained without failing, to a loss that passes."""
         return run.status == "ok" and self.passes(run.val_loss)
 
