@@ -15,6 +15,7 @@ from tuner.config import SearchConfig
 from tuner.context import State
 from tuner.session.out_lock import OutLock
 from tuner.space.domains import fit_to_workload
+from tuner.state import out_claim
 
 SMOKE = str(Path(__file__).resolve().parents[1] / "configs" / "smoke.yaml")
 TEXT = "".join(f"line {i}: the quick brown fox jumps over the lazy dog\n" for i in range(6000))
@@ -29,7 +30,7 @@ def claim(out: Path, *sets: str, resume: bool = False) -> SearchConfig:
     out.mkdir(exist_ok=True)
     lock = OutLock(out)
     try:
-        return search.claim_out(args, out, lock, "python -m tuner.search", cfg, corpus)
+        return out_claim.claim_out(args, out, lock, "python -m tuner.search", cfg, corpus)
     finally:
         lock.release()
 
