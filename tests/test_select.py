@@ -17,13 +17,12 @@ from trainables.exit_codes import Exit
 from tuner.config import QualitySection, load_search_config
 from tuner.context import SearchContext, State
 from tuner.decide.loss_plan import Limits, LossPlan
+from tuner.decide.screen_outcome import ScreenOutcome, nothing_screened
 from tuner.decide.select import (
-    ScreenOutcome,
     Selection,
     could_be_remeasured,
     finish_first,
     loss_check_candidates,
-    nothing_screened,
     pick_winner,
     spread,
     with_feasibility,

@@ -15,11 +15,10 @@ from tuner.context import SearchContext, log
 from tuner.decide import costs
 from tuner.decide.loss_outcome import LossCheckOutcome
 from tuner.decide.ratio import one_run_ratio_range, too_few_runs
+from tuner.decide.screen_outcome import ScreenOutcome, nothing_screened
 from tuner.decide.select import (
-    ScreenOutcome,
     finish_first,
     headline_untrusted,
-    nothing_screened,
     pick_winner,
     refuse_untrusted,
     spread,

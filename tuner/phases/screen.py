@@ -16,7 +16,7 @@ from optuna.trial import TrialState
 from trainables.spec import TrialSpec
 from tuner.config import Knob
 from tuner.context import SearchContext, log
-from tuner.decide.select import ScreenOutcome
+from tuner.decide.screen_outcome import ScreenOutcome
 from tuner.measure.screen_clock import screen_clock, wall_budget_s
 from tuner.runs.pool import RunPool
 from tuner.runs.request import Role, RunRequest, TpeSearch
