@@ -30,9 +30,9 @@ from trainables.config import (
     unknown_key,
     with_workload_paths,
 )
-from trainables.micro_batches import splits
 from tuner.decide.horizon import LossHorizon, parse_tokens
 from tuner.decide.loss_limit import LossLimit, ToleranceFrom
+from tuner.space.batch_fit import batch_pairs
 
 
 class Range(BaseModel):
@@ -307,7 +307,7 @@ class SearchConfig(BaseModel):
 
     @model_validator(mode="after")
     def _batches_pair(self):
-        if (said := batch_pairs(self.search, self.train)) is not None:
+        if (said := batch_pairs(self.search.space, self.search.start_points, self.train)) is not None:
             raise ConfigError(said)
         return self
 
@@ -319,40 +319,6 @@ class SearchConfig(BaseModel):
         """This config with `values` set on its train section, checked, and kept as set (as the user's are)."""
         train = make_config({**self.train.model_dump(exclude_unset=True), **values}, section="train")
         return self.model_copy(update={"train": train})
-
-
-def batch_pairs(search: SearchSection, train: TrainConfig) -> str | None:
-    """The one line for a batch_size or micro_batch choice that pairs with none of the other knob's values,
-    or a start point that fixes a pair that cannot run (a micro_batch below its batch must divide it). A
-    space's other bad pairs (batch_size [12, 16] x micro_batch [8]: 12 in 8s) are the screen's to skip
-    (tuner/space/batch_fit.py:BatchFit.refusal); a choice that pairs with nothing would never run at all."""
-    space = search.space
-    batches = space.get("batch_size", [train.batch_size])
-    micros = space.get("micro_batch", [train.micro_batch])
-    if isinstance(batches, Range) or isinstance(micros, Range):
-        return None  # no list of values: the screen skips each bad pair it proposes
-    for m in micros if "micro_batch" in space else []:
-        if not any(splits(b, m) for b in batches):
-            return (
-                f"config key 'search.space.micro_batch': choice {m} would never run: it is below and divides "
-                f"none of batch_size {batches} (below the batch, a micro_batch must divide it)"
-            )
-    for b in batches if "batch_size" in space else []:
-        if not any(splits(b, m) for m in micros):
-            return (
-                f"config key 'search.space.batch_size': choice {b} would never run: none of micro_batch {micros} "
-                "divides it or is at least it"
-            )
-    for i, point in enumerate(search.start_points):
-        pair = {"batch_size": train.batch_size, "micro_batch": train.micro_batch}
-        if all(k in point or k not in space for k in pair):  # else the space fills it in (space.start_point)
-            b, m = (point.get(k, v) for k, v in pair.items())
-            if not splits(b, m):
-                return (
-                    f"config key 'search.start_points[{i}]': micro_batch {m} must divide batch_size {b} "
-                    "or be at least it"
-                )
-    return None
 
 
 # Where a search config's keys live, by the section the user writes them under ('' is the top level).
