@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 
 from trainables import corpora
-from trainables.data import REPLACEMENT_CHAR, CharTokenizer, DataError, load_char_data, resolve_corpus
+from trainables.corpora import REPLACEMENT_CHAR
+from trainables.data import CharTokenizer, load_char_data, resolve_corpus
+from trainables.errors import DataError
 
 REPO = Path(__file__).resolve().parents[1]
 SPEC = "builtin:python-source"

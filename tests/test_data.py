@@ -11,8 +11,9 @@ import torch
 
 from trainables import data
 from trainables.char_batches import batch_offsets, val_window_batches, window_batches
-from trainables.data import CharTokenizer, DataError, load_char_data, resolve_corpus, split_tokens
+from trainables.data import CharTokenizer, load_char_data, resolve_corpus, split_tokens
 from trainables.datasets import step_indices
+from trainables.errors import DataError
 
 SHARED_SHAKESPEARE = [
     Path("/work/shared/data/tinyshakespeare.txt"),

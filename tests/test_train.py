@@ -34,7 +34,8 @@ from trainables.config import (
     read_yaml,
     training_section,
 )
-from trainables.data import CharTokenizer, DataError
+from trainables.data import CharTokenizer
+from trainables.errors import DataError
 from trainables.loop import fp32_fused_note, lr_at, resolve_device, train
 from trainables.result import RunResult
 from trainables.step_model import param_groups

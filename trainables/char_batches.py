@@ -11,8 +11,9 @@ from collections.abc import Iterator
 import torch
 from torch.utils.data import DataLoader
 
-from trainables.data import LOADERS, DataError, gather_windows, split_xy
+from trainables.data import LOADERS, gather_windows, split_xy
 from trainables.datasets import step_generator
+from trainables.errors import DataError
 
 
 def batch_offsets(seed: int, step: int, batch_size: int, seq_len: int, n_tokens: int) -> torch.Tensor:

@@ -35,7 +35,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from trainables.files import write_atomically
+from trainables.corpora import BUILTIN_PREFIX, REPLACEMENT_CHAR, builtin_text
+from trainables.errors import DataError
+from trainables.files import corpus_cache_dir, write_atomically
 
 log = logging.getLogger(__name__)
 
@@ -47,19 +49,12 @@ TINYSHAKESPEARE_FILENAME = "tinyshakespeare.txt"
 DOWNLOAD_TIMEOUT_S = 10.0
 
 EMBEDDED_MAX_CHARS = 4_000_000
-# Every non-ASCII char of the embedded corpus becomes this one token, so its vocab is small and stable.
-REPLACEMENT_CHAR = "\ufffd"
 # Tests, vendored packages and generated codec tables are not the prose-like code we want to model.
 _STDLIB_SKIP_DIRS = frozenset(
     {"test", "tests", "idle_test", "site-packages", "dist-packages", "__pycache__", "encodings"}
 )
 
 LOADERS = ("dataloader", "device")
-BUILTIN_PREFIX = "builtin:"  # a `data` value naming a built-in corpus (trainables/corpora.py), not a path
-
-
-class DataError(ValueError):
-    """A corpus that cannot be used; the message is one line naming the path (the CLI exits 2 on it)."""
 
 
 @dataclass(frozen=True)
@@ -125,20 +120,8 @@ def resolve_corpus(path: str | os.PathLike | None = None) -> Corpus:
     return Corpus(text, f"{source}, the offline default{why}", tuple(warnings))
 
 
-def corpus_cache_dir() -> Path:
-    if os.environ.get("TUNER_CACHE_DIR"):
-        return Path(os.environ["TUNER_CACHE_DIR"])
-    try:
-        import platformdirs  # here, not at the top: the GPU machine's kernel bundle lacks it
-    except ImportError:
-        return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "hybrid-tuner"
-    return Path(platformdirs.user_cache_dir("hybrid-tuner"))
-
-
 def _read_data_source(data: str | os.PathLike, label: str) -> tuple[str, str]:
     if str(data).startswith(BUILTIN_PREFIX):
-        from trainables.corpora import builtin_text  # here, not at the top: corpora imports this module
-
         return builtin_text(str(data))
     return _read_text_source(Path(data), label)
 

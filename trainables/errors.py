@@ -1,5 +1,6 @@
-"""Reading an exception: its first line, and a cause of a given kind anywhere in its chain. Used by the loop
-and by the search (which must not reach into the loop for them)."""
+"""Reading an exception: its first line, and a cause of a given kind anywhere in its chain; and the errors of
+the loop's inputs that the search catches too (DataError, EnvironmentFault). Used by the loop and by the
+search (which must not reach into the loop for them)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,10 @@ def find_cause(err: BaseException | None, kind: type[E]) -> E | None:
         seen.add(id(err))
         err = err.__cause__ or err.__context__
     return None
+
+
+class DataError(ValueError):
+    """A corpus that cannot be used; the message is one line naming the path (the CLI exits 2 on it)."""
 
 
 class EnvironmentFault(Exception):

@@ -1,5 +1,6 @@
 """Files that other processes may read while one is written: the compile cache's entries, OUT's state, the
-remembered answers, the downloaded corpus's cache (trainables/data.py)."""
+remembered answers, the downloaded corpus's cache (trainables/data.py); and the folder those caches live in
+(corpus_cache_dir)."""
 
 from __future__ import annotations
 
@@ -21,3 +22,13 @@ def write_atomically(dest: Path, data: bytes | str) -> None:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def corpus_cache_dir() -> Path:
+    if os.environ.get("TUNER_CACHE_DIR"):
+        return Path(os.environ["TUNER_CACHE_DIR"])
+    try:
+        import platformdirs  # here, not at the top: the GPU machine's kernel bundle lacks it
+    except ImportError:
+        return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "hybrid-tuner"
+    return Path(platformdirs.user_cache_dir("hybrid-tuner"))

@@ -15,8 +15,8 @@ from typing import Any
 import torch
 
 from trainables.config import ConfigError, TrainConfig
-from trainables.data import CharData, DataError, load_char_data
-from trainables.errors import EnvironmentFault
+from trainables.data import CharData, load_char_data
+from trainables.errors import DataError, EnvironmentFault
 from trainables.loop import resolve_device
 from trainables.workload import HybridLMWorkload, Workload, WorkloadInfo, check_workload, load_workload
 

@@ -12,8 +12,7 @@ import sys
 
 from trainables.cli import OneLineParser
 from trainables.config import ConfigError, load_config
-from trainables.data import DataError
-from trainables.errors import EnvironmentFault
+from trainables.errors import DataError, EnvironmentFault
 from trainables.exit_codes import Exit
 from trainables.loop import train
 from trainables.preflight import preflight

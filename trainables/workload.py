@@ -24,7 +24,7 @@ from torch.utils.data._utils.collate import default_collate
 
 from model import HybridConfig
 from trainables.config import ConfigError, TrainConfig, unknown_key
-from trainables.data import DataError
+from trainables.errors import DataError
 from trainables.hybrid_workload import HybridLMWorkload
 from trainables.loss_tolerance import declared_tolerance
 from trainables.user_code import WorkloadSpec, load_factory, needs_path, parse_spec
