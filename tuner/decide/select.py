@@ -233,13 +233,7 @@ def pick_winner(finalists: list[Finalist], baseline_knobs: dict) -> Selection:
 
     lead = contenders[0]  # the fastest still in the running
     simplest = min(contenders, key=lambda r: (r.n_knobs, -r.median, r.id))
-    efficient = None
-    if len(contenders) > 1 and all(r.jpt is not None for r in contenders):
-        # Lower J/token wins among tied configs when it saves at least ENERGY_MARGIN over the pick that
-        # speed and simplicity alone would make.
-        lowest = min(contenders, key=lambda r: (r.jpt, -r.median, r.id))
-        if lowest is not simplest and lowest.jpt <= simplest.jpt * (1 - ENERGY_MARGIN):
-            efficient = lowest
+    efficient = _more_efficient(contenders, simplest)
     winner = efficient or simplest
     sel.winner = winner.finalist
     sel.telemetry_changed_decision = efficient is not None and efficient is not simplest
@@ -265,17 +259,33 @@ def pick_winner(finalists: list[Finalist], baseline_knobs: dict) -> Selection:
         sel.reasons.append(
             f"telemetry changed the decision: on speed and simplicity alone {simplest.id} would win"
         )
+    _reject_tied(sel, contenders, winner, by_energy=efficient is not None)
+    return sel
+
+
+def _more_efficient(contenders: list[_Ranked], simplest: _Ranked) -> _Ranked | None:
+    """Lower J/token wins among tied configs when it saves at least ENERGY_MARGIN over the pick that speed
+    and simplicity alone would make (None: it does not, or not every contender has J/token)."""
+    if len(contenders) < 2 or any(r.jpt is None for r in contenders):
+        return None
+    lowest = min(contenders, key=lambda r: (r.jpt, -r.median, r.id))
+    if lowest is not simplest and lowest.jpt <= simplest.jpt * (1 - ENERGY_MARGIN):
+        return lowest
+    return None
+
+
+def _reject_tied(sel: Selection, contenders: list[_Ranked], winner: _Ranked, by_energy: bool) -> None:
+    """Why each tied contender lost to the winner."""
     for r in contenders:
         if r is winner:
             continue
-        if efficient is not None:
+        if by_energy:
             why = f"higher J/token ({r.jpt:.4g} vs {winner.jpt:.4g})"
         elif r.n_knobs > winner.n_knobs:
             why = f"{_plural(r.n_knobs - winner.n_knobs, 'more non-default knob')}"
         else:
             why = f"as simple, lower median ({r.median:,.0f} tok/s)"
         sel.rejected[r.id] = f"tied with {winner.id} (ranges overlap); {why}"
-    return sel
 
 
 # A warm-up is one figure (the shortest measured), and it varies by seconds: best.yaml's cached fused graph

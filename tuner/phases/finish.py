@@ -7,6 +7,7 @@ import importlib.metadata as md
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from trainables.config import dump_config, make_config
 from trainables.exit_codes import Exit
@@ -74,7 +75,6 @@ def summarize(
     base, tokens = ctx.base.model_dump(), ctx.base.tokens
     finalists = _finalists(base, baseline, screen, remeasure, tokens, checked)
     base_runs = next((f.runs for f in finalists if f.id == BASELINE_ID), [])
-    base_median = spread(base_runs)[0] if base_runs else None
     # The baseline competes too: when nothing beats it beyond noise, the simplest (it) wins; and a planned
     # run too short to pay for a winner's compile goes to the config that finishes it first.
     selection = finish_first(pick_winner(finalists, base), finalists, tokens)
@@ -85,14 +85,7 @@ def summarize(
     trials = [baseline, *screen, *checked, *remeasure]
     timings = _timings(ctx)
     return Summary(
-        baseline=BaselineResult(
-            config=base,
-            tokens_per_s=base_median,
-            tokens_per_s_full_run=baseline.tokens_per_s,
-            val_loss=baseline.val_loss,
-            val_metrics=baseline.val_metrics,
-            loss_execution=baseline.execution,
-        ),
+        baseline=_baseline_result(base, base_runs, baseline),
         unit=ctx.workload.unit if ctx.workload else "tokens",
         best=_best(winner, base_runs, _val_metrics(winner.id, baseline, screen, checked)) if winner else None,
         untrusted=untrusted,
@@ -127,6 +120,18 @@ def summarize(
             screen,
             str(ctx.out / "recipe.yaml"),
         ),
+    )
+
+
+def _baseline_result(base: dict[str, Any], runs: list[float], loss_run: TrialRow) -> BaselineResult:
+    """The baseline's speed (the median of its re-measured runs) and its loss run's figures."""
+    return BaselineResult(
+        config=base,
+        tokens_per_s=spread(runs)[0] if runs else None,
+        tokens_per_s_full_run=loss_run.tokens_per_s,
+        val_loss=loss_run.val_loss,
+        val_metrics=loss_run.val_metrics,
+        loss_execution=loss_run.execution,
     )
 
 

@@ -82,6 +82,20 @@ class SlowTrialStopper(Stopper):
         return False
 
 
+def _trainable(phase: str, role: Role | None, inputs: TrialInputs) -> Any:
+    """The trial function with what every trial of the phase gets: its timing-gate policy, the corpus and
+    the compile caches' server (through Ray's object store)."""
+    trainable = tune.with_parameters(
+        train_trial,
+        timing_gate=role.timing_gate if role else None,
+        corpus=inputs.corpus,
+        cache_server=inputs.cache_server,
+    )
+    # Tune names each trial actor (its repr in the dashboard) and trial after the function: say the phase.
+    trainable.__name__ = f"{phase}_trial"
+    return trainable
+
+
 def _fit(
     ledger: Ledger,
     out: Path,
@@ -111,16 +125,8 @@ def _fit(
     record = LedgerCallback(ledger, total, already, budget, rerun_lost, on_row, planned_s, role)
     stoppers = [s for s in (tune_kwargs.pop("stopper", None), LedgerFailed(record)) if s is not None]
     sigint = TuneSigint()  # made now: the SIGINT handler Tune will replace is the one in place
-    trainable = tune.with_parameters(
-        train_trial,
-        timing_gate=role.timing_gate if role else None,
-        corpus=inputs.corpus,
-        cache_server=inputs.cache_server,
-    )
-    # Tune names each trial actor (its repr in the dashboard) and trial after the function: say the phase.
-    trainable.__name__ = f"{ledger.phase}_trial"
     tuner = tune.Tuner(
-        tune.with_resources(trainable, placement.resources),
+        tune.with_resources(_trainable(ledger.phase, role, inputs), placement.resources),
         param_space=param_space,
         tune_config=tune.TuneConfig(
             trial_dirname_creator=lambda trial: f"{name}_{trial.trial_id}",
@@ -239,10 +245,7 @@ def run_proposals(
         budget = None if clock is None else clock.budget_s - clock.elapsed()
         if remaining <= 0 or (budget is not None and budget <= 0):
             break
-        measured = {freeze(r.config): r.tokens_per_s or 0.0 for r in done}
-        searcher = DistinctConfigs(make_searcher(), measured, fit)  # fit: tuner/space/batch_fit.py's rules
-        if clock is not None:
-            searcher.may_propose = lambda s=searcher: clock.proposing(seen_by(s)[1], placement.room)
+        searcher = _distinct(make_searcher(), done, fit, clock, placement)
         _say_going_on(phase, attempt, len(done), trials)
         best = max((r.tokens_per_s or 0 for r in done if r.status == "ok"), default=0.0)
         slow = SlowTrialStopper(stopper_ratio, best, keep)
@@ -269,10 +272,28 @@ def run_proposals(
         )
         if not record.lost:
             break
-    rows = ledger.rows()
-    out_of_time = clock is not None and clock.elapsed() >= clock.budget_s * 0.95
     if answered:
         log(f"[{phase}] {answered} repeated proposals answered from earlier measurements, not rerun")
+    return _all_or_why(ledger.rows(), phase, trials, clock, exhausted, untold)
+
+
+def _distinct(
+    searcher: Any, done: list[TrialRow], fit: BatchFit | None, clock: ScreenClock | None, placement: Placement
+) -> DistinctConfigs:
+    """The searcher that never proposes a config measured (`done`) or one that cannot fit (`fit`:
+    tuner/space/batch_fit.py's rules), and proposes only while the clock and the cluster's room allow."""
+    measured = {freeze(r.config): r.tokens_per_s or 0.0 for r in done}
+    distinct = DistinctConfigs(searcher, measured, fit)
+    if clock is not None:
+        distinct.may_propose = lambda s=distinct: clock.proposing(seen_by(s)[1], placement.room)
+    return distinct
+
+
+def _all_or_why(
+    rows: list[TrialRow], phase: str, trials: int, clock: ScreenClock | None, exhausted: bool, untold: list
+) -> list[TrialRow]:
+    """The rows, where the phase ran all its trials, ran out of time or of configs; else why it ended."""
+    out_of_time = clock is not None and clock.elapsed() >= clock.budget_s * 0.95
     if len(rows) < trials and not (out_of_time or exhausted):  # no signal: that was Interrupted
         raise TuneFailed(ended_early(phase, len(rows), trials, untold))
     return rows
