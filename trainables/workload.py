@@ -29,8 +29,8 @@ from trainables.hybrid_workload import HybridLMWorkload
 from trainables.loss_tolerance import declared_tolerance
 from trainables.user_code import WorkloadSpec, load_factory, needs_path, parse_spec
 from trainables.workload_job import Job, as_job, check_checkpointing, with_units
-from trainables.workload_probe import TOKENS, check_declared, checked_forward, first_examples
-from trainables.workload_protocol import OPTIONAL_METHODS, WORKLOAD_KNOBS, Batch, Workload
+from trainables.workload_probe import check_declared, checked_forward, first_examples
+from trainables.workload_protocol import OPTIONAL_METHODS, TOKENS, WORKLOAD_KNOBS, Batch, Workload
 
 __all__ = [
     "WORKLOAD_KNOBS",

@@ -12,8 +12,7 @@ from torch import nn
 
 from trainables import datasets, flops
 from trainables.config import ConfigError, TrainConfig
-from trainables.workload_probe import TOKENS
-from trainables.workload_protocol import LOADER_KNOBS, REGION_KNOBS, Batch
+from trainables.workload_protocol import LOADER_KNOBS, REGION_KNOBS, TOKENS, Batch
 
 
 class Job:

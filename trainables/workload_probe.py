@@ -4,19 +4,15 @@ metrics on a batch, each wrong kind refused in one line (ConfigError) that names
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch import nn
 
 from trainables import datasets
 from trainables.config import ConfigError
-
-if TYPE_CHECKING:
-    from trainables.workload_job import Job
-    from trainables.workload_protocol import Batch
-
-TOKENS = "tokens"  # a workload's unit unless it declares its own
+from trainables.workload_job import Job
+from trainables.workload_protocol import TOKENS, Batch
 
 
 def check_declared(job: Job, name: str, section: str) -> None:

@@ -59,6 +59,7 @@ import torch
 from torch import nn
 
 Batch = Any  # a tensor, or a tuple / list / dict of tensors, batch on dim 0
+TOKENS = "tokens"  # a workload's unit unless it declares its own
 
 # Knobs that work only when the workload implements them; the loop applies every other knob itself.
 WORKLOAD_KNOBS = {
