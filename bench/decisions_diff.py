@@ -12,10 +12,12 @@ each marked `same`, `DIFF` or `speed`:
 - the searcher replayed: a fresh TPE with the screen's seed, asked and told in each search's own order with
   its own results, must propose every config that search proposed (else a DIFF): the rule that turned
   results into proposals is the same in both, whatever the speeds were;
-- the loss runs (the baseline's and the contenders'): val loss, final train loss and verdict per trained
-  config. A config trained by both must reach the same losses (CPU training on a fixed seed and thread count
-  is bit for bit; the loop records them to 5 decimals) and verdict;
-  which contenders were trained follows the screen's speeds (`speed`);
+- the loss runs (the baseline's and the contenders'): val loss and verdict per trained config. A config
+  trained by both must reach the same val loss (CPU training on a fixed seed and thread count is bit for
+  bit; the loop records it to 5 decimals) and verdict; its final train loss is printed, and judged `speed`
+  where it differs: it is the mean since the last progress line, and a slow run prints one every
+  `progress_s` of wall time as well as every `log_interval` steps. Which contenders were trained follows
+  the screen's speeds (`speed`);
 - the loss limit (the baseline's loss, the tolerance, the limit);
 - the answer and the speeds, printed only: they depend on the measured speed.
 Exit 0: every speed-independent decision agrees; 1: one differs (a DIFF line); 2: an OUT that is not a
@@ -83,7 +85,7 @@ class LossRun:
         return f"val {self.val_loss!r} {verdict}, train {self.train_loss!r} ({self.phase}, {self.status})"
 
     def decided(self) -> tuple:
-        return self.status, self.val_loss, self.train_loss, self.feasible
+        return self.status, self.val_loss, self.feasible
 
 
 @dataclass(frozen=True)
@@ -137,6 +139,10 @@ def replay(trials: list[FrozenTrial], seed: int, startup: int) -> list[bool]:
     for _, tell, number in sorted(asks + tells):
         trial = trials[number]
         if not tell:
+            if (
+                "fixed_params" in trial.system_attrs
+            ):  # a start point, enqueued (OptunaSearch's points_to_evaluate)
+                study.enqueue_trial(trial.system_attrs["fixed_params"])
             asked[number] = study.ask(fixed_distributions=trial.distributions)
             same.append(asked[number].params == trial.params)
             continue
@@ -234,8 +240,12 @@ def compare_loss_runs(a: Search, b: Search) -> list[tuple[str, str]]:
         text = f"{key}: {ra.line() if ra else '(not trained)'}  |  {rb.line() if rb else '(not trained)'}"
         if ra is None or rb is None:
             lines.append((SPEED, text))  # which contenders were trained follows the screen's speeds
+        elif ra.decided() != rb.decided():
+            lines.append((DIFF, text))
+        elif ra.train_loss != rb.train_loss:  # its last window ends at a progress line, which time can set
+            lines.append((SPEED, f"{text}  (train loss: the window since the last progress line)"))
         else:
-            lines.append((SAME if ra.decided() == rb.decided() else DIFF, text))
+            lines.append((SAME, text))
     return lines
 
 
