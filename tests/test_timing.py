@@ -102,10 +102,10 @@ def test_cuda_step_times_come_from_events_read_at_syncs():
     timer.start()
     run(timer, clock, WARMUP + STEADY)
     assert syncs == [0.0, 6.0]  # start and the warm-up's end: none per step
-    assert timer.step_s == []  # the events are not read before a sync
+    assert timer.times.step_s == []  # the events are not read before a sync
     timer.close_segment()
     assert syncs == [0.0, 6.0, 7.25]
-    assert timer.step_s == pytest.approx(STEADY)
+    assert timer.times.step_s == pytest.approx(STEADY)
     assert timer.summary()["step_ms_median"] == 312.5
 
 

@@ -30,13 +30,99 @@ from trainables import cpu_load
 from trainables.exit_codes import Exit
 
 
+class StepTimes:
+    """The steady steps' durations and their median, p90 and the compile time they imply: from CUDA events
+    on GPU, read only at the syncs the loop makes anyway (`read`), and from the clock on CPU."""
+
+    def __init__(self, clock: Callable[[], float], new_event: Callable[[], Any] | None):
+        self.clock, self.new_event = clock, new_event
+        self.step_s: list[float] = []
+        self._events: list[tuple[Any, Any]] = []  # CUDA events of steps not yet read
+
+    @contextmanager
+    def timed(self) -> Iterator[None]:
+        """Times one step: a pair of events (read later), or the clock."""
+        begin = self.new_event() if self.new_event else None
+        if begin is not None:
+            begin.record()
+        started = self.clock()
+        yield
+        if begin is not None:
+            end = self.new_event()
+            end.record()
+            self._events.append((begin, end))
+        else:
+            self.step_s.append(self.clock() - started)
+
+    def read(self) -> None:
+        """The durations of the events recorded since the last read; the caller has just synced."""
+        self.step_s.extend(begin.elapsed_time(end) / 1000 for begin, end in self._events)
+        self._events.clear()
+
+    def stats(self, warmup_s: float | None, warmup_steps: int) -> dict[str, float | None]:
+        if not self.step_s:
+            return {"step_ms_median": None, "step_ms_p90": None, "compile_s": None}
+        ms = sorted(t * 1000 for t in self.step_s)
+        median = round(statistics.median(ms), 3)
+        compile_s = None
+        if warmup_s is not None:
+            # The warm-up steps' excess over steady steps is the one-off cost (compile, autotune, graphs).
+            compile_s = round(max(0.0, warmup_s - warmup_steps * median / 1000), 3)
+        p90 = round(ms[min(len(ms) - 1, int(0.9 * len(ms)))], 3)
+        return {"step_ms_median": median, "step_ms_p90": p90, "compile_s": compile_s}
+
+
+class SteadyWindow:
+    """The wall-clock (time.time) window of the steady phase, its tokens and the host's CPU load over it:
+    what telemetry is joined on. The load is taken at each segment's end (`close`), so the window so far
+    carries it."""
+
+    def __init__(self, wall: Callable[[], float], cpu_snapshot: Callable[[], cpu_load.CpuSnapshot | None]):
+        self.wall, self.cpu_snapshot = wall, cpu_snapshot
+        self.t0: float | None = None
+        self.t1: float | None = None
+        self.tokens = 0
+        self._cpu: dict[str, cpu_load.CpuSnapshot | None] = dict.fromkeys(("start", "t0", "t1"))
+        self._load = cpu_load.window_load(None, None)  # the CPU load over the window so far
+
+    def start_run(self) -> None:
+        """The run starts: its CPU load is the window's for a run too short to have one (`whole_run`)."""
+        self._cpu["start"] = self.cpu_snapshot()
+
+    def open(self) -> None:
+        self.t0, self._cpu["t0"] = self.wall(), self.cpu_snapshot()
+        self._load = cpu_load.window_load(None, None)
+
+    def close(self, tokens: int) -> None:
+        """The window so far ends now, with `tokens` steady tokens in it."""
+        self.t1, self.tokens = self.wall(), tokens
+        self._cpu["t1"] = self.cpu_snapshot()
+        # here, not in figures(): the loop reads the window every step, this once per segment
+        self._load = cpu_load.window_load(self._cpu["t0"], self._cpu["t1"])
+
+    def figures(self) -> dict[str, Any]:
+        """The window up to its last segment's end, and the CPU load over it (None until one ended)."""
+        return {"window_t0": self.t0, "window_t1": self.t1, "window_tokens": self.tokens, **self._load}
+
+    def final_load(self) -> dict[str, float | int | None]:
+        return cpu_load.window_load(self._cpu["t0"], self._cpu["t1"])
+
+    def whole_run(self, elapsed: float, tokens: int) -> dict[str, Any]:
+        """The whole run as the window (warm-up included), `elapsed` seconds and `tokens` up to now, and the
+        CPU load over it: for a run too short to have a steady phase, so its GPU figures still exist."""
+        t1 = self.wall()
+        load = cpu_load.window_load(self._cpu["start"], self.cpu_snapshot())
+        return {"window_t0": t1 - elapsed, "window_t1": t1, "window_tokens": tokens, **load}
+
+
 class StepTimer:
     """Call `start()`, wrap each optimizer step in `with timer.step():`, call `close_segment()` at each
     log point (it syncs) and `resume()` after an eval; `window()` is the steady window so far and
     `summary()` every timing figure of the run.
 
     `clock` is time.perf_counter, `wall` time.time; `device_sync` waits for queued device work and
-    `new_event` makes a timing event (CUDA), both None on CPU. Tests pass fakes of all four.
+    `new_event` makes a timing event (CUDA), both None on CPU. Tests pass fakes of all four. The steady
+    steps' durations are `times` (StepTimes), the telemetry window `steady_window` (SteadyWindow).
     """
 
     def __init__(
@@ -51,20 +137,14 @@ class StepTimer:
         cpu_snapshot: Callable[[], cpu_load.CpuSnapshot | None] = cpu_load.snapshot,
     ):
         self.warmup_steps, self.tokens_per_step = warmup_steps, tokens_per_step
-        self.clock, self.wall, self.device_sync, self.new_event = clock, wall, device_sync, new_event
-        self.cpu_snapshot = cpu_snapshot
+        self.clock, self.device_sync = clock, device_sync
+        self.times = StepTimes(clock, new_event)
+        self.steady_window = SteadyWindow(wall, cpu_snapshot)
         self.steps, self.steady_tokens, self.steady_s = 0, 0, 0.0
-        self.step_s: list[float] = []  # steady steps only
-        self._events: list[tuple[Any, Any]] = []  # CUDA events of steady steps not yet read
         self.run_start = self.segment_start = 0.0
         self.warmup_s: float | None = None
         self.waited_s = 0.0  # excluded from the warm-up
         self.tokens_per_s: float | None = None
-        self.window_t0: float | None = None
-        self.window_t1: float | None = None
-        self.window_tokens = 0
-        self._cpu: dict[str, cpu_load.CpuSnapshot | None] = dict.fromkeys(("start", "t0", "t1"))
-        self._window_load = cpu_load.window_load(None, None)  # the CPU load over the window so far
 
     @classmethod
     def for_device(cls, device: torch.device, warmup_steps: int, tokens_per_step: int) -> StepTimer:
@@ -84,33 +164,20 @@ class StepTimer:
 
     def start(self) -> None:
         self.run_start = self.segment_start = self._now()
-        self._cpu["start"] = self.cpu_snapshot()
+        self.steady_window.start_run()
 
     @contextmanager
     def step(self) -> Iterator[None]:
         """Times one optimizer step (all its micro-batches); the last warm-up step ends the warm-up."""
         steady = self.steps >= self.warmup_steps
-        begin = self.new_event() if steady and self.new_event else None
-        if begin is not None:
-            begin.record()
-        started = self.clock()
-        yield
+        with self.times.timed() if steady else contextlib.nullcontext():
+            yield
         if steady:
-            if begin is not None:
-                end = self.new_event()
-                end.record()
-                self._events.append((begin, end))
-            else:
-                self.step_s.append(self.clock() - started)
             self.steady_tokens += self.tokens_per_step
         self.steps += 1
         if self.steps == self.warmup_steps:
             self.warmup_s = round(self.close_segment() - self.run_start - self.waited_s, 3)
-            self._open_window()
-
-    def _open_window(self) -> None:
-        self.window_t0, self._cpu["t0"] = self.wall(), self.cpu_snapshot()
-        self._window_load = cpu_load.window_load(None, None)
+            self.steady_window.open()
 
     def close_segment(self) -> float:
         """Syncs and ends the segment since the last one (steady time once past the warm-up); returns now."""
@@ -118,14 +185,10 @@ class StepTimer:
         if self.steps > self.warmup_steps:
             self.steady_s += now - self.segment_start
         self.segment_start = now
-        self.step_s.extend(begin.elapsed_time(end) / 1000 for begin, end in self._events)
-        self._events.clear()
+        self.times.read()
         if self.steady_s > 0:
             self.tokens_per_s = round(self.steady_tokens / self.steady_s, 1)
-            self.window_t1, self.window_tokens = self.wall(), self.steady_tokens
-            self._cpu["t1"] = self.cpu_snapshot()
-            # here, not in window(): the loop reads the window every step, this once per segment
-            self._window_load = cpu_load.window_load(self._cpu["t0"], self._cpu["t1"])
+            self.steady_window.close(self.steady_tokens)
         return now
 
     def exclude_from_warmup(self, seconds: float) -> None:
@@ -136,7 +199,7 @@ class StepTimer:
         """The steady window starts now, not when the warm-up ended: time spent waiting between the two
         (for a GPU another run is being timed on) is neither warm-up nor steady time."""
         self.segment_start = self._now()
-        self._open_window()
+        self.steady_window.open()
 
     def resume(self) -> None:
         """Starts the next segment now: the time since the last close (an eval) is not training time."""
@@ -150,34 +213,19 @@ class StepTimer:
         """The steady phase so far: speed, wall-clock window and its tokens, the warm-up's length, and the
         host's CPU load over the window up to its last segment's end (None until one ended, or while too
         short to judge)."""
-        keys = ("tokens_per_s", "warmup_s", "window_t0", "window_t1", "window_tokens")
-        return {**{key: getattr(self, key) for key in keys}, **self._window_load}
-
-    def _step_stats(self) -> dict[str, float | None]:
-        if not self.step_s:
-            return {"step_ms_median": None, "step_ms_p90": None, "compile_s": None}
-        ms = sorted(t * 1000 for t in self.step_s)
-        median = round(statistics.median(ms), 3)
-        compile_s = None
-        if self.warmup_s is not None:
-            # The warm-up steps' excess over steady steps is the one-off cost (compile, autotune, graphs).
-            compile_s = round(max(0.0, self.warmup_s - self.warmup_steps * median / 1000), 3)
-        p90 = round(ms[min(len(ms) - 1, int(0.9 * len(ms)))], 3)
-        return {"step_ms_median": median, "step_ms_p90": p90, "compile_s": compile_s}
+        return {"tokens_per_s": self.tokens_per_s, "warmup_s": self.warmup_s, **self.steady_window.figures()}
 
     def summary(self) -> dict[str, Any]:
         """Every timing figure of the run, with the host's CPU load over its window (after the last step)."""
-        figures = {**self.window(), **self._step_stats()}
-        cpu = (self._cpu["t0"], self._cpu["t1"])
+        figures = {**self.window(), **self.times.stats(self.warmup_s, self.warmup_steps)}
         if self.tokens_per_s is None:
             # Too short to have a steady phase: the overall rate, flagged by compile_s = None, and the whole
-            # run as the telemetry window (warm-up included) so its GPU figures still exist.
-            elapsed, t1 = self._now() - self.run_start, self.wall()
+            # run as the telemetry window (warm-up included).
+            elapsed = self._now() - self.run_start
             tokens = self.steps * self.tokens_per_step
-            figures.update(tokens_per_s=round(tokens / max(elapsed, 1e-9), 1), window_tokens=tokens)
-            figures.update(window_t0=t1 - elapsed, window_t1=t1)
-            cpu = (self._cpu["start"], self.cpu_snapshot())
-        return {**figures, **cpu_load.window_load(*cpu)}
+            rate = round(tokens / max(elapsed, 1e-9), 1)
+            return {**figures, "tokens_per_s": rate, **self.steady_window.whole_run(elapsed, tokens)}
+        return {**figures, **self.steady_window.final_load()}
 
 
 STUCK_GRACE_S = 30.0  # how long past its deadline a first step may take to notice it, per stage
