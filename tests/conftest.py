@@ -15,6 +15,14 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("TUNER_CACHE_DIR", tempfile.mkdtemp(prefix="tuner-test-cache-"))
 os.environ.setdefault("TUNER_FRESH", "1")
 
+# Under pytest-xdist each worker gets its share of the cores for torch's intra-op threads (1 each with -n 2 on
+# 2 cores), in this process and the CLIs it starts, unless OMP_NUM_THREADS was set: two workers of two
+# threads each on two busy cores made OpenMP's spinning barriers the cost, not the work (a 60-step tiny-model
+# test: 1.3 s alone, 174 s at load 9 with 2 threads, 1.5 s with 1; issue 44 item 2, docs/test-times.md).
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
+    _SHARE = max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))
+    os.environ.setdefault("OMP_NUM_THREADS", str(_SHARE))
+
 
 @pytest.fixture
 def one_cpu_ray(monkeypatch):
