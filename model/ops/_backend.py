@@ -7,12 +7,15 @@ imported only when first asked for; a machine without them still runs "naive" an
 from __future__ import annotations
 
 import importlib
+import importlib.abc
+import importlib.machinery
 import importlib.metadata
-import importlib.util
 import sys
 import types
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from importlib.machinery import ModuleSpec
+from typing import Any
 
 import torch
 
@@ -55,32 +58,47 @@ def load_fused(op: str) -> tuple[Callable | None, str]:
     return _loaded[op]
 
 
+class _BareInits(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """A finder ahead of the others for the packages in `names`: each is found as a bare package of its own
+    directory, whose __init__ never runs. The import system makes and registers it; `made` lists them."""
+
+    def __init__(self, names: tuple[str, ...]):
+        self.names, self.made = set(names), []
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> ModuleSpec | None:
+        if fullname not in self.names:
+            return None
+        found = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if found is None or found.submodule_search_locations is None:
+            return None  # not installed: the import itself says so
+        spec = ModuleSpec(fullname, self, is_package=True)
+        spec.submodule_search_locations = list(found.submodule_search_locations)
+        self.made.append(fullname)
+        return spec
+
+    def create_module(self, spec: ModuleSpec) -> None:
+        return None  # the default module
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        module.__version__ = _version_of(module.__name__)  # fla.utils reads `from fla import __version__`
+
+
 @contextmanager
 def packages_without_init(names: tuple[str, ...]) -> Iterator[None]:
     """Within it, importing a submodule of a package in `names` (parents first) does not run that package's
-    __init__: it stands as a bare package of its own directory. After it, the bare packages and everything
-    imported under them leave `sys.modules` (the functions taken from them keep working), so a later plain
-    `import fla` (a user's workload) gets the whole real package, as if we had never imported it. A package
-    already imported is left as it is."""
-    bare = []
-    for name in names:
-        if name in sys.modules:
-            continue
-        spec = importlib.util.find_spec(name)  # a dotted name's parent: the bare one made before it
-        if spec is None or spec.submodule_search_locations is None:
-            continue  # not installed: the import below says so
-        package = types.ModuleType(name)
-        package.__path__ = list(spec.submodule_search_locations)
-        package.__spec__ = spec
-        package.__version__ = _version_of(name)  # fla.utils reads `from fla import __version__`
-        sys.modules[name] = package
-        bare.append(name)
+    __init__: it stands as a bare package of its own directory (`_BareInits`). After it, the bare packages
+    and everything imported under them are forgotten by the import system (the functions taken from them
+    keep working), so a later plain `import fla` (a user's workload) gets the whole real package, as if we
+    had never imported it. A package already imported is left as it is."""
+    finder = _BareInits(names)
+    sys.meta_path.insert(0, finder)
     try:
         yield
     finally:
-        prefixes = tuple(f"{name}." for name in bare)
-        for name in [m for m in sys.modules if m in bare or m.startswith(prefixes)]:
-            del sys.modules[name]
+        sys.meta_path.remove(finder)
+        prefixes = tuple(f"{name}." for name in finder.made)
+        for name in [m for m in sys.modules if m in finder.made or m.startswith(prefixes)]:
+            sys.modules.pop(name)
 
 
 def _version_of(package: str) -> str:
