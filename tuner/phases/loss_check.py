@@ -17,7 +17,6 @@ trains it now). Without them, four H100s spent 98 s in two rounds after a screen
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 from trainables.spec import TrialSpec
@@ -241,21 +240,8 @@ def _round(
     ctx: SearchContext, round_no: int | str, cases: list[TrialSpec], beside: int = 0
 ) -> list[TrialRow]:
     # Full token budget, the baseline's seed and data order; GPU fractions with a memory cap each.
-    requests = [RunRequest(case, Role.LOSS) for case in spread_over_gpus(ctx, cases, beside)]
+    requests = [RunRequest(case, Role.LOSS) for case in ctx.placement.spread(cases, beside)]
     return RunPool(ctx).cases(f"loss_check_{round_no}", requests, ctx.placement.loss_round())
-
-
-def spread_over_gpus(ctx: SearchContext, cases: list[TrialSpec], beside: int = 0) -> list[TrialSpec]:
-    """Each run takes at least 1/ceil(runs / GPUs) of a GPU, so a round's runs spread evenly over the GPUs:
-    Ray fills one GPU's fractions before the next (on two H100s, four quarter-GPU runs trained on GPU 0 at
-    151-193K tok/s while GPU 1 trained one at 575K, and the round lasted as long as GPU 0's). `beside`: runs
-    still training outside the round (the baseline's), counted so every run of the round finds a place at
-    once (else, on 2 H200s, the fourth of four half-GPU runs waits for a place beside the baseline's run,
-    and the round takes 115 s instead of ~50)."""
-    if not ctx.on_gpu:
-        return cases
-    floor = 1.0 / math.ceil((len(cases) + beside) / max(1, ctx.hw.gpus))
-    return [c.with_train(gpu_memory_fraction=max(c.train.gpu_memory_fraction or 0.0, floor)) for c in cases]
 
 
 def _gpu_share(ctx: SearchContext, screened: TrialRow | None) -> float | None:

@@ -40,6 +40,10 @@ class PlacementPolicy:
     def on_gpu(self) -> bool:
         return self.hw.gpus > 0
 
+    @property
+    def memory(self) -> MemoryShares:
+        return MemoryShares(self.hw, self.base, self.probed)
+
     def reuse_actors(self) -> bool:
         """Warm workers across trials on CPUs, except under a memory cap (an allocation failing inside
         oneDNN can leave the process unable to train again); on GPUs a fresh process per trial: CUDA-graph
@@ -55,7 +59,7 @@ class PlacementPolicy:
             return self._cpu_speed()
         per_gpu, cpus = self.speed_runs_per_gpu(), self.resources.cpus_per_trial
         return Placement(
-            lambda config: {"cpu": cpus, "gpu": self._spec_share(TrialSpec.as_asked(config), per_gpu)},
+            lambda config: {"cpu": cpus, "gpu": self.memory.spec_share(TrialSpec.as_asked(config), per_gpu)},
             per_gpu * self.hw.gpus,
             self.reuse_actors(),
             room=lambda: room_now({"CPU": cpus, "GPU": 1 / per_gpu}, ray.available_resources()),
@@ -77,18 +81,18 @@ class PlacementPolicy:
         cpus_per_gpu = max(1, int(self.cluster_cpus / gpus))
         per_gpu = max(1, min(math.ceil(runs / gpus), cpus_per_gpu))
         cpus = max(1, min(self.resources.cpus_per_trial, cpus_per_gpu // per_gpu))
-        even = self._even_shares_fit(asked, peaks_mb, per_gpu)
+        even = self.memory.even_shares_fit(asked, peaks_mb, per_gpu)
 
         def resources(config: dict[str, Any]) -> dict[str, float]:
             spec = TrialSpec.as_asked(config)  # sizing only: the trial itself refuses a bad config
             peak = peaks_mb[spec.labels.case]  # None: the baseline, not screened
-            need = self._memory_need(peak) if peak else None
+            need = self.memory.memory_need(peak) if peak else None
             if even:
                 share = 1 / per_gpu
             elif need is not None:
                 share = _share(need, per_gpu)
             else:
-                share = self._spec_share(spec, per_gpu)
+                share = self.memory.spec_share(spec, per_gpu)
             return {"cpu": cpus, "gpu": share}
 
         return Placement(resources, per_gpu * gpus, self.reuse_actors())
@@ -98,7 +102,7 @@ class PlacementPolicy:
         of its batch would): its GPU share, and its memory cap."""
         per_gpu = self.speed_runs_per_gpu()
         forward = min(case.get("micro_batch") or case.get("batch_size", 1), case.get("batch_size", 1))
-        return self._batch_share(forward, case.get("precision"), per_gpu)
+        return self.memory.batch_share(forward, case.get("precision"), per_gpu)
 
     def speed_runs_per_gpu(self) -> int:
         r, cpus_per_gpu = self.resources, self.cluster_cpus / max(1, self.hw.gpus)
@@ -125,6 +129,20 @@ class PlacementPolicy:
         share = max(self.resources.loss_check_gpu_fraction, need)
         return 1.0 if share > 0.5 else 1.0 / int(1.0 / share)
 
+    def spread(self, cases: list[TrialSpec], beside: int = 0) -> list[TrialSpec]:
+        """Each run of a loss round takes at least 1/ceil(runs / GPUs) of a GPU, so the round's runs spread
+        evenly over the GPUs: Ray fills one GPU's fractions before the next (on two H100s, four quarter-GPU
+        runs trained on GPU 0 at 151-193K tok/s while GPU 1 trained one at 575K, and the round lasted as
+        long as GPU 0's). `beside`: runs still training outside the round (the baseline's), counted so every
+        run of the round finds a place at once (else, on 2 H200s, the fourth of four half-GPU runs waits for
+        a place beside the baseline's run, and the round takes 115 s instead of ~50)."""
+        if not self.on_gpu:
+            return cases
+        floor = 1.0 / math.ceil((len(cases) + beside) / max(1, self.hw.gpus))
+        return [
+            c.with_train(gpu_memory_fraction=max(c.train.gpu_memory_fraction or 0.0, floor)) for c in cases
+        ]
+
     def _loss_slots(self) -> int:
         """How many loss-check runs fit at once on the cluster."""
         r = self.resources
@@ -137,23 +155,33 @@ class PlacementPolicy:
     def _cpu_speed(self) -> Placement:
         return Placement({"cpu": max(1, self.node_cpus or self.cluster_cpus)}, 1, self.reuse_actors())
 
-    def _even_shares_fit(self, asked: Sequence[int], peaks_mb: Sequence[float | None], per_gpu: int) -> bool:
+
+@dataclass(frozen=True)
+class MemoryShares:
+    """The share of a GPU's memory a run needs: from its screen run's peak where one was measured, else the
+    batch probe's peak at its largest batch scaled to the run's, with 25% headroom."""
+
+    hw: Hardware
+    base: TrainConfig  # the baseline: the unscreened run whose need the probe tells
+    probed: dict[str, ProbedBatch]  # precision -> the probe's largest batch
+
+    def even_shares_fit(self, asked: Sequence[int], peaks_mb: Sequence[float | None], per_gpu: int) -> bool:
         """Whether even shares are safe: the `per_gpu` largest runs fit one GPU's memory (25% headroom each),
         so any `per_gpu` of them that Ray puts on one GPU do. On one
         H200, shares rounded up to fifteenths (7.9 GB -> 2/15) summed to 18/15, and three of the 15 runs
         waited ~55 s for a place while the runs on the GPU needed 0.47 of its memory at most."""
-        base = self._probed_need(self.base.forward_batch, self.base.precision)
-        needs = [self._memory_need(p) if p else base for p in peaks_mb]  # no peak: the unscreened baseline
+        base = self.probed_need(self.base.forward_batch, self.base.precision)
+        needs = [self.memory_need(p) if p else base for p in peaks_mb]  # no peak: the unscreened baseline
         if any(n is None for n in needs):
             return False
         runs = sorted((n for n, count in zip(needs, asked, strict=True) for _ in range(count)), reverse=True)
         return sum(runs[:per_gpu]) <= 1.0
 
-    def _spec_share(self, spec: TrialSpec, per_gpu: int) -> float:
+    def spec_share(self, spec: TrialSpec, per_gpu: int) -> float:
         # what must fit is one forward pass: the micro-batch where the batch runs in pieces
-        return self._batch_share(spec.train.forward_batch, spec.train.precision, per_gpu)
+        return self.batch_share(spec.train.forward_batch, spec.train.precision, per_gpu)
 
-    def _batch_share(self, batch: int, precision: str | None, per_gpu: int) -> float:
+    def batch_share(self, batch: int, precision: str | None, per_gpu: int) -> float:
         """1/per_gpu of a GPU, or more for a batch whose memory needs it, rounded up to a multiple of
         1/per_gpu so runs pack evenly: the probe's peak at its largest batch, scaled to this batch (+25%),
         against the GPU's memory; without a peak, the batch against the probe's largest. A screen on 4
@@ -162,18 +190,18 @@ class PlacementPolicy:
         probed = self.probed.get(precision)
         if probed is None or not probed.batch:
             return _share(0.0, per_gpu)
-        need = self._probed_need(batch, precision)
+        need = self.probed_need(batch, precision)
         return _share(need if need is not None else batch / probed.batch, per_gpu)
 
-    def _probed_need(self, batch: int, precision: str) -> float | None:
+    def probed_need(self, batch: int, precision: str) -> float | None:
         """The share of a GPU's memory a run of `batch` at `precision` needs by the probe: the peak at the
         probe's largest batch, scaled to this one (None: the probe measured no peak)."""
         probed = self.probed.get(precision)
         if probed is None or not probed.batch or not probed.peak_mb:
             return None
-        return self._memory_need(probed.peak_mb * batch / probed.batch)
+        return self.memory_need(probed.peak_mb * batch / probed.batch)
 
-    def _memory_need(self, peak_mb: float) -> float | None:
+    def memory_need(self, peak_mb: float) -> float | None:
         """The share of a GPU's memory that holds `peak_mb` with 25% headroom (None: the size is unknown)."""
         return peak_mb * 1.25 / self.hw.gpu_mem_mb if self.hw.gpu_mem_mb else None
 
