@@ -14,7 +14,8 @@ from trainables.config import read_yaml
 from tuner.config import CONFIRM_RUNS, SearchSection, load_search_config
 from tuner.phases import finish
 from tuner.state import answers
-from tuner.state.records import Hardware, TrialRow
+from tuner.state.hardware import Hardware
+from tuner.state.records import TrialRow
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE = str(ROOT / "configs" / "smoke.yaml")

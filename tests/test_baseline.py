@@ -27,7 +27,8 @@ from tuner.runs.ledger import Ledger
 from tuner.runs.request import Role
 from tuner.runs.shapes import RunShapes
 from tuner.runs.tasks import TaskRun
-from tuner.state.records import BESIDE_PHASE, Hardware
+from tuner.state.hardware import Hardware
+from tuner.state.records import BESIDE_PHASE
 
 BASE = {"batch_size": 8, "precision": "fp32", "compile": "none", "loader": "dataloader", "lr_scaling": "none"}
 

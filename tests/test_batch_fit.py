@@ -8,7 +8,7 @@ from __future__ import annotations
 from trainables.config import TrainConfig
 from tuner.space.batch_fit import BatchFit, largest_anywhere, largest_forward, normalized
 from tuner.space.domains import bound_batch, start_point
-from tuner.state.records import ProbedBatch
+from tuner.state.hardware import ProbedBatch
 
 # As the probe leaves them for configs/hybrid-100m.yaml's space (activation_checkpointing [0, 1, 2]):
 # each memory class without checkpointing and with every block checkpointed (1, the most aggressive).

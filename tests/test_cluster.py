@@ -43,7 +43,7 @@ from tuner.config import load_search_config
 from tuner.context import SearchContext, State
 from tuner.runs import ledger as runs_ledger
 from tuner.session import node_loss
-from tuner.state.records import Hardware
+from tuner.state.hardware import Hardware
 
 ROOT = Path(__file__).resolve().parents[1]
 SHAKESPEARE = ROOT.parent / "shared" / "data" / "tinyshakespeare.txt"

@@ -18,7 +18,7 @@ from tuner.runs.tune import run_proposals
 from tuner.space.batch_fit import BatchFit
 from tuner.space.distinct import DistinctConfigs
 from tuner.space.knobs import freeze
-from tuner.state.records import ProbedBatch
+from tuner.state.hardware import ProbedBatch
 
 
 def optuna_searcher(points: list[dict]) -> OptunaSearch:

@@ -21,7 +21,7 @@ from tuner.runs.ahead import pending
 from tuner.runs.ledger import Ledger, LedgerCallback
 from tuner.runs.request import Role
 from tuner.runs.tasks import Pending, PendingRun, TaskRun
-from tuner.state.records import Hardware
+from tuner.state.hardware import Hardware
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 

@@ -27,7 +27,8 @@ from tuner.report.horizon_section import HEAD
 from tuner.report.html import render_html
 from tuner.report.markdown import render_markdown
 from tuner.runs.ledger import Ledger
-from tuner.state.records import BASELINE_ID, BESIDE_PHASE, Hardware, LossLimit
+from tuner.state.hardware import Hardware
+from tuner.state.records import BASELINE_ID, BESIDE_PHASE, LossLimit
 
 SMOKE = str(
     Path(__file__).resolve().parents[1] / "configs" / "smoke.yaml"

@@ -19,7 +19,8 @@ from tuner.decide.select import loss_check_candidates
 from tuner.phases import loss_check
 from tuner.runs.ahead import RunsAhead
 from tuner.runs.ledger import Ledger
-from tuner.state.records import AHEAD_PHASE, Hardware
+from tuner.state.hardware import Hardware
+from tuner.state.records import AHEAD_PHASE
 
 SMOKE_SHORT = ["train.tokens=16384", "train.eval_tokens=2048", "search.loss_check_top=2"]
 

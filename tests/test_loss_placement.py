@@ -20,7 +20,7 @@ from tuner.phases import loss_check
 from tuner.runs.placement import PlacementPolicy
 from tuner.runs.tasks import TaskRun
 from tuner.runs.tune import round_robin
-from tuner.state.records import Hardware, ProbedBatch
+from tuner.state.hardware import Hardware, ProbedBatch
 
 
 def policy(gpus: int) -> PlacementPolicy:

@@ -18,7 +18,8 @@ from tuner.decide.select import loss_check_candidates, with_feasibility
 from tuner.phases import loss_check
 from tuner.report.markdown import render_markdown
 from tuner.space.knobs import loss_key
-from tuner.state.records import Hardware, Summary
+from tuner.state.hardware import Hardware
+from tuner.state.records import Summary
 
 BASE = {"batch_size": 64, "grad_accum": 1, "lr": 1e-3, "lr_scaling": "none", "lr_base_batch": 64}
 BASE |= {"precision": "fp32", "compile": "none", "fused_adamw": False, "tokens": 10_240_000}

@@ -13,7 +13,7 @@ from tuner.context import SearchContext, State
 from tuner.phases import probe as probe_phase
 from tuner.space.batch_finder import max_batch
 from tuner.space.batch_fit import BatchFit
-from tuner.state.records import Hardware
+from tuner.state.hardware import Hardware
 
 # The smoke model with 4 blocks: their activations are most of a step's memory, so checkpointing them shows.
 # Under 100 MB 8 fits without checkpointing and 16 does not; 16 fits with every block and 32 does not (three

@@ -27,7 +27,7 @@ from tuner.space.recipe import (
     row_ids,
     start_points,
 )
-from tuner.state.records import Hardware
+from tuner.state.hardware import Hardware
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = TrainConfig(batch_size=64, precision="fp32", compile="none", fused_adamw=False)

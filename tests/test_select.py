@@ -29,7 +29,8 @@ from tuner.decide.select import (
 )
 from tuner.phases import finish
 from tuner.space.knobs import knob_diff, loss_key, train_point
-from tuner.state.records import BASELINE_ID, Finalist, Hardware, LossLimit, Summary
+from tuner.state.hardware import Hardware
+from tuner.state.records import BASELINE_ID, Finalist, LossLimit, Summary
 
 BASELINE = {
     "batch_size": 8,

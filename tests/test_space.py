@@ -8,7 +8,7 @@ from tuner.config import Range, SearchSection, load_search_config, parse_duratio
 from tuner.context import Notices, SearchContext, State
 from tuner.pipeline import fit_to_hardware
 from tuner.space.domains import applicable, bound_batch, to_tune
-from tuner.state.records import Hardware
+from tuner.state.hardware import Hardware
 
 CPU = {"cuda": False, "bf16": False, "cpus": 2, "backends": {"fla": "no CUDA", "mamba_ssm": "no CUDA"}}
 GPU = {"cuda": True, "bf16": True, "cpus": 16, "backends": {"fla": True, "mamba_ssm": True}}

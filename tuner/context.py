@@ -30,7 +30,7 @@ from tuner.decide.horizon import horizon_for
 from tuner.runs.placement import PlacementPolicy
 from tuner.runs.request import TrialInputs
 from tuner.runs.shapes import RunShapes
-from tuner.state.records import Hardware, ProbedBatch
+from tuner.state.hardware import Hardware, ProbedBatch
 
 T = TypeVar("T")
 

@@ -28,7 +28,8 @@ from tuner.runs.tasks import on_a_trial_node
 from tuner.space import recipe
 from tuner.space.domains import applicable, autotune_notice, probe_hardware
 from tuner.state import answers
-from tuner.state.records import Hardware, ProbedBatch, TrialRow
+from tuner.state.hardware import Hardware, ProbedBatch
+from tuner.state.records import TrialRow
 from tuner.telemetry import observe
 
 

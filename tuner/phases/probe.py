@@ -11,7 +11,7 @@ from tuner.context import SearchContext, log
 from tuner.runs.tasks import probe_batches
 from tuner.space.batch_fit import largest_anywhere
 from tuner.space.domains import bound_batch
-from tuner.state.records import ProbedBatch
+from tuner.state.hardware import ProbedBatch
 
 # Precisions whose runs hold the same tensors: tf32 is fp32 storage, fp16 is bf16's size; one probe each.
 SAME_MEMORY = {"tf32": "fp32", "fp16": "bf16"}

@@ -19,9 +19,9 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, MaxNLocat
 
 from tuner.report import units
 from tuner.report.canvas import Canvas, canvas, si
+from tuner.report.entry import Entry
 from tuner.report.fmt import DASH, fmt_jpt, fmt_loss, fmt_tps, is_num
 from tuner.report.measured import Facts
-from tuner.report.view import Entry
 from tuner.state.records import TrialRow
 
 # Colours: precision picks the hue, the role (winner / baseline) a ring; failures are red.

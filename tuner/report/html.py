@@ -21,6 +21,7 @@ from markupsafe import Markup, escape
 import tuner.report.charts as charts
 from trainables.progress import metrics_text
 from tuner.report.cost_section import BREAK_EVEN_HEAD, FINALIST_HEAD, costs, planned_cost
+from tuner.report.entry import COLUMN_KNOBS, Entry, loss_cell, speedup_text, tps_text, trust_notes
 from tuner.report.fmt import (
     DASH,
     fmt_jpt,
@@ -39,16 +40,7 @@ from tuner.report.mfu import fmt_mfu
 from tuner.report.profile import answer_line
 from tuner.report.recipe_section import recipe_line
 from tuner.report.units import in_unit
-from tuner.report.view import (
-    COLUMN_KNOBS,
-    TABLE_COLUMNS,
-    Entry,
-    View,
-    loss_cell,
-    speedup_text,
-    tps_text,
-    trust_notes,
-)
+from tuner.report.view import TABLE_COLUMNS, View
 from tuner.state.records import BASELINE_ID, Summary, TrialRow
 
 HERE = Path(__file__).parent

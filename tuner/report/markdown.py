@@ -8,6 +8,7 @@ from typing import Any
 
 import tuner.report.view as view
 from tuner.report.cost_section import BREAK_EVEN_HEAD, costs
+from tuner.report.entry import COLUMN_KNOBS, Entry, loss_cell, speedup_text, tps_text, trust_notes
 from tuner.report.fmt import DASH, fmt_mem, fmt_seconds, fmt_warmup
 from tuner.report.gpu_section import USAGE_HEAD
 from tuner.report.horizon_section import HEAD as HORIZON_HEAD
@@ -24,18 +25,18 @@ def _cell(value: Any) -> str:
     return DASH if value is None else str(value).replace("|", "\\|")
 
 
-def _label(e: view.Entry) -> str:
+def _label(e: Entry) -> str:
     if e.role == "winner":
         return f"**{e.label}** (winner)"
     return e.label if e.role == "baseline" or e.status == "ok" else f"{e.label} ({e.status})"
 
 
-def _cells(e: view.Entry, report: view.View) -> dict[str, Any]:
+def _cells(e: Entry, report: view.View) -> dict[str, Any]:
     """The entry's cell under each of view.TABLE_COLUMNS."""
-    loss, trained = view.loss_cell(e, report.facts)
-    ratio = view.speedup_text(e)
-    knobs = [e.config[k] for k in view.COLUMN_KNOBS]
-    cells = [_label(e), *knobs, view.tps_text(e), fmt_mfu(e.mfu), fmt_warmup(e.warmup), fmt_mem(e.mem)]
+    loss, trained = loss_cell(e, report.facts)
+    ratio = speedup_text(e)
+    knobs = [e.config[k] for k in COLUMN_KNOBS]
+    cells = [_label(e), *knobs, tps_text(e), fmt_mfu(e.mfu), fmt_warmup(e.warmup), fmt_mem(e.mem)]
     return dict(zip(view.TABLE_COLUMNS, [*cells, f"{loss}, {trained}" if trained else loss, ratio]))
 
 
@@ -50,7 +51,7 @@ def _grid(head: tuple[str, ...], rows: list[list[Any]]) -> list[str]:
 def _table(report: view.View) -> list[str]:
     columns = report.columns(view.TABLE_COLUMNS)
     rows = [_cells(e, report) for e in report.entries]
-    notes = [line for note in view.trust_notes(report.entries) for line in ("", note)]
+    notes = [line for note in trust_notes(report.entries) for line in ("", note)]
     head = tuple(report.heading(c) for c in columns)  # in the workload's unit: Images/s
     return _grid(head, [[cells[c] for c in columns] for cells in rows]) + notes
 

@@ -18,7 +18,7 @@ from trainables.config import TrainConfig
 from trainables.spec import TrialSpec
 from tuner.config import ResourcesSection
 from tuner.runs.request import Placement
-from tuner.state.records import Hardware, ProbedBatch
+from tuner.state.hardware import Hardware, ProbedBatch
 
 
 def room_now(need: dict[str, float], available: dict[str, float]) -> bool:

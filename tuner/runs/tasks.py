@@ -16,7 +16,7 @@ from trainables.spec import TrialSpec
 from trainables.trainable import run_beside
 from tuner.runs.request import Role, RunRequest, TrialInputs
 from tuner.space.batch_finder import max_batch
-from tuner.state.records import ProbedBatch
+from tuner.state.hardware import ProbedBatch
 
 
 @dataclass

@@ -12,7 +12,7 @@ from trainables.config import TrainConfig, make_config
 from trainables.data import Corpus, shipped_corpus
 from trainables.loop import resolve_device, train
 from tuner.runs.shapes import PROBE_KEYS, probe_case
-from tuner.state.records import ProbedBatch
+from tuner.state.hardware import ProbedBatch
 
 
 def _config(base: dict[str, Any], batch: int, precision: str) -> TrainConfig:

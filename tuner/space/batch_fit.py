@@ -16,7 +16,7 @@ from typing import Any
 from trainables.config import TrainConfig
 from trainables.config_fields import graphs_overwrite
 from trainables.micro_batches import forward_batch, forwards_per_step, splits
-from tuner.state.records import ProbedBatch
+from tuner.state.hardware import ProbedBatch
 
 
 def keeps_at_most(probed_k: int, k: int) -> bool:

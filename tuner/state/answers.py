@@ -31,7 +31,8 @@ from pydantic import TypeAdapter
 from trainables.data import corpus_cache_dir
 from trainables.files import write_atomically
 from tuner.config import SearchConfig
-from tuner.state.records import BASELINE_ID, Hardware, TrialRow
+from tuner.state.hardware import Hardware
+from tuner.state.records import BASELINE_ID, TrialRow
 
 REMEMBERED_PHASES = ("probe", "screen", "loss_check")  # what a confirmation takes from the earlier search
 PROJECT = Path(__file__).resolve().parents[1]
