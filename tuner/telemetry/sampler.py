@@ -222,12 +222,7 @@ class GpuSampler:
     def timeline(self, gpu: int | str, t0: float, t1: float, max_points: int = 200) -> dict:
         """Downsampled samples of [t0, t1] for plots: {"points": [{"t", "util_gpu", ...}], ...}."""
 
-        def answer(samples: list[GpuSample]) -> dict:
-            inside = sum(1 for s in samples if t0 <= s.t <= t1)
-            points = downsample(samples, t0, t1, max_points)
-            return {"available": True, "samples": inside, "t0": t0, "t1": t1, "points": points}
-
-        result = self._query(gpu, answer)
+        result = self._query(gpu, lambda samples: _timeline(samples, t0, t1, max_points))
         result.setdefault("points", [])
         return result
 
@@ -235,11 +230,7 @@ class GpuSampler:
         """Every GPU's use over each named [t0, t1] span (phases of the search); never raises."""
         if not self.available and not self._sweeps.count:
             return {"available": False, "reason": self.reason or "telemetry unavailable", "gpus": []}
-        gpus = []
-        for gpu in self.gpus:
-            samples = self.samples(gpu.index)
-            stats = {name: summarize_usage(samples, t0, t1) for name, (t0, t1) in spans.items()}
-            gpus.append({"gpu": gpu.index, "name": gpu.name, "uuid": gpu.uuid, "spans": stats})
+        gpus = [_usage(gpu, self.samples(gpu.index), spans) for gpu in self.gpus]
         return {"available": True, "reason": None, "node_id": self.node_id, "gpus": gpus}
 
     def info(self) -> dict:
@@ -262,3 +253,15 @@ class GpuSampler:
             # False when NVML reports pids from another PID namespace (containers): no per-caller match
             "pids_comparable": self._sweeps.pids.all_visible(),
         }
+
+
+def _timeline(samples: list[GpuSample], t0: float, t1: float, max_points: int) -> dict:
+    inside = sum(1 for s in samples if t0 <= s.t <= t1)
+    points = downsample(samples, t0, t1, max_points)
+    return {"available": True, "samples": inside, "t0": t0, "t1": t1, "points": points}
+
+
+def _usage(gpu: Any, samples: list[GpuSample], spans: Mapping[str, Sequence[float]]) -> dict:
+    """One GPU's use over each named span."""
+    stats = {name: summarize_usage(samples, t0, t1) for name, (t0, t1) in spans.items()}
+    return {"gpu": gpu.index, "name": gpu.name, "uuid": gpu.uuid, "spans": stats}
