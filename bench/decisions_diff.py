@@ -42,7 +42,7 @@ from optuna.trial import FrozenTrial, TrialState
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from anywhere
 
-from tuner.state.records import loss_limit_in  # noqa: E402 - after the path insert
+from tuner.state.older_summaries import loss_limit_in  # noqa: E402 - after the path insert
 
 STUDY = "screen"  # tuner/phases/screen.py's study name
 optuna.logging.set_verbosity(optuna.logging.WARNING)  # the replays' studies need no announcing

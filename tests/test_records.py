@@ -15,7 +15,8 @@ from tests.factories import make_row, make_summary, on_two_gpus, synthetic_summa
 from trainables.profile import Profile, TopOp
 from trainables.result import RunResult, TrialResult
 from trainables.spec import TrialSpec
-from tuner.state.records import LossLimit, Summary, TrialRow, loss_limit_in, summary_schema
+from tuner.state.older_summaries import loss_limit_in
+from tuner.state.records import LossLimit, Summary, TrialRow, summary_schema
 from tuner.state.trial_rows import NOT_IN_ROW, trial_row
 
 ROOT = Path(__file__).resolve().parents[1]

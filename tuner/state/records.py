@@ -18,6 +18,7 @@ from trainables.profile import Profile
 from tuner.decide.loss_limit import LossLimit
 from tuner.decide.loss_outcome import LossCheckOutcome
 from tuner.state.gpu_records import GpuPopulation, GpuUsage, TelemetrySummary
+from tuner.state.older_summaries import with_loss_limit
 from tuner.state.record_base import Record
 
 Status = Literal["ok", "oom", "nan", "error", "timeout", "stopped"]
@@ -25,7 +26,6 @@ FAILED_STATUSES = frozenset({"oom", "nan", "error", "timeout"})
 BASELINE_ID = "baseline"
 BESIDE_PHASE = "loss_check_beside"  # the ledger of the baseline's loss run trained beside the screen
 AHEAD_PHASE = "loss_check_ahead"  # the ledger of candidates' loss runs trained beside the screen
-OLD_LOSS_LIMIT_KEY = "loss_gate"  # summary.json's key for the loss limit before it was named so
 NODE_ID_SHOWN = 8  # a Ray node id is 56 hex digits; its first 8 tell a cluster's nodes apart
 
 
@@ -370,32 +370,12 @@ class Summary(Record):
     @model_validator(mode="before")
     @classmethod
     def _older_loss_limit(cls, data: Any) -> Any:
-        """summary.json from before the loss limit had its name kept it as `loss_gate`, and older still as
-        `tolerance` {value, mode, limit} with the baseline loss read from `baseline` (no limit where any of
-        them is missing)."""
-        if not isinstance(data, dict) or not {"tolerance", OLD_LOSS_LIMIT_KEY} & data.keys():
-            return data
-        data = dict(data)
-        tol = data.pop("tolerance", None) or {}
-        limit = loss_limit_in(data)
-        data.pop(OLD_LOSS_LIMIT_KEY, None)
-        if limit is None:
-            base = data.get("baseline") or {}
-            base_loss = base.get("val_loss") if isinstance(base, dict) else base.val_loss
-            old = {"baseline_loss": base_loss, "tolerance": tol.get("value"), "limit": tol.get("limit")}
-            limit = {**old, "mode": tol.get("mode", "absolute")} if None not in old.values() else None
-        return {**data, "loss_limit": limit}
+        return with_loss_limit(data)
 
 
 def could_win(finalists: list[Finalist]) -> list[Finalist]:
     """The finalists a winner is crowned among besides the baseline: feasible, with a timed run."""
     return [f for f in finalists if f.feasible is True and f.id != BASELINE_ID and f.runs]
-
-
-def loss_limit_in(summary: dict[str, Any]) -> Any:
-    """A saved summary's loss limit (summary.json's `loss_limit`, or `loss_gate` as searches wrote it
-    before), as it was written; None where it has none. Every reader of an older summary reads it here."""
-    return summary.get("loss_limit", summary.get(OLD_LOSS_LIMIT_KEY))
 
 
 def summary_schema() -> dict[str, Any]:
