@@ -13,18 +13,14 @@ import ray
 
 from tests.factories import make_row
 from trainables.spec import TrialSpec
-from tuner.config import ResourcesSection, load_search_config
+from tuner.config import load_search_config
 from tuner.context import SearchContext, State
 from tuner.measure import baseline
 from tuner.phases import loss_check
-from tuner.runs.placement import PlacementPolicy
+from tuner.runs.placement import spread
 from tuner.runs.tasks import TaskRun
 from tuner.runs.tune import round_robin
 from tuner.state.hardware import Hardware, ProbedBatch
-
-
-def policy(gpus: int) -> PlacementPolicy:
-    return PlacementPolicy(ResourcesSection(), Hardware(gpus=gpus), cluster_cpus=16 * max(1, gpus))
 
 
 @pytest.mark.parametrize(
@@ -39,20 +35,20 @@ def policy(gpus: int) -> PlacementPolicy:
 )
 def test_each_run_gets_at_least_its_even_part_of_the_gpus(gpus, shares, expected):
     cases = [TrialSpec.of({"batch_size": 8, "gpu_memory_fraction": s}) for s in shares]
-    got = [c.train.gpu_memory_fraction for c in policy(gpus).spread(cases)]
+    got = [c.train.gpu_memory_fraction for c in spread(cases, gpus)]
     assert got == pytest.approx(expected)
 
 
 def test_a_baseline_run_still_training_beside_the_round_counts_as_one_of_its_runs():
     # on 2 H200s: four half-GPU runs and the baseline's sixth of GPU 0: the fourth waited for a place
     cases = [TrialSpec.of({"batch_size": 128, "gpu_memory_fraction": 0.25})] * 4
-    got = [c.train.gpu_memory_fraction for c in policy(2).spread(cases, beside=1)]
+    got = [c.train.gpu_memory_fraction for c in spread(cases, 2, beside=1)]
     assert got == pytest.approx([1 / 3] * 4)  # GPU 0: 1/6 + 2/3; GPU 1: the other two
 
 
 def test_on_cpu_nothing_changes():
     cases = [TrialSpec.of({"gpu_memory_fraction": None})] * 3
-    assert policy(0).spread(cases) == cases
+    assert spread(cases, 0) == cases
 
 
 @ray.remote(num_cpus=0)
@@ -87,7 +83,7 @@ def fake_gpus():
 @pytest.mark.parametrize("runs", [3, 5])
 def test_ray_places_the_spread_shares_evenly_on_two_gpus(runs, fake_gpus):
     fake_gpus(2)
-    cases = policy(2).spread([TrialSpec.of({"gpu_memory_fraction": 0.25})] * runs)
+    cases = spread([TrialSpec.of({"gpu_memory_fraction": 0.25})] * runs, 2)
     refs = [_which_gpu.options(num_gpus=c.train.gpu_memory_fraction).remote(1.0) for c in cases]
     per_gpu = collections.Counter(ray.get(refs, timeout=60))
     assert sorted(per_gpu.values()) == sorted([runs // 2, math.ceil(runs / 2)])

@@ -25,6 +25,7 @@ from tuner.decide.loss_plan import Limits, LossCheck, LossPlan, baseline_speed
 from tuner.decide.select import Candidate
 from tuner.measure import baseline
 from tuner.runs.ahead import RunsAhead
+from tuner.runs.placement import spread
 from tuner.runs.pool import RunPool
 from tuner.runs.request import Role, RunRequest
 from tuner.runs.tasks import TaskRun
@@ -240,7 +241,7 @@ def _round(
     ctx: SearchContext, round_no: int | str, cases: list[TrialSpec], beside: int = 0
 ) -> list[TrialRow]:
     # Full token budget, the baseline's seed and data order; GPU fractions with a memory cap each.
-    requests = [RunRequest(case, Role.LOSS) for case in ctx.placement.spread(cases, beside)]
+    requests = [RunRequest(case, Role.LOSS) for case in spread(cases, ctx.hw.gpus, beside)]
     return RunPool(ctx).cases(f"loss_check_{round_no}", requests, ctx.placement.loss_round())
 
 

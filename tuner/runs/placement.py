@@ -129,20 +129,6 @@ class PlacementPolicy:
         share = max(self.resources.loss_check_gpu_fraction, need)
         return 1.0 if share > 0.5 else 1.0 / int(1.0 / share)
 
-    def spread(self, cases: list[TrialSpec], beside: int = 0) -> list[TrialSpec]:
-        """Each run of a loss round takes at least 1/ceil(runs / GPUs) of a GPU, so the round's runs spread
-        evenly over the GPUs: Ray fills one GPU's fractions before the next (on two H100s, four quarter-GPU
-        runs trained on GPU 0 at 151-193K tok/s while GPU 1 trained one at 575K, and the round lasted as
-        long as GPU 0's). `beside`: runs still training outside the round (the baseline's), counted so every
-        run of the round finds a place at once (else, on 2 H200s, the fourth of four half-GPU runs waits for
-        a place beside the baseline's run, and the round takes 115 s instead of ~50)."""
-        if not self.on_gpu:
-            return cases
-        floor = 1.0 / math.ceil((len(cases) + beside) / max(1, self.hw.gpus))
-        return [
-            c.with_train(gpu_memory_fraction=max(c.train.gpu_memory_fraction or 0.0, floor)) for c in cases
-        ]
-
     def _loss_slots(self) -> int:
         """How many loss-check runs fit at once on the cluster."""
         r = self.resources
@@ -204,6 +190,19 @@ class MemoryShares:
     def memory_need(self, peak_mb: float) -> float | None:
         """The share of a GPU's memory that holds `peak_mb` with 25% headroom (None: the size is unknown)."""
         return peak_mb * 1.25 / self.hw.gpu_mem_mb if self.hw.gpu_mem_mb else None
+
+
+def spread(cases: list[TrialSpec], gpus: int, beside: int = 0) -> list[TrialSpec]:
+    """Each run of a loss round takes at least 1/ceil(runs / GPUs) of a GPU, so the round's runs spread
+    evenly over the GPUs: Ray fills one GPU's fractions before the next (on two H100s, four quarter-GPU
+    runs trained on GPU 0 at 151-193K tok/s while GPU 1 trained one at 575K, and the round lasted as
+    long as GPU 0's). `beside`: runs still training outside the round (the baseline's), counted so every
+    run of the round finds a place at once (else, on 2 H200s, the fourth of four half-GPU runs waits for
+    a place beside the baseline's run, and the round takes 115 s instead of ~50)."""
+    if not gpus:
+        return cases
+    floor = 1.0 / math.ceil((len(cases) + beside) / gpus)
+    return [c.with_train(gpu_memory_fraction=max(c.train.gpu_memory_fraction or 0.0, floor)) for c in cases]
 
 
 def _share(need: float | None, per_gpu: int) -> float:
