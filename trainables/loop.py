@@ -16,8 +16,9 @@ import platform
 import sys
 import time
 from collections.abc import Callable
-from contextlib import AbstractContextManager, ExitStack, nullcontext
+from contextlib import AbstractContextManager, ExitStack
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -30,16 +31,13 @@ from trainables.cache_use import CacheCount, stable_cache_keys
 from trainables.config import ConfigError, TrainConfig, dump_config
 from trainables.errors import find_cause, first_line
 from trainables.evaluation import eval_figures
-from trainables.micro_batches import micro_batches
 from trainables.result import RunResult
-from trainables.step_model import build_step
+from trainables.step_model import OptimizerStep
 from trainables.timing import CompileDeadline, FirstStepDeadline, StepTimer
 from trainables.workload import load_workload
 from trainables.workload_job import Job, as_job
 
 Report = Callable[[dict[str, Any]], None]
-
-AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 class NonFiniteLoss(RuntimeError):
@@ -275,14 +273,10 @@ class _Training:
         self.result = replace(self.result, params=sum(p.numel() for p in self.model.parameters()), **counted)
         summary = getattr(self.model, "summary", None)
         log(summary() if callable(summary) else f"model: {self.result.params:,} parameters")
-        self.step_model, self.optimizer = build_step(cfg, workload, self.model)
-        amp_dtype = AMP_DTYPES.get(cfg.precision)
-        self.autocast = (lambda: torch.autocast(device.type, dtype=amp_dtype)) if amp_dtype else nullcontext
-        self.scaler = torch.amp.GradScaler(device.type, enabled=cfg.precision == "fp16")
+        self.steps = OptimizerStep(cfg, workload, self.model, device)
         self.val = workload.val_batches(device)
         self.batches = workload.train_batches(device)
         self.timer = StepTimer.for_device(device, cfg.timing_warmup_steps, cfg.tokens_per_step)
-        self.loss_sum, self.loss_count = torch.zeros((), device=device), 0
         self.window = ExitStack()  # holds the timing gate, if any, from the first steady step to the last
         self.last_log = time.monotonic()
         log(
@@ -306,10 +300,9 @@ class _Training:
                 if step == 1 and gate is not None:  # after the step that compiles
                     self._take_gate(gate)
                 lr = lr_at(cfg, step)
-                for group in self.optimizer.param_groups:
-                    group["lr"] = lr * group["lr_mult"]
+                self.steps.set_lr(lr)
                 with self.timer.step(), FirstStepDeadline(deadline_s if step == 0 else None):
-                    self._optimizer_step()
+                    self.steps.step(self.batches)
                 if step_hook is not None:
                     step_hook()
                 done = step + 1
@@ -323,9 +316,8 @@ class _Training:
                 torch.save(self.model.state_dict(), Path(cfg.out_dir) / "model.pt")
             if cfg.profile_steps:  # after the window's figures and the saved weights; the gate still held
                 timed_ms = self.timing.get("step_ms_median")
-                found = profile.after_window(
-                    self._optimizer_step, cfg.profile_steps, self.device, timed_ms, self.log
-                )
+                one_step = partial(self.steps.step, self.batches)
+                found = profile.after_window(one_step, cfg.profile_steps, self.device, timed_ms, self.log)
                 self.result = replace(self.result, profile=found)
 
     def _take_gate(self, gate: AbstractContextManager) -> None:
@@ -337,29 +329,9 @@ class _Training:
         else:
             self.timer.exclude_from_warmup(time.perf_counter() - started)
 
-    def _optimizer_step(self) -> None:
-        cfg = self.cfg
-        for _ in range(cfg.grad_accum):
-            for piece, share in micro_batches(next(self.batches), cfg.micro_batch):
-                with self.autocast():
-                    loss = self.workload.loss(self.step_model, piece)
-                if share != 1.0:
-                    loss = loss * share  # the piece's part of its batch's mean loss
-                self.scaler.scale(loss / cfg.grad_accum).backward()
-                self.loss_sum += loss.detach().float()
-            self.loss_count += 1
-        if cfg.grad_clip > 0:
-            self.scaler.unscale_(self.optimizer)
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
-        self.scaler.step(self.optimizer)
-        self.scaler.update()
-        self.optimizer.zero_grad(set_to_none=True)
-
     def _train_loss(self, done: int, lr: float) -> float:
         """The mean loss since the last log point; its .item() is the one host-device sync of a log point."""
-        loss = (self.loss_sum / max(self.loss_count, 1)).item()
-        self.loss_sum.zero_()
-        self.loss_count = 0
+        loss = self.steps.mean_loss()
         if not math.isfinite(loss):
             raise NonFiniteLoss(f"train loss is {loss} at step {done} (lr {lr:.2e}, {self.cfg.precision})")
         return loss

@@ -1,11 +1,13 @@
 """What the steps of a run call: the optimizer over the model's parameter groups, and the module the steps
 run, compiled as `compile` and `compile_scope` say, with every k-th of the workload's blocks checkpointed
-(`activation_checkpointing`). The training loop (trainables/loop.py) builds both here, once per run."""
+(`activation_checkpointing`). The training loop (trainables/loop.py) builds both here, once per run, and
+takes its optimizer steps through `OptimizerStep`."""
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import nullcontext
 from typing import Any
 
 import torch
@@ -13,7 +15,11 @@ import torch.utils.checkpoint
 
 from trainables.config import TrainConfig
 from trainables.config_fields import CUDA_GRAPH_MODES
+from trainables.micro_batches import micro_batches
 from trainables.workload_job import Job, as_job, check_checkpointing
+from trainables.workload_protocol import Batch
+
+AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 def param_groups(model: torch.nn.Module, workload: Any, cfg: TrainConfig) -> list[dict[str, Any]]:
@@ -95,3 +101,46 @@ def _recomputed(call: Callable) -> Callable:
         return torch.utils.checkpoint.checkpoint(call, *args, use_reentrant=False, **kwargs)
 
     return run
+
+
+class OptimizerStep:
+    """A run's optimizer steps: `step(batches)` is one, over grad_accum batches each cut into micro-batches
+    (micro_batch), under autocast (precision), with fp16's loss scaling and grad_clip. The losses are summed
+    on the device; `mean_loss()` reads them, the one host-device sync of a log point."""
+
+    def __init__(self, cfg: TrainConfig, workload: Job, model: torch.nn.Module, device: torch.device):
+        self.cfg, self.workload, self.model = cfg, workload, model
+        self.step_model, self.optimizer = build_step(cfg, workload, model)
+        amp_dtype = AMP_DTYPES.get(cfg.precision)
+        self.autocast = (lambda: torch.autocast(device.type, dtype=amp_dtype)) if amp_dtype else nullcontext
+        self.scaler = torch.amp.GradScaler(device.type, enabled=cfg.precision == "fp16")
+        self.loss_sum, self.loss_count = torch.zeros((), device=device), 0
+
+    def set_lr(self, lr: float) -> None:
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr * group["lr_mult"]
+
+    def step(self, batches: Iterator[Batch]) -> None:
+        cfg = self.cfg
+        for _ in range(cfg.grad_accum):
+            for piece, share in micro_batches(next(batches), cfg.micro_batch):
+                with self.autocast():
+                    loss = self.workload.loss(self.step_model, piece)
+                if share != 1.0:
+                    loss = loss * share  # the piece's part of its batch's mean loss
+                self.scaler.scale(loss / cfg.grad_accum).backward()
+                self.loss_sum += loss.detach().float()
+            self.loss_count += 1
+        if cfg.grad_clip > 0:
+            self.scaler.unscale_(self.optimizer)
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def mean_loss(self) -> float:
+        """The mean loss since the last call; its .item() syncs with the device."""
+        loss = (self.loss_sum / max(self.loss_count, 1)).item()
+        self.loss_sum.zero_()
+        self.loss_count = 0
+        return loss
