@@ -26,8 +26,8 @@ from model import library_env
 from trainables.cli import OneLineParser
 from trainables.config import ConfigError
 from trainables.corpora import is_builtin
-from trainables.data import Corpus, DataError, resolve_corpus, shipped_corpus
-from trainables.errors import EnvironmentFault, find_cause, first_line
+from trainables.data import Corpus, resolve_corpus, shipped_corpus
+from trainables.errors import DataError, EnvironmentFault, find_cause, first_line
 from trainables.exit_codes import Exit
 from trainables.preflight import preflight
 from trainables.workload import WorkloadInfo

@@ -28,8 +28,7 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
-from trainables.data import corpus_cache_dir
-from trainables.files import write_atomically
+from trainables.files import corpus_cache_dir, write_atomically
 from tuner.config import SearchConfig
 from tuner.state.hardware import Hardware
 from tuner.state.records import BASELINE_ID, TrialRow
