@@ -1,9 +1,10 @@
 """The search's reports, rebuilt from summary.json alone: report.md and a self-contained report.html.
 
-view.py reduces the summary to what both show (with rows.py's one row per config, measured.py's how each
-number was measured, cost_section.py's what the planned run costs, gpu_section.py's GPU use per phase and
-whether a host's GPUs agree, fmt.py's formatting); markdown.py and html.py render it (html.py with
-charts.py's matplotlib plots). `write_reports` is the one entry point the search calls.
+view.py reduces the summary to what both show (with rows.py's one row per config, entry.py's how each
+config is shown, answer.py's first sentences, measured.py's how each number was measured, cost_section.py's
+what the planned run costs, gpu_section.py's GPU use per phase and whether a host's GPUs agree, fmt.py's
+formatting); markdown.py and html.py render it (html.py with charts.py's matplotlib plots of the configs and
+timelines.py's GPU telemetry panels). `write_reports` is the one entry point the search calls.
 """
 
 from __future__ import annotations

@@ -19,6 +19,7 @@ import jinja2
 from markupsafe import Markup, escape
 
 import tuner.report.charts as charts
+import tuner.report.timelines as timelines
 from trainables.progress import metrics_text
 from tuner.report.cost_section import BREAK_EVEN_HEAD, FINALIST_HEAD, costs, planned_cost
 from tuner.report.entry import COLUMN_KNOBS, Entry, loss_cell, speedup_text, tps_text, trust_notes
@@ -226,7 +227,7 @@ def _owner(trial_id: str, trial: TrialRow | None, best_id: str | None) -> tuple[
     return finalist, f"{finalist} ({trial_id})"
 
 
-def _timelines(summary: Summary) -> list[charts.Timeline]:
+def _timelines(summary: Summary) -> list[timelines.Timeline]:
     """The recorded timelines, winner first, then the baseline; times from each run's first sample."""
     trials = {t.id: t for t in summary.trials}
     best_id = summary.best.id if summary.best else None
@@ -238,7 +239,7 @@ def _timelines(summary: Summary) -> list[charts.Timeline]:
     owned.sort(key=lambda o: (o[0] != "winner", o[0] != "baseline", o[2]))
     spare = itertools.cycle(charts.SPARE_COLORS)
     return [
-        charts.Timeline(
+        timelines.Timeline(
             name, charts.ROLE_COLORS.get(role) or next(spare), trials.get(tid), _since_first(points)
         )
         for role, name, tid, points in owned
@@ -249,7 +250,7 @@ def _since_first(points: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return [{**p, "t": p["t"] - points[0]["t"]} for p in points]
 
 
-def _stats(line: charts.Timeline) -> list[Any]:
+def _stats(line: timelines.Timeline) -> list[Any]:
     """What one run's timeline shows in numbers, and whether the search trusted its telemetry."""
 
     def mean(key: str, unit: str) -> str:
@@ -280,8 +281,8 @@ def _telemetry(summary: Summary, facts: Facts) -> dict[str, Any]:
     if not lines:
         return {"panels": [], "no_telemetry": _no_telemetry_reason(summary, facts)}
     return {
-        "panels": [charts.timeline_panel(key, label, unit, lines) for key, label, unit in TIMELINE_PANELS],
-        "timeline_legend": charts.timeline_legend(lines),
+        "panels": [timelines.timeline_panel(key, label, unit, lines) for key, label, unit in TIMELINE_PANELS],
+        "timeline_legend": timelines.timeline_legend(lines),
         "stats_head": STATS_HEAD,
         "stats": [_stats(line) for line in lines],
     }
