@@ -95,3 +95,20 @@ def test_a_gpu_without_bf16_or_fused_kernels_drops_just_those():
         "dropped precision=['bf16']: no CUDA tensor cores / no native bf16 here",
         "dropped kernels=['fused']: fused kernels need CUDA with fla and mamba_ssm importable",
     ]
+
+
+def test_a_runs_identity_leaves_out_exactly_the_fields_declared_placement():
+    """Where a run is placed or its files go is declared on TrainConfig's fields (KnobClass.placement), not
+    kept in a list: these eight, and a resume finds a run done on other GPU shares or from another folder."""
+    from trainables.spec import TrialSpec
+    from tuner.runs.request import Role, spec_key
+    from tuner.space.knobs import PLACEMENT_FIELDS
+
+    assert {
+        "device", "gpu_memory_fraction", "memory_cap_mb", "cpu_threads", "compile_threads", "compile_cache",
+        "out_dir", "workload_path",
+    } == PLACEMENT_FIELDS  # fmt: skip
+    here = TrialSpec.of({"batch_size": 8, "gpu_memory_fraction": 0.25, "out_dir": "/tmp/a"})
+    there = TrialSpec.of({"batch_size": 8, "gpu_memory_fraction": 0.5, "cpu_threads": 3})
+    assert spec_key(here, Role.LOSS) == spec_key(there, Role.LOSS)
+    assert spec_key(here, Role.LOSS) != spec_key(TrialSpec.of({"batch_size": 16}), Role.LOSS)

@@ -52,16 +52,19 @@ class KnobClass:
     the trials' hardware has "cuda", "bf16" or "fused" (tuner/space/domains.py drops it elsewhere, saying `why`).
     `cuda_only`: (value, instead) pairs, a value that cannot do what it asks without CUDA (most of `needs`
     still runs there, only slower or to no effect): a run set to one is refused on a machine without CUDA
-    before any work, told to use `instead` (trainables/preflight.py)."""
+    before any work, told to use `instead` (trainables/preflight.py). `placement`: where a run is placed or
+    its files go, not what it trains or measures: left out of a run's identity (tuner/runs/request.py)."""
 
     kind: Literal["loss", "execution", "run"]
     graph: bool = False
+    placement: bool = False
     needs: tuple[tuple[Any, str], ...] = ()
     why: str = ""
     cuda_only: tuple[tuple[Any, Any], ...] = ()
 
 
 LOSS, EXECUTION, RUN = KnobClass("loss"), KnobClass("execution"), KnobClass("run")
+PLACE = KnobClass("run", placement=True)
 LOSS_GRAPH, EXECUTION_GRAPH = KnobClass("loss", graph=True), KnobClass("execution", graph=True)
 
 
@@ -242,7 +245,7 @@ class ExecutionKnobs(BaseModel):
 class RunSettings(BaseModel):
     """The run's own settings: bookkeeping, caps, where it runs; never judged."""
 
-    workload_path: Annotated[str | None, RUN] = Field(
+    workload_path: Annotated[str | None, PLACE] = Field(
         None,
         description="folder put on sys.path to import a 'package.module:function' workload (a search sets "
         "it where its driver found the module, so best.yaml runs from anywhere)",
@@ -252,7 +255,7 @@ class RunSettings(BaseModel):
         gt=0,
         description="run exactly this many optimizer steps, whatever the token budget (speed screens)",
     )
-    device: Annotated[str, RUN] = Field("auto", description="auto | cpu | cuda | cuda:N")
+    device: Annotated[str, PLACE] = Field("auto", description="auto | cpu | cuda | cuda:N")
     timing_warmup_steps: Annotated[int, RUN] = Field(
         5, ge=1, description="steps excluded from steady-state timing"
     )
@@ -267,27 +270,27 @@ class RunSettings(BaseModel):
     progress_s: Annotated[float, RUN] = Field(
         20.0, gt=0, description="at most this many seconds between progress lines"
     )
-    gpu_memory_fraction: Annotated[float | None, RUN] = Field(
+    gpu_memory_fraction: Annotated[float | None, PLACE] = Field(
         None, gt=0, le=1, description="cap for a shared GPU"
     )
-    memory_cap_mb: Annotated[int | None, RUN] = Field(
+    memory_cap_mb: Annotated[int | None, PLACE] = Field(
         None, gt=0, description="hard memory cap (CUDA fraction or CPU rlimit)"
     )
-    compile_cache: Annotated[str | None, RUN] = Field(
+    compile_cache: Annotated[str | None, PLACE] = Field(
         None,
         description="root of the compile caches: Inductor's and Triton's (kernels, autotune results) go to "
         "a subdir per device and software version (<root>/<key>/, key.json says what it stands for; "
         "python -m tuner.state.caches lists and clears them). A search's best.yaml names the search's, so its run "
         "reuses the kernels the search compiled; None = the environment's / torch's default",
     )
-    cpu_threads: Annotated[int | None, RUN] = Field(
+    cpu_threads: Annotated[int | None, PLACE] = Field(
         None,
         ge=1,
         description="torch's CPU (intra-op) threads; None = torch's default. A search's best.yaml gives its "
         "trials' count: on a busy host, dozens of threads spinning between a GPU run's small CPU ops slowed "
         "its steps 2.4x (docs/benchmarks.md)",
     )
-    compile_threads: Annotated[int | None, RUN] = Field(
+    compile_threads: Annotated[int | None, PLACE] = Field(
         None,
         ge=1,
         description="Inductor's compile workers; None = Inductor's default (or TORCHINDUCTOR_COMPILE_THREADS, "
@@ -302,7 +305,9 @@ class RunSettings(BaseModel):
         "share of a step, the top ops; trainables/profile.py); they are neither timed nor counted, and a "
         "saved model is saved before them; 0 = off",
     )
-    out_dir: Annotated[str | None, RUN] = Field(None, description="write tokenizer, config and metrics here")
+    out_dir: Annotated[str | None, PLACE] = Field(
+        None, description="write tokenizer, config and metrics here"
+    )
     save_model: Annotated[bool, RUN] = False
 
     @field_validator("device")

@@ -15,6 +15,7 @@ from optuna.storages import BaseStorage
 
 from trainables.data import Corpus
 from trainables.spec import TrialSpec
+from tuner.space.knobs import PLACEMENT_FIELDS
 
 
 class Role(str, Enum):
@@ -48,24 +49,11 @@ class Role(str, Enum):
 
 _GATES = {Role.SPEED: "turns", Role.REMEASURE: "quiet", Role.BESIDE: "beside", Role.AHEAD: "beside"}
 
-# The training settings that say where a run is placed and where its files are, not what it trains or
-# measures: left out of its spec key, so a resume on other GPU shares or from another folder still finds
-# it done. Every other setting counts, so a setting added later errs towards a rerun, never towards taking
-# another config's row.
-PLACEMENT_FIELDS = frozenset(
-    {
-        "device",
-        "gpu_memory_fraction",
-        "memory_cap_mb",
-        "cpu_threads",
-        "compile_threads",
-        "compile_cache",
-        "out_dir",
-        "workload_path",
-    }
-)
 
-
+# A run's spec key leaves out the training settings that say where it is placed and where its files are
+# (PLACEMENT_FIELDS: those declared `placement` on TrainConfig's fields), so a resume on other GPU shares or
+# from another folder still finds it done. Every other setting counts, so a setting added later errs towards
+# a rerun, never towards taking another config's row.
 def spec_key(spec: TrialSpec, role: Role | None) -> str:
     """The identity of a run (16 hex digits): a stable hash of its training config (less PLACEMENT_FIELDS),
     its labels (case, repeat, finalist, the knobs it stands for, ...) and its role. Every ledger row carries

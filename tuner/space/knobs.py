@@ -25,6 +25,8 @@ SPEED_ONLY_KNOBS = _of_kind("execution")
 # Fields that neither change the loss at the full token budget nor are searched: bookkeeping, memory caps,
 # and `max_steps` (speed screens cut runs short; the loss is judged at the full budget).
 RUN_ONLY_FIELDS = _of_kind("run")
+# Where a run is placed and where its files go, not what it trains or measures (a run's identity leaves them out)
+PLACEMENT_FIELDS = frozenset(name for name, c in CLASSES.items() if c and c.placement)
 # Fields whose values run only on some hardware: the space drops those values elsewhere (tuner/space/domains.py).
 HARDWARE_KNOBS = {name: c for name, c in CLASSES.items() if c and c.needs}
 
