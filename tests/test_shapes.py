@@ -8,7 +8,8 @@ import pytest
 from tuner.config import load_search_config
 from tuner.decide.horizon import horizon_for
 from tuner.runs.request import Role
-from tuner.runs.shapes import RunShapes, probe_case
+from tuner.runs.shapes import RunShapes
+from tuner.space.batch_fit import probe_case
 
 SMOKE = "configs/smoke.yaml"
 

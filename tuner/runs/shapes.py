@@ -5,7 +5,7 @@ GPU share, its memory cap) is placement's (tuner/runs/placement.py), what it sta
 
 - SPEED, REMEASURE: a short exclusive speed run: the warm-up and `screen_steps` steady steps, one val batch.
 - LOSS, BESIDE, AHEAD: the planned run, or the loss horizon's prefix of it.
-- PROBE: two steps at one batch and precision, the whole batch in one forward (tuner/space/batch_finder.py).
+- PROBE: two steps at one batch and precision, the whole batch in one forward (tuner/space/batch_fit.py).
 No run of the search writes checkpoints: `out_dir` is None in every shape.
 """
 
@@ -18,9 +18,7 @@ from typing import Any
 from trainables.config import TrainConfig
 from tuner.decide.horizon import LossHorizon, at_horizon
 from tuner.runs.request import Role
-
-# What the probe sets itself: a user's probe setting cannot name them.
-PROBE_KEYS = frozenset({"batch_size", "micro_batch", "precision", "max_steps", "out_dir"})
+from tuner.space.batch_fit import probe_case
 
 
 @dataclass(frozen=True)
@@ -50,23 +48,6 @@ def _timed(shapes: RunShapes, case: dict[str, Any]) -> dict[str, Any]:
 
 def _loss(shapes: RunShapes, case: dict[str, Any]) -> dict[str, Any]:
     return at_horizon({**case, "out_dir": None}, shapes.horizon)
-
-
-def probe_case(base: Mapping[str, Any], batch: int, precision: str) -> dict[str, Any]:
-    """The batch probe's run: its Ray task has the baseline as a dict, not the search's shapes."""
-    return {
-        **base,
-        "batch_size": batch,
-        "micro_batch": None,  # the whole batch in one forward: the size probed is the micro-batch
-        "precision": precision,
-        "max_steps": 2,
-        "timing_warmup_steps": 1,
-        "log_interval": 1,
-        "eval_interval": 0,
-        "eval_batch_size": 1,
-        "eval_tokens": base.get("seq_len", 256),
-        "out_dir": None,
-    }
 
 
 _SHAPES: dict[Role, Callable[[RunShapes, dict[str, Any]], dict[str, Any]]] = {

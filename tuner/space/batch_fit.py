@@ -130,3 +130,24 @@ def batch_pairs(
                     "or be at least it"
                 )
     return None
+
+
+# What the probe sets itself: a user's probe setting cannot name them.
+PROBE_KEYS = frozenset({"batch_size", "micro_batch", "precision", "max_steps", "out_dir"})
+
+
+def probe_case(base: Mapping[str, Any], batch: int, precision: str) -> dict[str, Any]:
+    """The batch probe's run (its shape in tuner/runs/shapes.py): its Ray task has the baseline as a dict."""
+    return {
+        **base,
+        "batch_size": batch,
+        "micro_batch": None,  # the whole batch in one forward: the size probed is the micro-batch
+        "precision": precision,
+        "max_steps": 2,
+        "timing_warmup_steps": 1,
+        "log_interval": 1,
+        "eval_interval": 0,
+        "eval_batch_size": 1,
+        "eval_tokens": base.get("seq_len", 256),
+        "out_dir": None,
+    }
