@@ -11,7 +11,8 @@ from typing import Any
 from tuner.state.records import FAILED_STATUSES, TrialRow
 
 
-def _finite(x: Any) -> bool:
+def finite(x: Any) -> bool:
+    """A measured figure: a number, not None or NaN (a run that never reached a steady step)."""
     return isinstance(x, int | float) and math.isfinite(x)
 
 
@@ -32,14 +33,14 @@ class ScreenOutcome:
     def of(cls, rows: Iterable[TrialRow]) -> ScreenOutcome:
         rows = list(rows)
         stopped = [r for r in rows if r.status == "stopped"]
-        unmeasured = [r for r in stopped if not _finite(r.tokens_per_s)]
+        unmeasured = [r for r in stopped if not finite(r.tokens_per_s)]
         failed: dict[str, int] = {}
         for row in rows:
             if row.status in FAILED_STATUSES:
                 failed[row.status] = failed.get(row.status, 0) + 1
         return cls(
             total=len(rows),
-            finished=sum(1 for r in rows if r.status == "ok" and _finite(r.tokens_per_s)),
+            finished=sum(1 for r in rows if r.status == "ok" and finite(r.tokens_per_s)),
             stopped_early=len(stopped) - len(unmeasured),
             compiling=sum(1 for r in unmeasured if r.pid is not None or r.node is not None),
             waiting=sum(1 for r in unmeasured if r.pid is None and r.node is None),

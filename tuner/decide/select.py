@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from tuner.decide.screen_outcome import finite
 from tuner.space.knobs import freeze, knob_diff, loss_key
 from tuner.state.records import (
     BASELINE_ID,
@@ -26,12 +27,8 @@ from tuner.state.records import (
 ENERGY_MARGIN = 0.02  # J/token must be this much lower than the fastest's to outweigh simplicity
 
 
-def _finite(x: Any) -> bool:
-    return isinstance(x, int | float) and math.isfinite(x)
-
-
 def _speed(trial: TrialRow) -> float:
-    return trial.tokens_per_s if _finite(trial.tokens_per_s) else -math.inf
+    return trial.tokens_per_s if finite(trial.tokens_per_s) else -math.inf
 
 
 @dataclass(frozen=True)
@@ -60,7 +57,7 @@ def loss_check_candidates(screen_trials: list[TrialRow], baseline: dict, top: in
     plus (not counted in `top`) the group that shares the baseline's key, which inherits the baseline's."""
     groups: dict[tuple, list[TrialRow]] = {}
     for trial in sorted(screen_trials, key=lambda t: (-_speed(t), t.id)):
-        if trial.status == "ok" and _finite(trial.tokens_per_s):
+        if trial.status == "ok" and finite(trial.tokens_per_s):
             groups.setdefault(loss_key(trial.config, baseline), []).append(trial)
     base_key = loss_key({}, baseline)
     out, to_check = [], 0
@@ -116,7 +113,7 @@ def with_feasibility(
             }
         if key in verdicts:
             check = verdicts[key]
-            val = check.val_loss if _finite(check.val_loss) else None
+            val = check.val_loss if finite(check.val_loss) else None
             return {"feasible": loss_limit.verdict(check), "val_loss": val, "loss_checked_by": check.id}
         return {"feasible": None, "val_loss": None, "loss_checked_by": None}
 
@@ -125,10 +122,10 @@ def with_feasibility(
 
 def spread(values: Iterable[float]) -> tuple[float, float, float]:
     """(median, min, max) of the finite values; ValueError when there are none."""
-    finite = [float(v) for v in values if _finite(v)]
-    if not finite:
+    kept = [float(v) for v in values if finite(v)]
+    if not kept:
         raise ValueError("spread() needs at least one finite value")
-    return statistics.median(finite), min(finite), max(finite)
+    return statistics.median(kept), min(kept), max(kept)
 
 
 @dataclass
@@ -164,7 +161,7 @@ class _Ranked:
     @property
     def jpt(self) -> float | None:
         value = self.finalist.joules_per_token
-        return value if _finite(value) else None
+        return value if finite(value) else None
 
     def describe(self) -> str:
         return f"{self.id} {self.median:,.0f} tok/s [{self.lo:,.0f}–{self.hi:,.0f}]"
