@@ -20,6 +20,7 @@ import psutil
 import pytest
 
 from tests.test_failures import left_running
+from tuner.session.ray_session import REAPER
 
 ROOT = Path(__file__).resolve().parents[1]
 SHAKESPEARE = ROOT.parent / "shared" / "data" / "tinyshakespeare.txt"
@@ -163,9 +164,7 @@ def test_a_sigkilled_driver_leaves_no_ray_process_10_s_later(tmp_path):
     try:
         wait_for(log, "[screen] 1/", driver)  # a trial worker has run: every kind of Ray process is up
         ray_procs = [
-            p
-            for p in psutil.Process(driver.pid).children(recursive=True)
-            if "tuner.session.reaper" not in p.cmdline()
+            p for p in psutil.Process(driver.pid).children(recursive=True) if str(REAPER) not in p.cmdline()
         ]
         session = _ray_session(ray_procs)
         pids = {p.pid: p.create_time() for p in ray_procs}

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import signal
 import socket
 import subprocess
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import psutil
 import ray
@@ -28,6 +30,8 @@ from trainables.errors import EnvironmentFault, first_line
 from tuner.session import stop_signals
 
 ASKS_TOKEN = "asks for a token"  # a GCS that refused us for want of one: it is Ray, behind token auth
+REAPER = Path(__file__).with_name("reaper.py")  # run by its file: `-m` would import torch with the package
+REAPER_START_S = 60.0  # psutil's import and one look: well under a second on an idle machine
 CONNECT_TIMEOUT_S = 20.0  # --connect-timeout's default: a live head answers in well under a second
 HOW_TO_JOIN = "--address auto or HOST:PORT joins a cluster"
 
@@ -213,9 +217,9 @@ class RaySession:
         """Check the address, then start or join Ray. Returns the dashboard's URL when one was started here."""
         self.target = target
         check_reachable(target, timeout_s)
+        self.others = frozenset(p.pid for p in _descendants())
         if not target.joins:  # a Ray of its own: it must end with the driver, however that ends
             self._start_reaper()
-        self.others = frozenset(p.pid for p in _descendants())
         url = connect(target, env, dashboard)
         signal.signal(signal.SIGTERM, terminated)  # ray.init put its own in: it ends at once, no clean-up
         return url
@@ -234,15 +238,23 @@ class RaySession:
             self.lifeline = None
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.reaper.wait(timeout=10)
+            self.reaper.stdout.close()
 
     def _start_reaper(self) -> None:
+        """Start the reaper and wait until it watches: a Ray process started before would outlive a SIGKILL."""
         read, self.lifeline = os.pipe()  # not inheritable: no Ray process holds the write end open
         self.reaper = subprocess.Popen(
-            [sys.executable, "-m", "tuner.session.reaper", str(os.getpid())],
+            [sys.executable, str(REAPER), str(os.getpid()), *map(str, self.others)],
             stdin=read,
+            stdout=subprocess.PIPE,
             start_new_session=True,
         )
         os.close(read)
+        ready, _, _ = select.select([self.reaper.stdout], [], [], REAPER_START_S)
+        if not ready or self.reaper.stdout.readline().strip() != b"ready":
+            raise EnvironmentFault(
+                f"the reaper (tuner/session/reaper.py) did not start in {REAPER_START_S:.0f} s"
+            )
 
 
 def terminated(signum: int, frame: object) -> None:

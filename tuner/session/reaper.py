@@ -1,12 +1,16 @@
-"""`python -m tuner.session.reaper DRIVER_PID`: ends the local Ray processes a driver started when the driver dies,
-however it died (SIGKILL included, where no clean-up of the driver's own can run).
+"""`python tuner/session/reaper.py DRIVER_PID [PID ...]`: ends the local Ray processes a driver started when the
+driver dies, however it died (SIGKILL included, where no clean-up of the driver's own can run).
 
 Ray ties its GCS and raylet to the driver that started them (the kernel's parent-death signal), but the
 dashboard and runtime-env agents notice the raylet's death only after several checks and then try to reach
 the dead GCS: they outlived a killed driver by minutes. The reaper is a small process of its own session
 (so Ctrl-C to the driver's process group leaves it be); its stdin is a pipe whose only writer is the driver.
 While the pipe is open it notes the driver's descendants every POLL_S; at end of file (the driver is gone)
-it kills every one of them still alive, except those that were there before Ray started.
+it kills every one of them still alive, except the PIDs the driver named (its children before Ray started).
+
+It is started by its file, not as `-m tuner.session.reaper`: the package's import brings torch (seconds on a
+busy machine), and Ray's agents came up meanwhile. It prints "ready" after its first look, and the driver
+starts Ray only then, so no Ray process can start before the reaper watches.
 """
 
 from __future__ import annotations
@@ -32,11 +36,12 @@ def _descendants(driver: psutil.Process) -> dict[int, float]:
     return out
 
 
-def watch(driver_pid: int) -> dict[int, float]:
-    """The driver's descendants seen while its pipe (our stdin) stayed open, less those there at the start."""
+def watch(driver_pid: int, before: set[int]) -> dict[int, float]:
+    """The driver's descendants seen while its pipe (our stdin) stayed open, less `before` and ourselves."""
     driver = psutil.Process(driver_pid)
-    before = set(_descendants(driver)) | {os.getpid()}
-    seen: dict[int, float] = {}
+    before = before | {os.getpid()}
+    seen = {p: t for p, t in _descendants(driver).items() if p not in before}
+    print("ready", flush=True)  # the driver waits for this before it starts Ray
     while True:
         ready, _, _ = select.select([sys.stdin.fileno()], [], [], POLL_S)
         if ready and not os.read(sys.stdin.fileno(), 4096):
@@ -59,7 +64,7 @@ def reap(seen: dict[int, float]) -> int:
 
 def main() -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the driver handles Ctrl-C; the reaper waits for its end
-    reap(watch(int(sys.argv[1])))
+    reap(watch(int(sys.argv[1]), {int(pid) for pid in sys.argv[2:]}))
     return 0
 
 
