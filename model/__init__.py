@@ -1,5 +1,20 @@
-"""The hybrid RWKV6 + Mamba2 LM (model.hybrid) and its sequence-mixing ops (model.ops)."""
+"""The hybrid RWKV6 + Mamba2 LM (model.hybrid) and its sequence-mixing ops (model.ops).
 
-from model.hybrid import KERNELS, HybridBlock, HybridConfig, HybridLM, Mamba2Mixer, RMSNorm, RWKV6TimeMix
+The names below load model.hybrid (and torch) on first use, not on `import model`: every process that
+imports the project (the reaper, Ray's gate and telemetry actors, a CLI refusing bad input) imports this
+package through trainables/__init__.py, and most of them never build a model.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 __all__ = ["KERNELS", "HybridBlock", "HybridConfig", "HybridLM", "Mamba2Mixer", "RMSNorm", "RWKV6TimeMix"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in __all__:
+        home = "model.config" if name in ("HybridConfig", "KERNELS") else "model.hybrid"
+        return getattr(importlib.import_module(home), name)
+    raise AttributeError(f"module 'model' has no attribute {name!r}")
