@@ -6,7 +6,7 @@ import pytest
 
 from tuner.config import load_search_config
 from tuner.context import SearchContext, State
-from tuner.measure.screen_clock import wall_budget_s
+from tuner.measure.screen_budget import wall_budget_s
 from tuner.state.hardware import Hardware
 
 ROOT = Path(__file__).resolve().parents[1]

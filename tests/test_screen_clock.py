@@ -10,10 +10,10 @@ from ray.tune.search.optuna import OptunaSearch
 from toy_workload import TOY
 
 from trainables.spec import TrialSpec
-from tuner.measure.screen_clock import ScreenClock
 from tuner.runs.ledger import Ledger
 from tuner.runs.placement import room_now
 from tuner.runs.request import Placement
+from tuner.runs.screen_clock import ScreenClock
 from tuner.runs.tune import run_proposals
 from tuner.space.knobs import freeze
 

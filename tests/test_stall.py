@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 
-from tuner.measure.stall import STALL_S, StallWatch
+from tuner.runs.stall import STALL_S, StallWatch
 
 BUSY = "while True: pass"
 

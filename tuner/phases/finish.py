@@ -25,7 +25,7 @@ from tuner.decide.select import (
     spread,
 )
 from tuner.measure import baseline
-from tuner.measure.screen_clock import wall_budget_s
+from tuner.measure.screen_budget import wall_budget_s
 from tuner.report import write_reports
 from tuner.report.fmt import one_run_text
 from tuner.report.horizon_section import budget_text

@@ -17,7 +17,7 @@ from trainables.spec import TrialSpec
 from tuner.config import Knob
 from tuner.context import SearchContext, log
 from tuner.decide.screen_outcome import ScreenOutcome
-from tuner.measure.screen_clock import screen_clock, wall_budget_s
+from tuner.measure.screen_budget import screen_clock, wall_budget_s
 from tuner.runs.pool import RunPool
 from tuner.runs.request import Role, RunRequest, TpeSearch
 from tuner.space.batch_fit import BatchFit

@@ -11,7 +11,7 @@ from typing import Any
 from trainables.config import ConfigError
 from trainables.progress import fmt_seconds, log, per_second
 from trainables.spec import TrialSpec
-from tuner.measure.stall import StallWatch
+from tuner.runs.stall import StallWatch
 from tuner.state.records import TrialRow
 
 HEARTBEAT_S = 30  # the longest a phase stays silent

@@ -21,9 +21,9 @@ from typing import Any
 
 from trainables.progress import log
 from tuner.context import SearchContext
-from tuner.measure.screen_clock import ScreenClock
 from tuner.runs.ledger import Ledger
 from tuner.runs.request import Placement, Role, RunRequest, TpeSearch, spec_key
+from tuner.runs.screen_clock import ScreenClock
 from tuner.runs.tasks import TaskRun, start_loss_run
 from tuner.runs.tune import run_cases, run_proposals, tpe_searcher
 from tuner.space.batch_fit import BatchFit

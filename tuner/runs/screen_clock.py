@@ -7,7 +7,10 @@ them is still running, so none is lost to a slow compile, and waits no longer th
 trials' own compile deadline bounds them; start points are proposed first, whatever the time). Near the
 end, no other config is started that cannot get through a cold first step (the median measured in this
 screen) before the budget ends: it would only be stopped mid-compile, and its compile would slow the runs
-that can still finish."""
+that can still finish.
+
+The clock and the stopper that reads it live with the runs (tuner/runs/tune.py runs the screen's experiment);
+the search sets this clock from its config and hardware in tuner/measure/screen_budget.py."""
 
 from __future__ import annotations
 
@@ -18,9 +21,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ray.tune import Stopper
-
-from tuner.context import SearchContext, log
-from tuner.space.knobs import freeze
 
 
 @dataclass
@@ -92,31 +92,3 @@ def seen_by(searcher: Any) -> tuple[Collection[Hashable], Collection[Hashable]]:
     """(running, seen): the frozen configs a DistinctConfigs searcher is running, and those plus the measured."""
     running = set(searcher.running.values())
     return running, running | set(searcher.measured)
-
-
-def wall_budget_s(ctx: SearchContext) -> float | None:
-    """`search.time_budget` is GPU time: N GPUs screen N configs at once, so they spend it in 1/N of the
-    wall time, and finish as many proposals as one GPU would in the whole budget. Its floor is not a
-    constant: the screen ends only once its start points are done (screen_clock)."""
-    s = ctx.cfg.search
-    if s.time_budget_s is None:
-        return None
-    gpus = max(1, ctx.hw.gpus)
-    wall = s.time_budget_s / gpus
-    if gpus > 1:
-        log(
-            f"[screen] time budget {s.time_budget} of GPU time over {gpus} GPUs: {wall:.0f} s of wall time, "
-            "longer only while a start point is still running"
-        )
-    return wall
-
-
-def screen_clock(
-    ctx: SearchContext, budget_s: float | None, points: list[dict[str, Any]]
-) -> ScreenClock | None:
-    """The screen ends at its budget once no start point is running, and at its budget plus the compile
-    deadline regardless (a trial gives up its first step by then)."""
-    if budget_s is None:
-        return None
-    deadline = ctx.cfg.search.compile_deadline_s
-    return ScreenClock(budget_s, budget_s + (deadline or budget_s), frozenset(map(freeze, points)))

@@ -21,9 +21,9 @@ from ray.tune.stopper import CombinedStopper
 from trainables.progress import log
 from trainables.spec import TRAIN, TrialSpec
 from trainables.trainable import train_trial
-from tuner.measure.screen_clock import ScreenClock, ScreenEnd, seen_by
 from tuner.runs.ledger import Ledger, LedgerCallback
 from tuner.runs.request import Placement, Role, TpeSearch, TrialInputs, spec_key
+from tuner.runs.screen_clock import ScreenClock, ScreenEnd, seen_by
 from tuner.session.node_loss import NODE_LOSS_RERUNS
 from tuner.session.ray_noise import quiet_trial_failures
 from tuner.session.stop_signals import TuneSigint
@@ -234,7 +234,7 @@ def run_proposals(
     """Up to `trials` searcher-proposed trials in total, across resumes, never one config twice (fewer
     when the searcher keeps repeating measured configs: the space is exhausted); rows in completion order;
     `on_row` is told the rows so far as each one finishes; `clock` says when to stop proposing and when
-    the experiment ends (tuner/measure/screen_clock.py; None: when the trials are done).
+    the experiment ends (tuner/runs/screen_clock.py; None: when the trials are done).
     Trials lost with their nodes are proposed anew, in a fresh experiment with a fresh searcher (the study
     and the ledger carry what was learned)."""
     ledger = Ledger(out, phase)
