@@ -11,9 +11,9 @@ from tuner.context import SearchContext, State
 from tuner.phases import remeasure
 from tuner.report import render_html, render_markdown
 from tuner.report.profile import answer_line
+from tuner.runs import observe
 from tuner.state.hardware import Hardware
 from tuner.state.records import BASELINE_ID
-from tuner.telemetry import observe
 
 SMOKE = str(Path(__file__).resolve().parents[1] / "configs" / "smoke.yaml")
 

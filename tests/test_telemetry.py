@@ -21,6 +21,7 @@ from tests.factories import make_row
 from tests.fake_nvml import POWER_CAP, THERMAL, FakeNvml, NVMLError_LibraryNotFound
 from trainables.spec import TrialSpec
 from tuner.context import Telemetry
+from tuner.runs import observe
 from tuner.runs.request import Role
 from tuner.state.trial_rows import trial_row
 from tuner.telemetry import (
@@ -33,7 +34,6 @@ from tuner.telemetry import (
     downsample,
     fetch_usage,
     fetch_window,
-    observe,
     start_telemetry,
     summarize_usage,
     summarize_window,

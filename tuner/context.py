@@ -27,6 +27,7 @@ from trainables.progress import log
 from trainables.workload import WorkloadInfo
 from tuner.config import SearchConfig
 from tuner.decide.horizon import horizon_for
+from tuner.runs.observe import Telemetry
 from tuner.runs.placement import PlacementPolicy
 from tuner.runs.request import TrialInputs
 from tuner.runs.shapes import RunShapes
@@ -96,18 +97,6 @@ class Notices(list):
     def say(self, msg: str) -> None:
         self.append(msg)
         log(f"notice: {msg}")
-
-
-@dataclass(frozen=True)
-class Telemetry:
-    """The NVML sampler actors by Ray node id, and why telemetry is missing (None when it is complete)."""
-
-    actors: dict[str, Any] = field(default_factory=dict)
-    notice: str | None = None
-
-    @property
-    def available(self) -> bool:
-        return bool(self.actors) and self.notice is None
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from tuner.decide.loss_plan import LossCheck
 from tuner.decide.select import with_feasibility
 from tuner.measure import baseline, eta
 from tuner.phases import finish, loss_check, probe, remeasure, screen
+from tuner.runs import observe
 from tuner.runs.ahead import pending
 from tuner.runs.request import TrialInputs
 from tuner.runs.tasks import on_a_trial_node
@@ -30,7 +31,6 @@ from tuner.space.domains import applicable, autotune_notice, probe_hardware
 from tuner.state import answers
 from tuner.state.hardware import Hardware, ProbedBatch
 from tuner.state.records import TrialRow
-from tuner.telemetry import observe
 
 
 def run_search(ctx: SearchContext, fresh: bool = False, kept: Path | None = None) -> int:
@@ -173,7 +173,7 @@ def open_context(
         state=state,
         command=command,
         resume=resume,
-        telemetry=observe.start(cfg.search.telemetry_hz, hw.gpus > 0, notices),
+        telemetry=observe.start(cfg.search.telemetry_hz, hw.gpus > 0, notices.say),
         notices=notices,
         compile_cache=compile_cache,
         workload=workload,

@@ -4,7 +4,7 @@ a loss run beside the screen (tuner/runs/tasks.py). Every finished run, from eit
 
     its row -> its phase's ledger (OUT/trials/<phase>.jsonl, the moment it ends: a crashed driver's --resume
                reads it) -> the listeners (told the phase's rows so far, as each is added)
-            -> `RunPool.record` (once the rows are in): the telemetry join (tuner/telemetry/observe.py), read by role
+            -> `RunPool.record` (once the rows are in): the telemetry join (tuner/runs/observe.py), read by role
 
 The join waits for the phase's rows because it needs them together: the processes of the runs that took
 turns at a GPU's timing gate are no contention of each other's window, and a notice counts a phase's
@@ -17,24 +17,39 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import Any, Protocol
 
 from trainables.progress import log
-from tuner.context import SearchContext
+from tuner.config import SearchConfig
 from tuner.runs.ledger import Ledger
-from tuner.runs.request import Placement, Role, RunRequest, TpeSearch, spec_key
+from tuner.runs.observe import Observed, annotate
+from tuner.runs.request import Placement, Role, RunRequest, TpeSearch, TrialInputs, spec_key
 from tuner.runs.screen_clock import ScreenClock
 from tuner.runs.tasks import TaskRun, start_loss_run
 from tuner.runs.tune import run_cases, run_proposals, tpe_searcher
 from tuner.space.batch_fit import BatchFit
 from tuner.state.records import AHEAD_PHASE, BESIDE_PHASE, TrialRow
 from tuner.state.trial_rows import trial_row
-from tuner.telemetry.observe import annotate
 
 TASK_LEDGERS = {Role.BESIDE: BESIDE_PHASE, Role.AHEAD: AHEAD_PHASE}  # the ledgers of runs trained as tasks
 WAIT_LINE_S = 30.0  # the longest the search is silent while it waits for a run beside the screen
 
 Listener = Callable[[list[TrialRow]], None]
+
+
+class PoolContext(Observed, Protocol):
+    """What a pool reads of the search's context (tuner/context.py:SearchContext): OUT, the config's
+    resources, what every trial gets through Ray, and the telemetry join's samplers and notices."""
+
+    @property
+    def cfg(self) -> SearchConfig: ...
+
+    @property
+    def out(self) -> Path: ...
+
+    @property
+    def inputs(self) -> TrialInputs: ...
 
 
 @dataclass
@@ -43,7 +58,7 @@ class RunPool:
     `task_row` (a loss run beside the screen); each gives rows recorded in the ledger and joined to the
     telemetry. `listeners` are told the phase's rows so far as each finished run is added to its ledger."""
 
-    ctx: SearchContext
+    ctx: PoolContext
     listeners: list[Listener] = field(default_factory=list)
     joined: dict[tuple[str, str], TrialRow] = field(default_factory=dict)  # (phase, id) -> its joined row
 

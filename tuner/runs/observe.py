@@ -1,12 +1,17 @@
 """The search's side of telemetry: start one NVML sampler per GPU node, then join each finished trial to the
-GPU samples of its timed window and flag speed figures taken while the host's CPUs were contended."""
+GPU samples of its timed window and flag speed figures taken while the host's CPUs were contended. The join
+is the last step of recording a finished run (tuner/runs/pool.py:RunPool.record); the samplers and the join's
+maths are tuner/telemetry's."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 import ray
 from tensorboardX import SummaryWriter
 
-from tuner.context import Notices, SearchContext, Telemetry
 from tuner.runs.request import Role
 from tuner.state.records import TrialRow
 from tuner.telemetry import (
@@ -19,7 +24,29 @@ from tuner.telemetry import (
 )
 
 
-def start(hz: float, on_gpu: bool, notices: Notices) -> Telemetry:
+@dataclass(frozen=True)
+class Telemetry:
+    """The NVML sampler actors by Ray node id, and why telemetry is missing (None when it is complete)."""
+
+    actors: dict[str, Any] = field(default_factory=dict)
+    notice: str | None = None
+
+    @property
+    def available(self) -> bool:
+        return bool(self.actors) and self.notice is None
+
+
+class Observed(Protocol):
+    """What the join reads of the search's context (tuner/context.py:SearchContext): the samplers, and
+    where a notice goes."""
+
+    @property
+    def telemetry(self) -> Telemetry: ...
+
+    def notice(self, msg: str) -> None: ...
+
+
+def start(hz: float, on_gpu: bool, say: Callable[[str], None]) -> Telemetry:
     """One sampler per GPU node (per node on CPUs); on a machine without NVML it says so once and the search
     goes on."""
     if not hz:
@@ -27,11 +54,11 @@ def start(hz: float, on_gpu: bool, notices: Notices) -> Telemetry:
     actors = start_telemetry(hz=hz, all_nodes=not on_gpu)
     lines = [describe_unavailable(info) for info in ray.get([a.info.remote() for a in actors.values()])]
     for line in filter(None, lines):
-        notices.say(line)
+        say(line)
     return Telemetry(actors=actors, notice=next(filter(None, reversed(lines)), None))
 
 
-def annotate(ctx: SearchContext, rows: list[TrialRow], role: Role) -> list[TrialRow]:
+def annotate(ctx: Observed, rows: list[TrialRow], role: Role) -> list[TrialRow]:
     """Each row (of runs of one `role`) joined to its GPU window (util, power, J/token, throttling) and its
     CPU contention flag; the notices say what the search should hear of them."""
     siblings = sorted({r.pid for r in rows if r.pid is not None and r.gate_wait_s is not None})
@@ -49,7 +76,7 @@ def annotate(ctx: SearchContext, rows: list[TrialRow], role: Role) -> list[Trial
     return out
 
 
-def _say_cache_misses(ctx: SearchContext, rows: list[TrialRow]) -> None:
+def _say_cache_misses(ctx: Observed, rows: list[TrialRow]) -> None:
     """After the screen the search's cache holds what it compiled: a run that still compiles from scratch
     pays minutes of warm-up the cache was there to save, and the user should hear of it."""
     missed = [r for r in rows if r.compile_cache_use == "miss"]
@@ -62,7 +89,7 @@ def _say_cache_misses(ctx: SearchContext, rows: list[TrialRow]) -> None:
         )
 
 
-def _join_gpu(ctx: SearchContext, row: TrialRow, siblings: list[int]) -> TrialRow:
+def _join_gpu(ctx: Observed, row: TrialRow, siblings: list[int]) -> TrialRow:
     """The GPU's view of the row's timed window; the phase's other gated runs (`siblings`) shared its GPU
     by design, taking turns at the timing gate, so their processes do not make the figure untrusted."""
     has_window = row.window_t0 and row.window_t1 and row.gpu is not None
@@ -81,7 +108,7 @@ def _flag_cpu(row: TrialRow) -> TrialRow:
     return TrialRow.model_validate(flag_cpu_contention(row.model_dump()))
 
 
-def _with_timeline(ctx: SearchContext, row: TrialRow) -> TrialRow:
+def _with_timeline(ctx: Observed, row: TrialRow) -> TrialRow:
     """The trial's GPU timeline into TensorBoard, next to Ray's curves for that trial, and onto the row."""
     actor = ctx.telemetry.actors.get(row.node_id)
     if actor is None or not row.path:
