@@ -14,7 +14,6 @@ from trainables.exit_codes import Exit
 from trainables.progress import metrics_text, per_second
 from tuner.context import SearchContext, log
 from tuner.decide import costs
-from tuner.decide.loss_outcome import LossCheckOutcome
 from tuner.decide.ratio import one_run_ratio_range, too_few_runs
 from tuner.decide.screen_outcome import ScreenOutcome, nothing_screened
 from tuner.decide.select import (
@@ -32,6 +31,7 @@ from tuner.report.horizon_section import budget_text
 from tuner.space.recipe import as_run_here
 from tuner.space.recipe import result as recipe_result
 from tuner.state.gpu_records import GpuUsage, TelemetrySummary
+from tuner.state.loss_outcome import LossCheckOutcome
 from tuner.state.records import (
     BASELINE_ID,
     BaselineResult,

@@ -1,5 +1,5 @@
-"""How the loss check ended (tuner/decide/loss_plan.py decides it): summary.json's `loss_check`, its own module so
-that tuner/state/records.py's Summary carries it without growing past its size."""
+"""How the loss check ended (tuner/decide/loss_plan.py decides it): summary.json's `loss_check`, a record
+stored by tuner/state/records.py's Summary, in its own module so that records.py does not grow past its size."""
 
 from __future__ import annotations
 
