@@ -8,11 +8,11 @@ Trains the config's baseline at two seeds and each config of a list (different b
 precisions; the built-in CONFIGS, or a YAML list of knob mappings) for the whole planned run
 (`train.tokens`), each in its own process (`python -m trainables.train --out DIR`: an OOM stays there),
 `--jobs` at a time, with an eval at every horizon prefix (eval_interval: the greatest common divisor of the
-prefixes' steps, each prefix a whole number of steps of every batch: tuner/decide/horizon.py). Then, for each
+prefixes' steps, each prefix a whole number of steps of every batch: tuner/rules/horizon.py). Then, for each
 horizon, it judges every config as the search would (tuner/state/records.py:LossLimit): at the prefix against the
 two seeds' mean + tolerance + their difference, at the full run against the first seed + tolerance; and
 prints and writes (JSON) each config's two verdicts and the agreement N/M. The first horizon is the one a
-report cites (tuner/decide/horizon.py:validation_note reads the JSON's top-level figures).
+report cites (tuner/rules/horizon.py:validation_note reads the JSON's top-level figures).
 
 `--execution` applies speed-only knobs to every run (default on CUDA: CUDA graphs, block by block; they do
 not change what is trained, which is why the search's loss runs borrow them too).
@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from anywhere
 
 from trainables.config import ConfigError, load_config, read_yaml  # noqa: E402 - after the path insert
-from tuner.decide.horizon import LossHorizon, horizon_for  # noqa: E402
+from tuner.rules.horizon import LossHorizon, horizon_for  # noqa: E402
 from tuner.state.records import LossLimit  # noqa: E402
 
 # Different batches, lr rules and precisions around the default config's baseline (batch 8, fp32, lr 3e-4

@@ -13,7 +13,6 @@ from trainables.config import TrainConfig
 from trainables.spec import TrialSpec
 from tuner.config import load_search_config
 from tuner.context import SearchContext, State
-from tuner.decide.horizon import horizon_for
 from tuner.measure.baseline import (
     _execution_of,
     _twin_point,
@@ -23,6 +22,7 @@ from tuner.measure.baseline import (
     start_seeds_beside,
     twins,
 )
+from tuner.rules.horizon import horizon_for
 from tuner.runs.ledger import Ledger
 from tuner.runs.request import Role
 from tuner.runs.shapes import RunShapes

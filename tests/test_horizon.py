@@ -13,7 +13,12 @@ from tests.factories import make_row, synthetic_summary
 from trainables.config import ConfigError, TrainConfig
 from tuner.config import load_search_config
 from tuner.context import SearchContext, State
-from tuner.decide.horizon import (
+from tuner.measure import baseline
+from tuner.phases import loss_check
+from tuner.report.horizon_section import HEAD
+from tuner.report.html import render_html
+from tuner.report.markdown import render_markdown
+from tuner.rules.horizon import (
     LossHorizon,
     at_horizon,
     horizon_for,
@@ -21,11 +26,6 @@ from tuner.decide.horizon import (
     step_tokens,
     validation_note,
 )
-from tuner.measure import baseline
-from tuner.phases import loss_check
-from tuner.report.horizon_section import HEAD
-from tuner.report.html import render_html
-from tuner.report.markdown import render_markdown
 from tuner.runs.ledger import Ledger
 from tuner.state.hardware import Hardware
 from tuner.state.records import BASELINE_ID, BESIDE_PHASE, LossLimit

@@ -14,10 +14,10 @@ from trainables.config import ConfigError
 from trainables.loss_tolerance import declared_tolerance
 from tuner import search
 from tuner.config import QualitySection, SearchConfig, load_search_config
-from tuner.decide.horizon import LossHorizon
-from tuner.decide.loss_limit import LossLimit
 from tuner.report.html import render_html
 from tuner.report.markdown import render_markdown
+from tuner.rules.horizon import LossHorizon
+from tuner.rules.loss_limit import LossLimit
 
 SMOKE = str(Path(__file__).resolve().parents[1] / "configs" / "smoke.yaml")
 PREFIX = LossHorizon(planned_tokens=1_000_000, tokens=100_000, step_tokens=4096)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tuner.config import load_search_config
-from tuner.decide.horizon import horizon_for
+from tuner.rules.horizon import horizon_for
 from tuner.runs.request import Role
 from tuner.runs.shapes import RunShapes
 from tuner.space.batch_fit import probe_case

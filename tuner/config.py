@@ -30,9 +30,9 @@ from trainables.config import (
     unknown_key,
     with_workload_paths,
 )
-from tuner.decide.horizon import LossHorizon, parse_tokens
-from tuner.decide.loss_limit import LossLimit, ToleranceFrom
-from tuner.space.batch_fit import batch_pairs
+from tuner.rules.batch_pairs import batch_pairs
+from tuner.rules.horizon import LossHorizon, parse_tokens
+from tuner.rules.loss_limit import LossLimit, ToleranceFrom
 
 
 class Range(BaseModel):
@@ -216,7 +216,7 @@ CONFIRM_RUNS = (3, 2)  # a confirmation's re-measure: at most 3 runs of the base
 
 
 class QualitySection(BaseModel):
-    """The loss rule's settings (the rule itself: tuner/decide/loss_limit.py). When the config sets neither
+    """The loss rule's settings (the rule itself: tuner/rules/loss_limit.py). When the config sets neither
     `tolerance` nor `mode`, the workload's `loss_tolerance` ('relative', 0.05) stands in for them where it
     declares one (`with_workload_default`), else 0.05 absolute; a config that sets either owns both."""
 
@@ -240,7 +240,7 @@ class QualitySection(BaseModel):
         None,
         description="the loss budget, in tokens (20000000, '20M'): when train.tokens is longer, the baseline "
         "(two seeds) and every contender train this prefix of the planned run and are compared there "
-        "(tuner/decide/horizon.py); None = the whole planned run",
+        "(tuner/rules/horizon.py); None = the whole planned run",
     )
 
     @field_validator("loss_horizon", mode="before")

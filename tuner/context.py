@@ -26,7 +26,7 @@ from trainables.files import write_atomically
 from trainables.progress import log
 from trainables.workload import WorkloadInfo
 from tuner.config import SearchConfig
-from tuner.decide.horizon import horizon_for
+from tuner.rules.horizon import horizon_for
 from tuner.runs.observe import Telemetry
 from tuner.runs.placement import PlacementPolicy
 from tuner.runs.request import TrialInputs

@@ -48,7 +48,7 @@ EPILOG = """\
 phases: hardware -> batch probe -> speed screen -> loss check (the baseline's too) -> re-measure ->
   answer; docs/architecture.md says what each one measures.
 
-loss rule: a config passes when it trains to a val loss <= the limit (tuner/decide/loss_limit.py), where
+loss rule: a config passes when it trains to a val loss <= the limit (tuner/rules/loss_limit.py), where
   quality.mode absolute (default): limit = baseline + quality.tolerance (0.05: in the loss's units, nats)
   quality.mode relative:           limit = baseline x (1 + quality.tolerance) (0.05: 5% above it)
   The baseline's loss is the mean of its seeds where it trains two (at a quality.loss_horizon prefix);

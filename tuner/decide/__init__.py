@@ -1,5 +1,5 @@
-"""Which config wins, and why: the loss rule (`loss_limit`, its one home), how far the loss check trains
-(`horizon`), which candidates it trains and when it stops (`loss_plan`; how it ended: tuner/state/loss_outcome.py), which configs are
+"""Which config wins, and why, by the loss rule and its horizon (tuner/rules/): which candidates the loss check
+trains and when it stops (`loss_plan`; how it ended: tuner/state/loss_outcome.py), which configs are
 feasible and which is fastest (`select`), what the answer costs the user (`costs`), and where one run of the
 winner and one of the baseline should put their ratio (`ratio`).
 """

@@ -25,10 +25,10 @@ from typing import Any
 from pydantic import Field, model_validator
 
 from tuner.decide.select import Candidate, could_be_remeasured, loss_check_candidates
+from tuner.rules.record_base import Record
 from tuner.space.knobs import knob_diff, train_point
 from tuner.space.recipe import in_reach
 from tuner.state.loss_outcome import LossCheckOutcome
-from tuner.state.record_base import Record
 from tuner.state.records import BASELINE_ID, TrialRow
 
 

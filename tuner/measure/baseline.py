@@ -7,7 +7,7 @@ On GPUs its loss run does not wait for the screen: when a start point shares the
 default config's first one, the baseline under CUDA graphs) it trains with that execution from the screen's
 start, beside it, in its GPU's idle time (`start_beside`; trainables/gate.py says how it yields to every
 timed window). It was the loss check's longest run, 102-122 s of its 113-131 s on 4 H200s, so the loss check
-no longer waits for it. At a prefix of the planned run (tuner/decide/horizon.py) its run at a second seed, for the
+no longer waits for it. At a prefix of the planned run (tuner/rules/horizon.py) its run at a second seed, for the
 seed noise, trains beside the screen with it (`start_seeds_beside`)."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any
 from trainables.spec import TrialSpec
 from tuner.config import Knob
 from tuner.context import SearchContext, SearchFailed, log
-from tuner.decide.horizon import LossHorizon
+from tuner.rules.horizon import LossHorizon
 from tuner.runs.pool import RunPool
 from tuner.runs.request import Role, RunRequest
 from tuner.runs.tasks import TaskRun

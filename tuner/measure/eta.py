@@ -34,7 +34,7 @@ def loss_check_s(ctx: SearchContext, screen: list[TrialRow], pending: Pending = 
     """The baseline's loss runs (its seeds: one, or two at a prefix of the planned run) count at its twin's
     speed, less those `pending` says trained beside the screen and are done; of the candidates' runs only
     the ones with no loss run ahead (`pending`'s runs ahead of the loss check, which beside the screen have
-    mostly trained by its end). Each run trains the loss horizon's tokens (tuner/decide/horizon.py: the planned
+    mostly trained by its end). Each run trains the loss horizon's tokens (tuner/rules/horizon.py: the planned
     run, or its prefix)."""
     beside_done = sum(run.done for run in pending.of(Role.BESIDE))
     base = ctx.base.model_dump()

@@ -1,10 +1,10 @@
-"""Where the loss limit was applied (tuner/decide/horizon.py): the full planned run, or a prefix of it, with the seed
+"""Where the loss limit was applied (tuner/rules/horizon.py): the full planned run, or a prefix of it, with the seed
 noise measured on the baseline there and how far short-horizon verdicts are known to agree with full runs."""
 
 from __future__ import annotations
 
-from tuner.decide.horizon import LossHorizon
 from tuner.report.fmt import fmt_loss
+from tuner.rules.horizon import LossHorizon
 from tuner.state.records import LossLimit, Summary
 
 HEAD = "Where the loss was judged"

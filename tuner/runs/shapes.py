@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainables.config import TrainConfig
-from tuner.decide.horizon import LossHorizon, at_horizon
+from tuner.rules.horizon import LossHorizon, at_horizon
 from tuner.runs.request import Role
 from tuner.space.batch_fit import probe_case
 

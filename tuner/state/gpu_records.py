@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from tuner.state.record_base import Record
+from tuner.rules.record_base import Record
 
 
 class TelemetrySummary(Record):

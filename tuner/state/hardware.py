@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import Field, model_validator
 
-from tuner.state.record_base import Record
+from tuner.rules.record_base import Record
 
 
 class ProbedBatch(Record):

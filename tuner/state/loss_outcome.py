@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from tuner.state.record_base import Record
+from tuner.rules.record_base import Record
 
 LossCheckEnd = Literal["all_checked", "max_loss_checks", "loss_check_time", "loss_check_top"]
 CAPPED = ("max_loss_checks", "loss_check_time")

@@ -15,11 +15,11 @@ from pydantic import ConfigDict, Field, model_validator
 
 from trainables.cache_use import CacheUse
 from trainables.profile import Profile
-from tuner.decide.loss_limit import LossLimit
+from tuner.rules.loss_limit import LossLimit
+from tuner.rules.record_base import Record
 from tuner.state.gpu_records import GpuPopulation, GpuUsage, TelemetrySummary
 from tuner.state.loss_outcome import LossCheckOutcome
 from tuner.state.older_summaries import with_loss_limit
-from tuner.state.record_base import Record
 
 Status = Literal["ok", "oom", "nan", "error", "timeout", "stopped"]
 FAILED_STATUSES = frozenset({"oom", "nan", "error", "timeout"})

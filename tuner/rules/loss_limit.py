@@ -4,7 +4,7 @@
     limit = baseline loss + tolerance x |baseline loss|   (quality.mode: relative; baseline x (1 + tolerance))
 
 The baseline loss is its val loss, or the mean of its seeds' where it trained several (at a prefix of the
-planned run, tuner/decide/horizon.py, two). Nothing else moves the limit: the seeds' spread is recorded and shown
+planned run, tuner/rules/horizon.py, two). Nothing else moves the limit: the seeds' spread is recorded and shown
 beside it, so a reader can judge how much of a gap is noise, but it is not added to it. A hidden widening
 made the limit say more than the tolerance the user set (the 100M answer passed at +0.065 over the
 baseline the report printed, "within 0.05"); a user who wants room for the noise sets a larger tolerance,
@@ -18,8 +18,8 @@ from typing import Literal, Protocol
 
 from pydantic import Field
 
-from tuner.decide.horizon import LossHorizon, seed_noise, validation_note
-from tuner.state.record_base import Record
+from tuner.rules.horizon import LossHorizon, seed_noise, validation_note
+from tuner.rules.record_base import Record
 
 
 class LossRun(Protocol):

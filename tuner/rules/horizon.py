@@ -110,7 +110,7 @@ def seed_noise(losses: list[float]) -> float | None:
     val losses (None: fewer than two). With two seeds it is one draw of |L1 - L2|, whose mean is ~1.13 sigma
     of one run's loss; a contender (one seed) against the baseline's two-seed mean differs by noise of
     ~1.22 sigma. The report shows it beside the limit, for the reader to judge a near miss; the limit does
-    not include it (tuner/decide/loss_limit.py)."""
+    not include it (tuner/rules/loss_limit.py)."""
     return max(losses) - min(losses) if len(losses) >= 2 else None
 
 
