@@ -480,7 +480,7 @@ def test_actor_samples_through_the_fake_and_answers_windows(local_ray):
 
 def test_each_trial_joins_its_own_gpu_and_usage_answers_for_every_gpu(local_ray):
     """Two fake GPUs busy to different degrees (50 % and 60 %): a trial on GPU 1 gets GPU 1's window, not
-    GPU 0's, through the join the search runs (tuner/telemetry/observe.py), and the usage query answers for both."""
+    GPU 0's, through the join the search runs (tuner/runs/observe.py), and the usage query answers for both."""
     actors = start_telemetry(hz=20.0, nvml_module="tests.fake_nvml", energy_hz=5.0)
     ((node_id, actor),) = actors.items()
     assert ray.get(actor.info.remote(), timeout=60)["available"]
