@@ -14,6 +14,11 @@ os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("TUNER_CACHE_DIR", tempfile.mkdtemp(prefix="tuner-test-cache-"))
 os.environ.setdefault("TUNER_FRESH", "1")
+# Inductor on the CPU proves each SIMD ISA the CPU lists by compiling and loading a probe into its cache dir
+# before its first kernel: ~10 s of a tiny model's 19 s cold compile on 2 cores, paid again in every fresh
+# cache dir the tests make (issue 44). The tests trust the CPU's list instead (Ray's workers and the CLIs
+# inherit it); the product keeps the probe.
+os.environ.setdefault("TORCHINDUCTOR_VEC_ISA_OK", "1")
 
 # Under pytest-xdist each worker gets its share of the cores for torch's intra-op threads (1 each with -n 2 on
 # 2 cores), in this process and the CLIs it starts, unless OMP_NUM_THREADS was set: two workers of two
