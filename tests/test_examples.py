@@ -56,33 +56,32 @@ SAME_LOSS = {
 
 
 @pytest.mark.parametrize("name", sorted(EXAMPLES))
-def test_each_example_trains_to_the_same_loss_with_the_device_loader(name, tmp_path, corpus):
+def test_each_example_trains_to_the_same_loss_with_the_device_loader(
+    name, tmp_path, corpus, capfd, monkeypatch
+):
     """Each run trains once from another cwd; a last one with `--set model.<own key>=` the smaller value
-    builds a smaller model than the others (the example's own value, the larger one) and trains too."""
+    builds a smaller model than the others (the example's own value, the larger one) and trains too. The runs
+    call the CLI's main in this process (a new process each cost 4 imports of torch and transformers); the
+    slow search test runs the CLI as a process from another cwd."""
     pytest.importorskip("transformers") if name == "hf_llama" else None
+    from trainables.train import main
+
     config, key, small, large = EXAMPLES[name]
     assert yaml.safe_load((REPO / config).read_text())["train"]["model"][key] == large
     settings, runs = SAME_LOSS[name]
     losses, params = {}, {}
+    monkeypatch.chdir(tmp_path)
     for knobs in [*runs, [f"model.{key}={small}"]]:
         sets = [f"--set={item}" for item in [*settings, *knobs, "tokens=4096"]]
-        proc = run(
-            "trainables.train",
-            "--config",
-            str(REPO / config),
-            "--data",
-            corpus,
-            "--json",
-            *sets,
-            cwd=tmp_path,
-        )
-        assert proc.returncode == 0, proc.stderr[-2000:]
-        result = json.loads(proc.stdout.strip().splitlines()[-1])
+        code = main(["--config", str(REPO / config), "--data", corpus, "--json", *sets])
+        out, err = capfd.readouterr()
+        assert code == 0, err[-2000:]
+        result = json.loads(out.strip().splitlines()[-1])
         assert result["status"] == "ok" and result["steps"] == 4
         params[knobs[0]] = result["params"]
         if knobs[0].startswith("model."):  # the smaller model's run: its loss is its own
             continue
-        assert f"{knobs[0]})" in proc.stderr  # the run's own line says which loader it trained with
+        assert f"{knobs[0]})" in err  # the run's own line says which loader it trained with
         losses[" ".join(knobs)] = (result["train_loss"], result["val_loss"])
     assert len(set(losses.values())) == 1, losses
     assert params[f"model.{key}={small}"] < params["loader=dataloader"]
