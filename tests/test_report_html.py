@@ -137,7 +137,12 @@ def full() -> dict:
 
 @pytest.fixture(scope="module")
 def page(full) -> str:
-    return render_html(full)
+    return render_html(full)  # rendered once for the module: its charts are most of a render's time
+
+
+@pytest.fixture(scope="module")
+def cpu_page(full) -> str:
+    return render_html(without_telemetry(full))
 
 
 def test_page_is_self_contained_small_and_well_formed(page):
@@ -344,8 +349,8 @@ def test_without_best_the_baseline_stays(full):
     assert "screen-0</strong>: re-measured at" in section(page, "rejected")
 
 
-def test_without_telemetry_a_clear_note_and_no_energy_plot(full):
-    page = render_html(without_telemetry(full))
+def test_without_telemetry_a_clear_note_and_no_energy_plot(full, cpu_page):
+    page = cpu_page
     parse(page)
     note = re.search(r'<p class="note" id="no-telemetry">([^<]+)</p>', page)
     assert note and note.group(1) == "No GPU telemetry (the search ran on CPU: there is no GPU to sample)."
@@ -402,7 +407,7 @@ def test_every_string_is_escaped(full):
     assert page.count("&lt;script&gt;") >= 5
 
 
-def test_report_cli_rebuilds_both_files_and_fails_cleanly(tmp_path, full, capsys):
+def test_report_cli_rebuilds_both_files_and_fails_cleanly(tmp_path, full, page, capsys):
     """As a user runs it (a subprocess), then its failures through the same `main` in this process (a
     subprocess's imports were most of this test): the same exit codes and lines."""
     out = tmp_path / "out"
@@ -412,7 +417,7 @@ def test_report_cli_rebuilds_both_files_and_fails_cleanly(tmp_path, full, capsys
     done = subprocess.run([*cli, str(out)], capture_output=True, text=True, cwd=REPO, timeout=120)
     assert done.returncode == 0, done.stderr
     assert (out / "report.md").read_text() == render_markdown(full)
-    assert (out / "report.html").read_text() == render_html(full)
+    assert (out / "report.html").read_text() == page
     assert str(out / "report.html") in done.stdout
 
     capsys.readouterr()
@@ -426,22 +431,22 @@ def test_report_cli_rebuilds_both_files_and_fails_cleanly(tmp_path, full, capsys
     assert broken.startswith("error: ") and "not valid JSON" in broken
 
 
-def test_a_summary_json_that_named_its_loss_limit_loss_gate_rebuilds_the_same_reports(tmp_path, full):
+def test_a_summary_json_that_named_its_loss_limit_loss_gate_rebuilds_the_same_reports(tmp_path, full, page):
     out = tmp_path / "out"
     out.mkdir()
     older = {k: v for k, v in full.items() if k != "loss_limit"} | {"loss_gate": full["loss_limit"]}
     (out / "summary.json").write_text(json.dumps(older))  # as searches wrote it before the rename
     assert rebuild_reports([str(out)]) == 0
     markdown = (out / "report.md").read_text()
-    assert markdown == render_markdown(full) and (out / "report.html").read_text() == render_html(full)
+    assert markdown == render_markdown(full) and (out / "report.html").read_text() == page
     limit = fmt_loss(full["loss_limit"]["limit"])
     assert f"Feasible: val loss <= the limit {limit} = baseline " in markdown and "limit —" not in markdown
 
 
-def test_write_reports_writes_the_html_next_to_the_markdown(tmp_path, full):
+def test_write_reports_writes_the_html_next_to_the_markdown(tmp_path, full, page):
     written = write_reports(tmp_path, full)
     assert [p.name for p in written] == ["report.md", "report.html"]
-    assert (tmp_path / "report.html").read_text() == render_html(full)
+    assert (tmp_path / "report.html").read_text() == page
 
 
 # --- issue #10: CPU searches, node ids; issue #12: the GPUs section ------------------------------------------
@@ -451,8 +456,8 @@ def column_heads(page: str) -> list[str]:
     return re.findall(r'<th scope="col"[^>]*>([^<]+)</th>', page)
 
 
-def test_a_cpu_search_has_no_vram_or_energy_columns(page, full):
-    cpu = render_html(without_telemetry(full))
+def test_a_cpu_search_has_no_vram_or_energy_columns(page, cpu_page):
+    cpu = cpu_page
     parse(cpu)
     heads = column_heads(cpu)
     assert "VRAM" not in heads and "J/token" not in heads and len(heads) == 11
@@ -474,7 +479,7 @@ def test_a_node_id_is_cut_short_and_said_once(full):
     assert "No GPU telemetry (see Notices)." in gpu
 
 
-def test_the_gpus_section_says_how_busy_each_gpu_was_and_whether_they_agree(page, full):
+def test_the_gpus_section_says_how_busy_each_gpu_was_and_whether_they_agree(page, full, cpu_page):
     one = section(page, "gpus")
     assert f"How busy each GPU on node {NODE_ID[:8]} was in each phase" in one
     assert plain_table(one, "gpu-usage")[1] == [
@@ -501,7 +506,7 @@ def test_the_gpus_section_says_how_busy_each_gpu_was_and_whether_they_agree(page
     assert "but the search pools their runs as one population: see GPUs." in section(apart, "notices")
     alike = section(render_html(on_two_gpus(full)), "gpus")
     assert '<p class="how">GPUs 0 and 1: one population.' in alike
-    assert 'id="gpus"' not in render_html(without_telemetry(full))
+    assert 'id="gpus"' not in cpu_page
 
 
 # --- a real browser ---------------------------------------------------------------------------------------
