@@ -19,6 +19,7 @@ from tuner.report.horizon_section import HEAD
 from tuner.report.html import render_html
 from tuner.report.markdown import render_markdown
 from tuner.rules.horizon import (
+    VALIDATION_FILE,
     LossHorizon,
     at_horizon,
     horizon_for,
@@ -87,6 +88,8 @@ def test_a_validation_is_cited_where_the_bench_wrote_one(tmp_path):
     assert validation_note(path) is None
     path.write_text('{"agreed": 11, "total": 12, "fraction": 0.1, "config": "configs/default.yaml"}')
     assert "11/12" in validation_note(path) and "10%" in validation_note(path)
+    # the default is the file the bench writes in this checkout (the regroup once pointed it at tuner/docs/)
+    assert VALIDATION_FILE.is_file() and validation_note() is not None
 
 
 def test_at_the_planned_run_the_baseline_trains_one_seed(tmp_path):

@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from trainables.config import TrainConfig
 
 # What bench/horizon_agreement.py writes by default; a report cites it where it is present.
-VALIDATION_FILE = Path(__file__).resolve().parents[1] / "docs" / "results" / "horizon_agreement.json"
+VALIDATION_FILE = Path(__file__).resolve().parents[2] / "docs" / "results" / "horizon_agreement.json"
 _SUFFIX = {"": 1, "k": 10**3, "m": 10**6, "b": 10**9}
 
 
