@@ -1,7 +1,7 @@
-"""The loss horizon (tuner/decide/horizon.py): when the planned run is longer than `quality.loss_horizon`, the
+"""The loss horizon (tuner/rules/horizon.py): when the planned run is longer than `quality.loss_horizon`, the
 baseline (two seeds) and every contender train the same prefix of it, equal tokens, with the planned run's
 lr schedule; the loss limit is their mean + the tolerance, and the seed-to-seed noise measured there is shown
-beside it, not added (tuner/decide/loss_limit.py)."""
+beside it, not added (tuner/rules/loss_limit.py)."""
 
 from __future__ import annotations
 

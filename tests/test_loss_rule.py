@@ -1,4 +1,4 @@
-"""The loss rule (tuner/decide/loss_limit.py), said the same everywhere (issue 43 item 6): limit = the baseline's loss
+"""The loss rule (tuner/rules/loss_limit.py), said the same everywhere (issue 43 item 6): limit = the baseline's loss
 (the mean of its seeds) + the tolerance, absolute or relative, and nothing else; the sentence every output
 uses states those numbers; a workload may declare its own scale, which a config's own setting beats."""
 
