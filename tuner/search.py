@@ -39,7 +39,7 @@ from tuner.runs.request import TrialInputs
 from tuner.session import cache_server
 from tuner.session.out_lock import OutLock
 from tuner.session.ray_session import CONNECT_TIMEOUT_S, RaySession, RayTarget, ray_target, terminated
-from tuner.session.streams import guarded_streams, say
+from tuner.session.streams import exit_bounded, guarded_streams, say
 from tuner.space.domains import fit_to_workload
 from tuner.state import answers, caches
 from tuner.state.out_claim import check_writable, claim_out
@@ -382,4 +382,4 @@ def emit_rayjob(out: Path, dest: str) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_bounded(main())

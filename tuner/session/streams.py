@@ -11,8 +11,11 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import threading
 from collections.abc import Iterator
-from typing import Any, TextIO
+from typing import Any, NoReturn, TextIO
+
+EXIT_GRACE_S = 30.0  # the interpreter's own clean-up after the last line: well under a second when healthy
 
 
 class PipeSafe:
@@ -72,3 +75,19 @@ def say(line: str) -> None:
     if isinstance(sys.stderr, PipeSafe) and sys.stderr.broken:
         with contextlib.suppress(OSError), open("/dev/tty", "w") as tty:
             tty.write(line + "\n")
+
+
+def exit_bounded(code: int, grace_s: float = EXIT_GRACE_S) -> NoReturn:
+    """Exit with `code`, and end the process with the same code if the interpreter's clean-up hangs.
+
+    A library's exit hook can wait forever: tensorboardX closes the event writer of each trial Tune left
+    open on SIGTERM, and once joined a writer thread that never got its stop message (a SIGTERMed smoke
+    search printed its resume line, then waited 85 minutes). The search's own files are written by then.
+    """
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    watchdog = threading.Timer(grace_s, os._exit, [code])
+    watchdog.daemon = True  # runs during the exit hooks; never keeps a healthy exit waiting
+    watchdog.start()
+    sys.exit(code)
