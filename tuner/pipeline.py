@@ -53,8 +53,9 @@ def _pipeline(ctx: SearchContext, fresh: bool, kept: Path) -> int:
     seeds_beside = baseline.start_seeds_beside(ctx, beside)  # at a loss horizon: its second seed's, too
     ahead = loss_check.start_ahead(ctx)  # the candidates' loss runs, as the screen finds them
     on_row = ahead.consider if ahead is not None else None
-    screened = ctx.phase("screen", lambda: screen.run(ctx, space, on_row), list[TrialRow])
     besides = [beside, *seeds_beside] if beside is not None else []
+    training = lambda: any(not run.done() for run in besides)  # noqa: E731 - the screen goes on meanwhile
+    screened = ctx.phase("screen", lambda: screen.run(ctx, space, on_row, training), list[TrialRow])
     planned_remeasure_s = eta.after_screen(ctx, screened, pending(besides, ahead))  # as the pool says
 
     done = ctx.phase(

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from tuner.context import SearchContext, log
@@ -28,11 +29,16 @@ def wall_budget_s(ctx: SearchContext) -> float | None:
 
 
 def screen_clock(
-    ctx: SearchContext, budget_s: float | None, points: list[dict[str, Any]]
+    ctx: SearchContext,
+    budget_s: float | None,
+    points: list[dict[str, Any]],
+    hold: Callable[[], bool] | None = None,
 ) -> ScreenClock | None:
     """The screen ends at its budget once no start point is running, and at its budget plus the compile
-    deadline regardless (a trial gives up its first step by then)."""
+    deadline regardless (a trial gives up its first step by then); neither while `hold()` says the
+    baseline's loss runs beside it still train."""
     if budget_s is None:
         return None
     deadline = ctx.cfg.search.compile_deadline_s
-    return ScreenClock(budget_s, budget_s + (deadline or budget_s), frozenset(map(freeze, points)))
+    cap = budget_s + (deadline or budget_s)
+    return ScreenClock(budget_s, cap, frozenset(map(freeze, points)), hold=hold)

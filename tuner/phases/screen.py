@@ -30,16 +30,20 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)  # our progress lines say w
 
 
 def run(
-    ctx: SearchContext, space: dict[str, Knob], on_row: Callable[[list[TrialRow]], None] | None = None
+    ctx: SearchContext,
+    space: dict[str, Knob],
+    on_row: Callable[[list[TrialRow]], None] | None = None,
+    hold: Callable[[], bool] | None = None,
 ) -> list[TrialRow]:
-    """The screen's rows; `on_row` is told the rows so far as each trial finishes."""
+    """The screen's rows; `on_row` is told the rows so far as each trial finishes; the screen goes on past
+    its budget while `hold()` (the baseline's loss runs beside it still train: tuner/runs/screen_clock.py)."""
     s = ctx.cfg.search
     storage = _storage(ctx)
     if ctx.resume:
         _fail_stale_trials(storage)
     points = start_points(s.start_points, s.recipe, space, ctx.base, ctx.notice)
     budget_s = wall_budget_s(ctx)
-    clock = screen_clock(ctx, budget_s, points)
+    clock = screen_clock(ctx, budget_s, points, hold)
 
     searcher = TpeSearch(
         STUDY, storage, s.seed, startup_trials=max(2, min(8, s.trials // 3)), points=tuple(points)
