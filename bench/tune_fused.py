@@ -1,9 +1,9 @@
 """What the fused kernels' Triton autotuning costs a process, cold and warm, and the results to ship.
 
-    python bench/tune_fused.py --out DIR [--precisions bf16,fp16,fp32] [--set-name NAME]
+    python bench/tune_fused.py --out DIR [--precisions bf16,fp16,fp32] [--set-name NAME] [--config YAML]
 
-Each step runs the hybrid LM (the default config's sizes, one layer: the kernels' tuning keys hold head
-and chunk sizes, not batch, length or depth) for one forward + backward at batch 2 through the fused
+Each step runs the hybrid LM (the default config's sizes, or those of `--config`'s train.model and seq_len;
+one layer: the kernels' tuning keys hold head and chunk sizes, not batch, length or depth) for one forward + backward at batch 2 through the fused
 kernels, in a process of its own with `TRITON_PRINT_AUTOTUNING=1`, and reads which kernels autotuned and
 for how long. Passes, each over the precisions:
 
@@ -38,9 +38,22 @@ AUTOTUNED = re.compile(
     r"Triton autotuning for function (\w+),\s*with key as (.*?),\s*finished after ([\d.]+)s", re.S
 )
 SIZES = dict(vocab_size=65, d_model=128, n_layers=1, seq_len=256)
+SHAPE_KEYS = ("d_model", "rwkv_n_heads", "mamba_headdim", "mamba_d_state", "mamba_expand", "mamba_d_conv")
 
 
-def worker(precision: str, eval_only: bool) -> None:
+def sizes_of(config: Path | None) -> dict:
+    """The model sizes to tune: the default's, or a search config's shapes (the keys that decide the
+    kernels' head and state sizes) with its seq_len, at one layer."""
+    if config is None:
+        return dict(SIZES)
+    import yaml
+
+    train = yaml.safe_load(config.read_text())["train"]
+    model = {k: v for k, v in (train.get("model") or {}).items() if k in SHAPE_KEYS}
+    return {**SIZES, **model, "seq_len": train.get("seq_len", SIZES["seq_len"])}
+
+
+def worker(precision: str, eval_only: bool, sizes: dict) -> None:
     """One process: import, build, one step; prints a JSON line of its timings last."""
     t0 = time.time()
     import torch
@@ -50,9 +63,9 @@ def worker(precision: str, eval_only: bool) -> None:
 
     assert available_backends()["fla"] is True and available_backends()["mamba_ssm"] is True
     t_import = time.time() - t0
-    model = HybridLM(HybridConfig(**SIZES, kernels="fused")).cuda()
+    model = HybridLM(HybridConfig(**sizes, kernels="fused")).cuda()
     batch = 64 if eval_only else 2
-    idx = torch.randint(0, SIZES["vocab_size"], (batch, SIZES["seq_len"] + 1), device="cuda")
+    idx = torch.randint(0, sizes["vocab_size"], (batch, sizes["seq_len"] + 1), device="cuda")
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
     t1 = time.time()
     with torch.autocast("cuda", dtype=dtype or torch.float32, enabled=dtype is not None):
@@ -69,7 +82,8 @@ def worker(precision: str, eval_only: bool) -> None:
 def run(precision: str, cache: Path, eval_only: bool = False) -> subprocess.Popen:
     env = {**os.environ, "TRITON_CACHE_DIR": str(cache), "TRITON_PRINT_AUTOTUNING": "1"}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    cmd = [sys.executable, __file__, "--worker", precision] + (["--eval-only"] if eval_only else [])
+    cmd = [sys.executable, __file__, "--worker", precision, "--sizes", json.dumps(SIZES)]
+    cmd += ["--eval-only"] if eval_only else []
     return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
@@ -123,7 +137,7 @@ def write_set(cache: Path, dest: Path, gpu: str) -> int:
         "gpu": gpu,
         "date": time.strftime("%Y-%m-%d"),
         "model": SIZES,
-        "command": "python bench/tune_fused.py --out DIR",
+        "command": " ".join(["python bench/tune_fused.py", *sys.argv[1:]]),
         "kernel_shapes": len(files),
     }
     (dest / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
@@ -135,11 +149,17 @@ def main() -> None:
     ap.add_argument("--out", type=Path)
     ap.add_argument("--precisions", default="bf16,fp16,fp32")
     ap.add_argument("--set-name", default="sm90")
+    ap.add_argument("--config", type=Path, help="a search config whose model shapes to tune")
+    ap.add_argument(
+        "--results-only", action="store_true", help="only the cold and bench passes: the results to ship"
+    )
     ap.add_argument("--worker")
+    ap.add_argument("--sizes", help=argparse.SUPPRESS)
     ap.add_argument("--eval-only", action="store_true")
     args = ap.parse_args()
     if args.worker:
-        return worker(args.worker, args.eval_only)
+        return worker(args.worker, args.eval_only, json.loads(args.sizes))
+    SIZES.update(sizes_of(args.config))
     import torch
 
     gpu = torch.cuda.get_device_name()
@@ -157,9 +177,10 @@ def main() -> None:
     rows += one_at_a_time("bench", precisions, main_cache)
     n = write_set(main_cache, out / args.set_name, gpu)
     print(f"wrote {n} autotune results to {out / args.set_name}", flush=True)
-    rows += one_at_a_time("warm", precisions, main_cache)
-    shutil.copytree(out / args.set_name / "cache", shipped_cache)
-    rows += one_at_a_time("shipped", precisions, shipped_cache)
+    if not args.results_only:
+        rows += one_at_a_time("warm", precisions, main_cache)
+        shutil.copytree(out / args.set_name / "cache", shipped_cache)
+        rows += one_at_a_time("shipped", precisions, shipped_cache)
     (out / "tune.json").write_text(json.dumps({"gpu": gpu, "rows": rows}, indent=1))
     print(f"\n{gpu}\n| pass | precision | process s | import s | step s | kernels autotuned | autotune s |")
     print("|---|---|---|---|---|---|---|")
