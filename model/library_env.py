@@ -89,6 +89,6 @@ def before_ray_init() -> None:
 
 
 def one_line_trial_errors() -> None:
-    """No traceback per failed trial from Tune: the runner's LedgerCallback says each in one line."""
+    """No traceback per failed trial from Tune: the runner's PhaseProgress says each in one line."""
     # Tune's controller reads it when it is made (no TuneConfig/RunConfig option); 1 brings them back.
     os.environ.setdefault("TUNE_PRINT_ALL_TRIAL_ERRORS", "0")

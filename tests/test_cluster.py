@@ -42,6 +42,7 @@ from trainables.trainable import _own_compile_caches
 from tuner.config import load_search_config
 from tuner.context import SearchContext, State
 from tuner.runs import ledger as runs_ledger
+from tuner.runs.phase_progress import PhaseProgress
 from tuner.session import node_loss
 from tuner.state.hardware import Hardware
 
@@ -386,15 +387,17 @@ def lost_trial(monkeypatch, trial_id: str, message: str, node_alive: bool) -> Fa
     return trial
 
 
-def test_a_trial_lost_with_its_node_gets_no_row_while_it_can_rerun_then_says_so(tmp_path, monkeypatch):
+def test_a_trial_lost_with_its_node_gets_no_row_while_it_can_rerun_then_says_so(
+    tmp_path, monkeypatch, capsys
+):
     ledger = runs_ledger.Ledger(tmp_path, "screen")
-    record = runs_ledger.LedgerCallback(ledger, total=3, already=0, rerun_lost=True)
+    progress = PhaseProgress("screen", 3, 0, 0.0)  # the phase's lines, told by the recorder
+    record = runs_ledger.LedgerRecorder(ledger, rerun_lost=True, progress=progress)
     trial = lost_trial(monkeypatch, "a", "The actor died unexpectedly before finishing this task.", False)
     record.on_trial_error(0, [trial], trial)
     assert record.lost == ["a"] and ledger.rows() == [] and record.failure is None
-    record = runs_ledger.LedgerCallback(
-        ledger, total=3, already=0, rerun_lost=False
-    )  # the last rerun: it fails
+    assert "[screen] Ray trial a was lost with its node aaaaaaaa: reruns" in capsys.readouterr().err
+    record = runs_ledger.LedgerRecorder(ledger, rerun_lost=False)  # the last rerun: it fails
     record.on_trial_error(0, [trial], trial)
     (row,) = ledger.rows()
     assert row.status == "error" and row.error.startswith("NodeDied: the trial's node aaaaaaaa died")
@@ -402,7 +405,7 @@ def test_a_trial_lost_with_its_node_gets_no_row_while_it_can_rerun_then_says_so(
 
 def test_a_worker_killed_on_a_live_node_is_the_trials_own_failure(tmp_path, monkeypatch):
     ledger = runs_ledger.Ledger(tmp_path, "screen")
-    record = runs_ledger.LedgerCallback(ledger, total=1, already=0, rerun_lost=True)
+    record = runs_ledger.LedgerRecorder(ledger, rerun_lost=True)
     trial = lost_trial(monkeypatch, "b", "The actor died unexpectedly before finishing this task.", True)
     record.on_trial_error(0, [trial], trial)
     (row,) = ledger.rows()

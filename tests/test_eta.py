@@ -18,7 +18,8 @@ from tuner.decide.costs import CACHED_SHARE, cached_warmup
 from tuner.measure import baseline
 from tuner.measure.eta import after_screen, loss_check_s, remeasure_s
 from tuner.runs.ahead import pending
-from tuner.runs.ledger import Ledger, LedgerCallback
+from tuner.runs.ledger import Ledger, LedgerRecorder
+from tuner.runs.phase_progress import PhaseProgress
 from tuner.runs.request import Role
 from tuner.runs.tasks import Pending, PendingRun, TaskRun
 from tuner.state.hardware import Hardware
@@ -218,11 +219,12 @@ def test_a_phase_progress_eta_keeps_to_the_estimate_while_it_has_time_left(tmp_p
     # ~54 s, 14 left) said 12m34s, and the phase ended 65 s later. Its estimate bounds that until it runs out.
     def eta_after_first(planned_s: float | None, elapsed: float) -> float:
         ledger = Ledger(tmp_path / f"{planned_s}-{elapsed}", "remeasure")
-        record = LedgerCallback(ledger, 15, 0, planned_s=planned_s)
-        record.progress.started = time.time() - elapsed
+        progress = PhaseProgress(ledger.phase, 15, 0, ledger.best_speed(), planned_s=planned_s)
+        record = LedgerRecorder(ledger, progress=progress)
+        progress.started = time.time() - elapsed
         first = FakeTrial("a", 0, {"trial_id": "a", "status": "ok", "tokens_per_s": 1e6, "steps": 40})
         record.on_trial_complete(0, [first], first)
-        eta = record.progress.eta_s
+        eta = progress.eta_s
         assert eta is not None, "a finished trial's line gives the phase's ETA"
         line = capsys.readouterr().err.strip()
         assert line.endswith(f"| ETA {fmt_seconds(eta)}"), "the line says the ETA it computed"

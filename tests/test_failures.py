@@ -25,7 +25,7 @@ import yaml
 from toy_workload import TOY
 
 from trainables.spec import LABELS, TrialSpec
-from tuner.runs.ledger import RETELL_S, Ledger, LedgerCallback
+from tuner.runs.ledger import RETELL_S, Ledger, LedgerRecorder
 from tuner.runs.request import Placement
 from tuner.runs.tune import run_cases
 
@@ -36,7 +36,7 @@ ENV["PYTHONPATH"] = os.pathsep.join(filter(None, (str(TESTS), str(ROOT), os.envi
 
 
 class FakeTrial:
-    """What LedgerCallback reads of a Ray Tune trial."""
+    """What LedgerRecorder reads of a Ray Tune trial."""
 
     def __init__(self, trial_id: str, case: int, last_result: dict):
         self.trial_id, self.last_result = trial_id, last_result
@@ -46,7 +46,7 @@ class FakeTrial:
 
 def test_rows_are_keyed_by_the_ray_trial_not_by_what_its_reused_worker_last_said(tmp_path):
     ledger = Ledger(tmp_path, "screen")
-    record = LedgerCallback(ledger, total=2, already=0)
+    record = LedgerRecorder(ledger)
     first = FakeTrial("a", 0, {"trial_id": "a", "status": "ok", "tokens_per_s": 900.0, "steps": 40, "pid": 7})
     # The next trial on the same reused worker, which died before it was reset for it: all Ray has for it
     # are the worker's auto-filled metrics, which still name the trial before.
@@ -150,7 +150,7 @@ from tuner import search
 def crash(*args, **kwargs):
     raise RuntimeError("injected failure")
 
-tuner.runs.ledger.LedgerCallback._finish = crash
+tuner.runs.ledger.LedgerRecorder._finish = crash
 sys.exit(search.main(sys.argv[1:]))
 """
 
@@ -231,7 +231,7 @@ def test_a_crash_in_a_phase_leaves_no_ray_process_and_says_what_to_run_next(tmp_
 @pytest.mark.slow
 def test_a_failure_before_anything_was_written_leaves_no_out_and_no_ray(tmp_path):
     out = tmp_path / "never"
-    script = CRASHING.replace("tuner.runs.ledger.LedgerCallback._finish", "search.open_context")
+    script = CRASHING.replace("tuner.runs.ledger.LedgerRecorder._finish", "search.open_context")
     argv = ["--config", str(write_config(tmp_path)), "--out", str(out)]
     rc, text, seen = search_subprocess(tmp_path, argv, code=script)
     assert rc == 1 and text.strip().splitlines()[-1].startswith("error: the search failed"), text[-2000:]
@@ -288,9 +288,7 @@ def test_listeners_are_told_the_rows_again_while_no_trial_finishes(tmp_path):
     # The loss runs ahead of the loss check start when a place frees, which is not when a trial ends: a
     # screen on one H200 had no trial ending in its last 85 s, and its fused finalists never trained ahead.
     told: list[int] = []
-    record = LedgerCallback(
-        Ledger(tmp_path, "screen"), total=3, already=0, on_row=lambda rows: told.append(len(rows))
-    )
+    record = LedgerRecorder(Ledger(tmp_path, "screen"), on_row=lambda rows: told.append(len(rows)))
     first = FakeTrial("a", 0, {"trial_id": "a", "status": "ok", "tokens_per_s": 900.0, "steps": 40, "pid": 7})
     record.on_trial_complete(0, [first], first)
     assert told == [1]

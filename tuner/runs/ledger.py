@@ -48,6 +48,10 @@ class Ledger:
                 continue
         return rows
 
+    def best_speed(self) -> float:
+        """The best speed of its finished runs (0: none yet), where a phase's progress lines start from."""
+        return max((r.tokens_per_s or 0 for r in self.rows() if r.status == "ok"), default=0)
+
     def has(self, ray_trial_id: str) -> bool:
         return any(r.ray_trial_id == ray_trial_id for r in self.rows())
 
@@ -84,35 +88,31 @@ def _ends_cut(f) -> bool:
     return f.read(1) != b"\n"
 
 
-class LedgerCallback(Callback):
+class LedgerRecorder(Callback):
     """Writes each finished trial to the ledger (one row per Ray trial; a trial lost with its node reruns)
-    and tells its phase's progress lines (PhaseProgress) what happened."""
+    and tells its phase's progress lines (PhaseProgress, a callback of their own), where given, what it
+    recorded."""
 
     def __init__(
         self,
         ledger: Ledger,
-        total: int,
-        already: int,
-        budget_s: float | None = None,
         rerun_lost: bool = False,
         on_row: Callable[[list[TrialRow]], None] | None = None,
-        planned_s: float | None = None,
         role: Role | None = None,
+        progress: PhaseProgress | None = None,
     ):
         self.ledger, self.role = ledger, role  # role: in each spec key
         self.on_row = on_row  # told the phase's rows each time one is added, and every RETELL_S
         self.rerun_lost = rerun_lost  # a trial lost with its node gets no row: the phase reruns it
+        self.progress = progress  # told each trial recorded or lost
         self.lost: list[str] = []  # the Ray trials lost with their nodes, left to rerun
-        best = max((r.tokens_per_s or 0 for r in ledger.rows() if r.status == "ok"), default=0)
-        self.progress = PhaseProgress(ledger.phase, total, already, best, budget_s, planned_s)
-        self.last_told = self.progress.started
+        self.last_told = time.time()
         self.failure: Exception | None = None  # the first error of its own; _fit raises it after the run
         self.recorded = {r.ray_trial_id for r in ledger.rows()}  # Ray trials with a row, or lost
         self.untold: dict[str, str] = {}  # Ray trials Tune failed without telling us -> why, in words
         self.trials: list = []
 
     def on_trial_start(self, iteration, trials, trial, **info):
-        self.progress.trial_started[trial.trial_id] = time.time()
         self.trials = trials  # Tune's own list of the experiment's trials, kept up to date by Tune
 
     def on_experiment_end(self, trials, **info):
@@ -128,15 +128,9 @@ class LedgerCallback(Callback):
         return bool(self.untold)
 
     def on_step_begin(self, iteration, trials, **info):
-        """The rows told again every RETELL_S, and the phase's heartbeat line when due."""
-        now = time.time()
-        if self.on_row is not None and now - self.last_told >= RETELL_S:
+        """The rows told again every RETELL_S."""
+        if self.on_row is not None and time.time() - self.last_told >= RETELL_S:
             self._guarded(self._retell)
-        self.progress.heartbeat(trials, now)
-
-    def on_trial_result(self, iteration, trials, trial, result, **info):
-        if result.get("tokens"):  # trained tokens: a trial's first report (where it runs) is no progress
-            self.progress.stall.advanced()
 
     def _retell(self) -> None:
         self.last_told = time.time()
@@ -161,7 +155,8 @@ class LedgerCallback(Callback):
 
     def _finish(self, trials, trial, error):
         self.recorded.add(trial.trial_id)  # from here on, told: a row, a rerun, or a record's failure
-        self.progress.stall.advanced()
+        if self.progress is not None:
+            self.progress.stall.advanced()
         if self.ledger.has(trial.trial_id):  # one row per Ray trial: a finished trial is never rewritten
             return
         fields = _row_fields(trial, error, self.role)
@@ -169,15 +164,15 @@ class LedgerCallback(Callback):
             node = short_node_id(fields["node_id"])
             if self.rerun_lost:  # no row: the phase runs it again
                 self.lost.append(trial.trial_id)
-                self.progress.say(
-                    f"[{self.ledger.phase}] Ray trial {trial.trial_id} was lost with its node {node}: reruns"
-                )
+                if self.progress is not None:
+                    self.progress.lost(trial.trial_id, node)
                 return
             fields["error"] = f"NodeDied: the trial's node {node} died, and the trial with it"
         row = self.ledger.append(fields)
         if self.on_row is not None:
             self._retell()
-        self.progress.finished(row, trials, trial)
+        if self.progress is not None:
+            self.progress.finished(row, trials, trial)
 
 
 def _row_fields(trial, error, role: Role | None) -> dict[str, Any]:

@@ -1,12 +1,15 @@
 """What a phase says while it runs: a heartbeat line at least every HEARTBEAT_S (each running trial's
 tokens, speed and ETA, or its warm-up, and why none advances where the host shows why), and one line per
-finished trial (done/running/left, the last and the best speed, the phase's ETA). The ledger's callback
-(tuner/runs/ledger.py) records the trials and tells this what happened."""
+finished trial (done/running/left, the last and the best speed, the phase's ETA). A Ray Tune callback of its
+own, beside the ledger's (tuner/runs/ledger.py:LedgerRecorder), which records the trials and tells this what
+it recorded."""
 
 from __future__ import annotations
 
 import time
 from typing import Any
+
+from ray.tune import Callback
 
 from trainables.config import ConfigError
 from trainables.progress import fmt_seconds, log, per_second
@@ -17,8 +20,9 @@ from tuner.state.records import TrialRow
 HEARTBEAT_S = 30  # the longest a phase stays silent
 
 
-class PhaseProgress:
-    """The progress lines of one phase: `total` trials, `done` of them finished (those in its ledger too)."""
+class PhaseProgress(Callback):
+    """The progress lines of one phase: `total` trials, `done` of them finished (those in its ledger too);
+    `best`, the best speed of those (Ledger.best_speed)."""
 
     def __init__(
         self,
@@ -38,6 +42,16 @@ class PhaseProgress:
         self.eta_s: float | None = None  # the phase's ETA as its last finished-trial line said it
         self.trial_started: dict[str, float] = {}
         self.stall = StallWatch(phase)  # why no trial has advanced, when the host shows why
+
+    def on_trial_start(self, iteration, trials, trial, **info):
+        self.trial_started[trial.trial_id] = time.time()
+
+    def on_step_begin(self, iteration, trials, **info):
+        self.heartbeat(trials, time.time())
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        if result.get("tokens"):  # trained tokens: a trial's first report (where it runs) is no progress
+            self.stall.advanced()
 
     def say(self, line: str) -> None:
         log(line)
@@ -90,6 +104,10 @@ class PhaseProgress:
             f"[{self.phase}] {self.done}/{self.total} done, {running} running, {left} left | "
             f"last {row.status}{speed} | best {self.best:,.0f} {unit} | ETA {fmt_seconds(eta)}"
         )
+
+    def lost(self, trial_id: str, node: str | None) -> None:
+        """The line for a trial lost with its node, which the ledger left to rerun."""
+        self.say(f"[{self.phase}] Ray trial {trial_id} was lost with its node {node}: reruns")
 
     def _eta(self, now: float) -> float:
         """Seconds left: the pace of the trials finished so far, over those left. Runs that start together

@@ -21,7 +21,8 @@ from ray.tune.stopper import CombinedStopper
 from trainables.progress import log
 from trainables.spec import TRAIN, TrialSpec
 from trainables.trainable import train_trial
-from tuner.runs.ledger import Ledger, LedgerCallback
+from tuner.runs.ledger import Ledger, LedgerRecorder
+from tuner.runs.phase_progress import PhaseProgress
 from tuner.runs.request import Placement, Role, TpeSearch, TrialInputs, spec_key
 from tuner.runs.screen_clock import ScreenClock, ScreenEnd, seen_by
 from tuner.session.node_loss import NODE_LOSS_RERUNS
@@ -44,9 +45,9 @@ class TuneFailed(RuntimeError):
 
 
 class LedgerFailed(Stopper):
-    """Ends the experiment once its LedgerCallback could not record a trial, or Tune failed one untold."""
+    """Ends the experiment once its LedgerRecorder could not record a trial, or Tune failed one untold."""
 
-    def __init__(self, record: LedgerCallback):
+    def __init__(self, record: LedgerRecorder):
         self.record = record
 
     def __call__(self, trial_id: str, result: dict[str, Any]) -> bool:
@@ -110,7 +111,7 @@ def _fit(
     planned_s: float | None = None,
     role: Role | None = None,
     **tune_kwargs,
-) -> LedgerCallback:
+) -> LedgerRecorder:
     """One Tune experiment; tune_kwargs go to TuneConfig except `stopper` (to RunConfig) and `budget_s` (the
     wall time the progress lines count down; the stopper ends the phase); `role`, what the trials are for:
     their timing-gate policy (Role.timing_gate) and part of each row's spec key. Returns
@@ -122,7 +123,8 @@ def _fit(
     attempt = sum(1 for p in storage.glob(f"{ledger.phase}*") if p.is_dir()) if storage.exists() else 0
     name = ledger.phase if attempt == 0 else f"{ledger.phase}-r{attempt}"
     budget = tune_kwargs.pop("budget_s", None)  # for the progress lines: the stopper ends the phase
-    record = LedgerCallback(ledger, total, already, budget, rerun_lost, on_row, planned_s, role)
+    progress = PhaseProgress(ledger.phase, total, already, ledger.best_speed(), budget, planned_s)
+    record = LedgerRecorder(ledger, rerun_lost, on_row, role, progress)
     stoppers = [s for s in (tune_kwargs.pop("stopper", None), LedgerFailed(record)) if s is not None]
     sigint = TuneSigint()  # made now: the SIGINT handler Tune will replace is the one in place
     tuner = tune.Tuner(
@@ -138,7 +140,7 @@ def _fit(
             name=name,
             storage_path=str(storage),
             stop=CombinedStopper(*stoppers),
-            callbacks=[record, sigint],
+            callbacks=[record, progress, sigint],
             failure_config=tune.FailureConfig(max_failures=0),
             verbose=0,
         ),

@@ -1,6 +1,6 @@
 """Quieting Ray's log noise about failed trials.
 
-A trial that fails (or is lost with its node) gets one line from the runner's LedgerCallback as it
+A trial that fails (or is lost with its node) gets one line from the runner's PhaseProgress as it
 happens. Left alone, Ray adds a traceback per trial, Tune's closing list of the failed trials and the
 raylet's notices of a dead worker or raylet, which bury that line; these filters drop them (Ray's line
 that a node was marked dead stays). TUNE_PRINT_ALL_TRIAL_ERRORS=1 brings the tracebacks back.
@@ -21,14 +21,14 @@ RAYLET_NOTICES = re.compile("A worker died or was killed|Raylet is terminated")
 
 
 class _AlreadyReported(logging.Filter):
-    """Drops Tune's closing list of failed trials: LedgerCallback has said each in one line as it failed."""
+    """Drops Tune's closing list of failed trials: PhaseProgress has said each in one line as it failed."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         return not str(record.msg).startswith("Trials did not complete")
 
 
 def quiet_trial_failures() -> None:
-    """One line per failed or lost trial (LedgerCallback's), instead of Ray's traceback, its closing list and the
+    """One line per failed or lost trial (PhaseProgress's), instead of Ray's traceback, its closing list and the
     raylet's notices of a dead worker or raylet (Ray's line that a node was marked dead stays).
     TUNE_PRINT_ALL_TRIAL_ERRORS=1 brings the tracebacks back."""
     library_env.one_line_trial_errors()

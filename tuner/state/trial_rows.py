@@ -1,6 +1,6 @@
 """A ledger row's fields from what a trial was and what it left: its `TrialSpec`, its last report, its error.
 
-The runner's LedgerCallback turns each finished Ray trial into one row of the ledger; what a row keeps of the
+The runner's LedgerRecorder turns each finished Ray trial into one row of the ledger; what a row keeps of the
 trial's metrics, and how a failure reads in one line, is decided here, apart from the running of trials.
 A trial's last report is a `TrialResult` (trainables/result.py); a row keeps each of its fields but those
 NOT_IN_ROW names, so a figure added there reaches the ledger without a list here to update; its spec's
