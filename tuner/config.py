@@ -64,7 +64,10 @@ NOT_KNOBS = ("model", "workload", "workload_path", "data", "out_dir", "device")
 ALONE: dict[str, dict[str, Any]] = {"micro_batch": {"batch_size": 1}}
 
 
-class SearchSection(BaseModel):
+class SearchSpace(BaseModel):
+    """The keys of `search:` that say what the screen searches and tries first, and their checks: a base of
+    SearchSection, which holds its keys first, as they were before it was split off."""
+
     model_config = ConfigDict(extra="forbid")
     space: dict[str, Knob] = Field(default_factory=dict, description="knob -> list of choices or a range")
     start_points: list[dict[str, Any]] = Field(
@@ -81,6 +84,47 @@ class SearchSection(BaseModel):
         description="choices left out of the space on purpose (e.g. 'kernels=fused') -> the one-line reason, "
         "which the report shows",
     )
+
+    @field_validator("space")
+    @classmethod
+    def _knobs(cls, space: dict[str, Knob]) -> dict[str, Knob]:
+        fields = TrainConfig.model_fields
+        for name, knob in space.items():
+            if name not in fields or name in NOT_KNOBS:
+                raise ValueError(f"unknown knob {name!r} (a knob is a train key, e.g. batch_size, precision)")
+            if isinstance(knob, list):
+                if not knob:
+                    raise ValueError(f"knob {name!r} has no choices")
+                for choice in knob:  # each choice must be a valid value of the field
+                    try:
+                        TrainConfig(**{**ALONE.get(name, {}), name: choice})
+                    except ValidationError as err:
+                        msg = err.errors()[0]["msg"]
+                        raise ValueError(f"knob {name!r}: choice {choice!r}: {msg}") from None
+        return space
+
+    @field_validator("recipe")
+    @classmethod
+    def _recipe_knobs(cls, recipe: dict[str, Any] | None) -> dict[str, Any] | None:
+        for name, value in (recipe or {}).items():
+            if name not in TrainConfig.model_fields or name in NOT_KNOBS:
+                raise ValueError(f"unknown knob {name!r} (a knob is a train key, e.g. precision, compile)")
+            try:
+                TrainConfig(**{**ALONE.get(name, {}), name: value})
+            except ValidationError as err:
+                raise ValueError(f"knob {name!r}: {value!r}: {err.errors()[0]['msg']}") from None
+        return recipe
+
+    @model_validator(mode="after")
+    def _points_in_space(self):
+        for point in self.start_points:
+            for name in point:
+                if name not in self.space:
+                    raise ValueError(f"start point knob {name!r} is not in the search space")
+        return self
+
+
+class SearchSection(SearchSpace):
     trials: int = Field(16, gt=0, description="speed-screen trials")
     screen_steps: int = Field(20, gt=0, description="steady-state steps per screen trial")
     loss_check_top: int = Field(4, ge=0, description="fastest distinct-loss configs to loss-check")
@@ -129,44 +173,6 @@ class SearchSection(BaseModel):
         "one subdir per GPU and software version; default: the user's cache dir (hybrid-tuner/compile, "
         "or $TUNER_CACHE_DIR/compile); e.g. shared storage on a cluster. --cache-dir wins",
     )
-
-    @field_validator("space")
-    @classmethod
-    def _knobs(cls, space: dict[str, Knob]) -> dict[str, Knob]:
-        fields = TrainConfig.model_fields
-        for name, knob in space.items():
-            if name not in fields or name in NOT_KNOBS:
-                raise ValueError(f"unknown knob {name!r} (a knob is a train key, e.g. batch_size, precision)")
-            if isinstance(knob, list):
-                if not knob:
-                    raise ValueError(f"knob {name!r} has no choices")
-                for choice in knob:  # each choice must be a valid value of the field
-                    try:
-                        TrainConfig(**{**ALONE.get(name, {}), name: choice})
-                    except ValidationError as err:
-                        msg = err.errors()[0]["msg"]
-                        raise ValueError(f"knob {name!r}: choice {choice!r}: {msg}") from None
-        return space
-
-    @field_validator("recipe")
-    @classmethod
-    def _recipe_knobs(cls, recipe: dict[str, Any] | None) -> dict[str, Any] | None:
-        for name, value in (recipe or {}).items():
-            if name not in TrainConfig.model_fields or name in NOT_KNOBS:
-                raise ValueError(f"unknown knob {name!r} (a knob is a train key, e.g. precision, compile)")
-            try:
-                TrainConfig(**{**ALONE.get(name, {}), name: value})
-            except ValidationError as err:
-                raise ValueError(f"knob {name!r}: {value!r}: {err.errors()[0]['msg']}") from None
-        return recipe
-
-    @model_validator(mode="after")
-    def _points_in_space(self):
-        for point in self.start_points:
-            for name in point:
-                if name not in self.space:
-                    raise ValueError(f"start point knob {name!r} is not in the search space")
-        return self
 
     @property
     def time_budget_s(self) -> float | None:

@@ -34,8 +34,9 @@ def short_node_id(node_id: str | None) -> str | None:
     return node_id[:NODE_ID_SHOWN] if node_id else node_id
 
 
-class TrialRow(Record):
-    """One training run the search made: what it ran, what it measured, and the verdicts it earned."""
+class TrialRun(Record):
+    """What a run ran and what its training loop measured: the first fields of a TrialRow (split off to keep
+    each class short; a TrialRow holds them first, as before)."""
 
     # identity
     id: str = Field(description="unique in a search: <phase>-<n>, or 'baseline'")
@@ -88,6 +89,10 @@ class TrialRow(Record):
         description="where a step's time goes: compute / memory / launch bound, the device's busy share, the "
         "top ops (re-measure runs of the finalists; trainables/profile.py)",
     )
+
+
+class TrialRow(TrialRun):
+    """One training run the search made: what it ran, what it measured, and the verdicts it earned."""
 
     # where and when it was timed
     node: str | None = None
