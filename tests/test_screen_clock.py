@@ -32,7 +32,10 @@ def test_the_screen_waits_for_a_start_point_past_its_budget_and_no_longer():
     assert not clock_at(70).ended(running, seen)  # a start point still compiling: not lost to the budget
     assert clock_at(70).ended(set(), seen)  # none running: the budget ends it
     assert not clock_at(50).ended(set(), seen)  # within the budget
-    assert clock_at(250).ended(running, seen)  # the cap (budget + compile deadline) ends it regardless
+    assert clock_at(250).ended(running, seen)  # the cap (budget + compile deadline) ends one still waiting
+    # ... but not a start point that has its place: its own compile deadline bounds it (at 100M the last
+    # start point started late and the cap cut it mid-compile)
+    assert not clock_at(250).ended(running, seen, placed=running)
 
 
 def test_a_start_point_not_yet_proposed_holds_the_screen_open_and_is_proposed_late():
@@ -62,6 +65,19 @@ def test_no_config_is_proposed_while_no_place_is_free_but_start_points_always_ar
     assert not clock_at(10).proposing(seen_all, lambda: free[0])
     free[0] = True
     assert clock_at(10).proposing(seen_all, lambda: free[0])
+
+
+def test_nothing_else_is_proposed_while_a_start_point_waits_for_its_place():
+    # At 100M on one H200 a TPE proposal took each place freed while the batch-32 start points (sized 3/6
+    # of the GPU) waited 5 minutes: a start point proposed and not yet started holds the rest back.
+    seen = {freeze(p) for p in START}
+    clock = clock_at(10)
+    running = {"t1": freeze(START[0]), "t2": freeze(START[1])}
+    clock.placed_ids.add("t1")
+    assert not clock.proposing(seen, lambda: True, running)  # t2, a start point, waits for its place
+    clock.placed_ids.add("t2")
+    assert clock.proposing(seen, lambda: True, running)
+    assert clock.proposing(seen, lambda: True, {"t3": freeze({"seed": 9})})  # a TPE proposal waiting: no hold
 
 
 def test_the_screen_goes_on_while_the_baselines_loss_runs_train_beside_it():

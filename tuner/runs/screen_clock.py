@@ -23,7 +23,7 @@ from collections.abc import Callable, Collection, Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ray.tune import Stopper
+from ray.tune import Callback, Stopper
 
 
 @dataclass
@@ -33,9 +33,8 @@ class ScreenClock:
     first_wave: frozenset[Hashable]  # the start points, frozen (tuner.space.knobs.freeze)
     started: float = field(default_factory=time.monotonic)
     cold_first_steps: list[float] = field(default_factory=list)  # warm-ups of cache misses, seconds
-    hold: Callable[[], bool] | None = (
-        None  # True while the baseline's loss runs beside the screen still train
-    )
+    hold: Callable[[], bool] | None = None  # True while the baseline's runs beside the screen still train
+    placed_ids: set[str] = field(default_factory=set)  # Tune trial ids that got their place (ScreenStarts)
 
     def elapsed(self) -> float:
         return time.monotonic() - self.started
@@ -50,30 +49,48 @@ class ScreenClock:
         """The median cold first step measured so far; 0 until one is."""
         return statistics.median(self.cold_first_steps) if self.cold_first_steps else 0.0
 
-    def proposing(self, seen: Collection[Hashable], room: Callable[[], bool] | None = None) -> bool:
+    def proposing(
+        self,
+        seen: Collection[Hashable],
+        room: Callable[[], bool] | None = None,
+        running: dict[str, Hashable] | None = None,
+    ) -> bool:
         """Whether to start a config now: a start point not yet `seen` (proposed or measured) always starts,
-        any other only if it could get through a cold first step before the budget ends, and only while
-        `room()` says a place is free. A proposal made without one waits in Tune's queue and starts when it
+        any other only if it could get through a cold first step before the budget ends, no start point
+        `running` still waits for its place, and `room()` says a place is free. A proposal made without one waits in Tune's queue and starts when it
         no longer can: two made ~50 s into a 2-minute screen start at ~96 s (the places are held by the
         runs beside it) and are stopped mid-compile, after holding the places the answer's loss run ahead
         waits 40 s for (2 H200s, docs/benchmarks.md)."""
         if self._first_wave_left(seen):
             return True
+        if self.start_point_waits(running or {}):
+            return False
         if room is not None and not room():
             return False
         return self.elapsed() + self.cold_first_step_s() < self.budget_s or self.holding()
+
+    def start_point_waits(self, running: dict[str, Hashable]) -> bool:
+        """Whether a start point proposed (`running`: Tune trial id -> frozen config) still waits for its
+        place: then nothing else is proposed, or a smaller proposal takes each place freed. At 100M on one
+        H200 the batch-32 start points (3/6 of the GPU by the probe's eager peak) waited 5 minutes while a
+        TPE proposal took the place freed, and the last was cut mid-compile (docs/benchmarks.md)."""
+        return any(key in self.first_wave and tid not in self.placed_ids for tid, key in running.items())
 
     def holding(self) -> bool:
         """Whether the baseline's loss runs still train beside the screen, so the screen goes on."""
         return self.hold is not None and self.hold()
 
-    def ended(self, running: Collection[Hashable], seen: Collection[Hashable]) -> bool:
-        """`running`: the frozen configs of the trials still running; `seen`: those and the measured ones."""
+    def ended(
+        self, running: Collection[Hashable], seen: Collection[Hashable], placed: Collection[Hashable] = ()
+    ) -> bool:
+        """`running`: the frozen configs of the trials still running (or waiting for a place); `seen`: those
+        and the measured ones; `placed`: those of `running` that have their place. Past the cap, the screen
+        waits only for a start point that has its place (its own compile deadline bounds it)."""
         elapsed = self.elapsed()
         if self.holding():
             return False
         if elapsed >= self.cap_s:
-            return True
+            return not any(key in self.first_wave for key in placed)
         waiting = self._first_wave_left(seen) or any(key in self.first_wave for key in running)
         return elapsed >= self.budget_s and not waiting
 
@@ -97,7 +114,19 @@ class ScreenEnd(Stopper):
         return False
 
     def stop_all(self) -> bool:
-        return self.clock.ended(*seen_by(self.searcher))
+        placed = {key for tid, key in self.searcher.running.items() if tid in self.clock.placed_ids}
+        return self.clock.ended(*seen_by(self.searcher), placed)
+
+
+class ScreenStarts(Callback):
+    """Tells the clock each trial that got its place (Tune starts it), so a start point still waiting for
+    one holds back other proposals (ScreenClock.start_point_waits)."""
+
+    def __init__(self, clock: ScreenClock):
+        self.clock = clock
+
+    def on_trial_start(self, iteration, trials, trial, **info):
+        self.clock.placed_ids.add(trial.trial_id)
 
 
 def seen_by(searcher: Any) -> tuple[Collection[Hashable], Collection[Hashable]]:

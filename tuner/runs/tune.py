@@ -24,7 +24,7 @@ from trainables.trainable import train_trial
 from tuner.runs.ledger import Ledger, LedgerRecorder
 from tuner.runs.phase_progress import PhaseProgress
 from tuner.runs.request import Placement, Role, TpeSearch, TrialInputs, spec_key
-from tuner.runs.screen_clock import ScreenClock, ScreenEnd, seen_by
+from tuner.runs.screen_clock import ScreenClock, ScreenEnd, ScreenStarts, seen_by
 from tuner.session.node_loss import NODE_LOSS_RERUNS
 from tuner.session.ray_noise import quiet_trial_failures
 from tuner.session.stop_signals import TuneSigint
@@ -110,6 +110,7 @@ def _fit(
     on_row: Callable[[list[TrialRow]], None] | None = None,
     planned_s: float | None = None,
     role: Role | None = None,
+    callbacks: Sequence[Any] = (),
     **tune_kwargs,
 ) -> LedgerRecorder:
     """One Tune experiment; tune_kwargs go to TuneConfig except `stopper` (to RunConfig) and `budget_s` (the
@@ -140,7 +141,7 @@ def _fit(
             name=name,
             storage_path=str(storage),
             stop=CombinedStopper(*stoppers),
-            callbacks=[record, progress, sigint],
+            callbacks=[record, progress, *callbacks, sigint],
             failure_config=tune.FailureConfig(max_failures=0),
             verbose=0,
         ),
@@ -266,6 +267,7 @@ def run_proposals(
             num_samples=remaining,
             budget_s=budget,
             stopper=slow if clock is None else CombinedStopper(ScreenEnd(clock, searcher), slow),
+            callbacks=() if clock is None else (ScreenStarts(clock),),
         )
         answered, exhausted, untold = (
             answered + searcher.answered,
@@ -287,7 +289,7 @@ def _distinct(
     measured = {freeze(r.config): r.tokens_per_s or 0.0 for r in done}
     distinct = DistinctConfigs(searcher, measured, fit)
     if clock is not None:
-        distinct.may_propose = lambda s=distinct: clock.proposing(seen_by(s)[1], placement.room)
+        distinct.may_propose = lambda s=distinct: clock.proposing(seen_by(s)[1], placement.room, s.running)
     return distinct
 
 
