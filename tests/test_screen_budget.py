@@ -4,19 +4,14 @@ from pathlib import Path
 
 import pytest
 
-from tuner.config import load_search_config
-from tuner.context import SearchContext, State
+from tuner.config import SearchSection, load_search_config
 from tuner.measure.screen_budget import wall_budget_s
-from tuner.state.hardware import Hardware
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def context(tmp_path, gpus: int, *sets: str) -> SearchContext:
-    cfg = load_search_config(str(ROOT / "configs" / "default.yaml"), list(sets))
-    return SearchContext(
-        cfg, tmp_path, cfg.train, Hardware(gpus=gpus), 16 * max(1, gpus), State(tmp_path), ""
-    )
+def search(*sets: str) -> SearchSection:
+    return load_search_config(str(ROOT / "configs" / "default.yaml"), list(sets)).search
 
 
 @pytest.mark.parametrize(
@@ -29,9 +24,9 @@ def context(tmp_path, gpus: int, *sets: str) -> SearchContext:
         (4, ("search.compile_deadline=10m", "search.time_budget=6m"), 90),
     ],
 )
-def test_n_gpus_spend_the_screens_gpu_time_in_a_nth_of_the_wall_time(tmp_path, gpus, sets, wall):
-    assert wall_budget_s(context(tmp_path, gpus, *sets)) == pytest.approx(wall)
+def test_n_gpus_spend_the_screens_gpu_time_in_a_nth_of_the_wall_time(gpus, sets, wall):
+    assert wall_budget_s(search(*sets), gpus) == pytest.approx(wall)
 
 
-def test_no_budget_stays_no_budget(tmp_path):
-    assert wall_budget_s(context(tmp_path, 4, "search.time_budget=null")) is None
+def test_no_budget_stays_no_budget():
+    assert wall_budget_s(search("search.time_budget=null"), 4) is None

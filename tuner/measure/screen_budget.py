@@ -6,19 +6,20 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from tuner.context import SearchContext, log
+from trainables.progress import log
+from tuner.config import SearchSection
 from tuner.runs.screen_clock import ScreenClock
 from tuner.space.knobs import freeze
 
 
-def wall_budget_s(ctx: SearchContext) -> float | None:
+def wall_budget_s(search: SearchSection, gpus: int) -> float | None:
     """`search.time_budget` is GPU time: N GPUs screen N configs at once, so they spend it in 1/N of the
     wall time, and finish as many proposals as one GPU would in the whole budget. Its floor is not a
-    constant: the screen ends only once its start points are done (screen_clock)."""
-    s = ctx.cfg.search
+    constant: the screen ends only once its start points are done (screen_clock). `gpus`: the trials'."""
+    s = search
     if s.time_budget_s is None:
         return None
-    gpus = max(1, ctx.hw.gpus)
+    gpus = max(1, gpus)
     wall = s.time_budget_s / gpus
     if gpus > 1:
         log(
@@ -29,7 +30,7 @@ def wall_budget_s(ctx: SearchContext) -> float | None:
 
 
 def screen_clock(
-    ctx: SearchContext,
+    search: SearchSection,
     budget_s: float | None,
     points: list[dict[str, Any]],
     hold: Callable[[], bool] | None = None,
@@ -39,6 +40,6 @@ def screen_clock(
     baseline's loss runs beside it still train."""
     if budget_s is None:
         return None
-    deadline = ctx.cfg.search.compile_deadline_s
+    deadline = search.compile_deadline_s
     cap = budget_s + (deadline or budget_s)
     return ScreenClock(budget_s, cap, frozenset(map(freeze, points)), hold=hold)

@@ -89,7 +89,9 @@ def summarize(
         unit=ctx.workload.unit if ctx.workload else "tokens",
         best=_best(winner, base_runs, _val_metrics(winner.id, baseline, screen, checked)) if winner else None,
         untrusted=untrusted,
-        nothing_screened=nothing_screened(ScreenOutcome.of(screen), wall_budget_s(ctx)),
+        nothing_screened=nothing_screened(
+            ScreenOutcome.of(screen), wall_budget_s(ctx.cfg.search, ctx.hw.gpus)
+        ),
         remembered=ctx.state.data.get("remembered"),
         trials=_without_timelines(trials),
         loss_limit=loss_limit,

@@ -42,8 +42,8 @@ def run(
     if ctx.resume:
         _fail_stale_trials(storage)
     points = start_points(s.start_points, s.recipe, space, ctx.base, ctx.notice)
-    budget_s = wall_budget_s(ctx)
-    clock = screen_clock(ctx, budget_s, points, hold)
+    budget_s = wall_budget_s(s, ctx.hw.gpus)
+    clock = screen_clock(s, budget_s, points, hold)
 
     searcher = TpeSearch(
         STUDY, storage, s.seed, startup_trials=max(2, min(8, s.trials // 3)), points=tuple(points)
