@@ -11,9 +11,11 @@ from factories import make_row
 
 from trainables.config import TrainConfig
 from trainables.spec import TrialSpec
-from tuner.config import load_search_config
+from tuner.config import QualitySection, load_search_config
 from tuner.context import SearchContext, State
+from tuner.measure import baseline
 from tuner.measure.baseline import (
+    BaselineLoss,
     _execution_of,
     _twin_point,
     loss_case,
@@ -24,6 +26,7 @@ from tuner.measure.baseline import (
 )
 from tuner.rules.horizon import horizon_for
 from tuner.runs.ledger import Ledger
+from tuner.runs.pool import RunPool
 from tuner.runs.request import Role
 from tuner.runs.shapes import RunShapes
 from tuner.runs.tasks import TaskRun
@@ -36,7 +39,9 @@ BASE = {"batch_size": 8, "precision": "fp32", "compile": "none", "loader": "data
 def ctx():
     base, notices = TrainConfig(**BASE), []
     shapes = RunShapes(base, 8, horizon_for(base, {}, None))  # the planned run
-    return SimpleNamespace(base=base, notices=notices, notice=notices.append, shapes=shapes)
+    return SimpleNamespace(
+        base=base, notices=notices, loss=BaselineLoss(shapes, QualitySection(), notices.append)
+    )
 
 
 def test_a_twin_the_early_stopper_stopped_after_steady_steps_still_lends_its_execution():
@@ -45,7 +50,7 @@ def test_a_twin_the_early_stopper_stopped_after_steady_steps_still_lends_its_exe
         make_row("screen-1", config={"compile": "reduce-overhead"}, status="stopped", tokens_per_s=97e3),
         make_row("screen-2", config={"loader": "device"}, tokens_per_s=14e3),
     ]
-    case, twin = loss_case(ctx(), screen)
+    case, twin = loss_case(ctx().loss, screen)
     assert twin.id == "screen-1"
     assert case["compile"] == "reduce-overhead" and case["batch_size"] == 8
 
@@ -57,14 +62,14 @@ def test_runs_that_failed_or_never_reached_steady_steps_are_no_twins():
         make_row("screen-2", config={"compile": "default"}, status="error", tokens_per_s=0.0),
         make_row("screen-3", config={"loader": "device"}, tokens_per_s=14e3),
     ]
-    assert [t.id for t in twins(ctx(), screen).values()] == ["screen-3"]
-    case, twin = loss_case(ctx(), screen)
+    assert [t.id for t in twins(ctx().base, screen).values()] == ["screen-3"]
+    case, twin = loss_case(ctx().loss, screen)
     assert twin.id == "screen-3" and case["compile"] == "none"
 
 
 def test_without_a_twin_the_baseline_trains_as_configured():
     c = ctx()
-    case, twin = loss_case(c, [make_row("screen-0", config={"batch_size": 64}, tokens_per_s=1e5)])
+    case, twin = loss_case(c.loss, [make_row("screen-0", config={"batch_size": 64}, tokens_per_s=1e5)])
     assert twin is None and case["compile"] == "none" and c.notices
 
 
@@ -84,23 +89,31 @@ def search_context(tmp_path, gpus: int, *overrides: str, **search) -> SearchCont
 
 def test_the_default_configs_first_start_point_lends_the_baselines_loss_run_its_execution(tmp_path):
     ctx = search_context(tmp_path, gpus=1)
-    point = _twin_point(ctx, to_space(ctx))
+    point = _twin_point(ctx.cfg.search.start_points, to_space(ctx), ctx.base, ctx.notice)
     assert point["compile"] == "reduce-overhead" and point["batch_size"] == 8 and point["precision"] == "fp32"
-    case = ctx.shapes.case(Role.BESIDE, _execution_of(ctx, point))
+    case = ctx.shapes.case(Role.BESIDE, _execution_of(ctx.base, point))
     assert ctx.placement.beside_share(case) == pytest.approx(1 / 6)  # one of the GPU's six screen-run places
 
 
 def test_no_loss_run_beside_the_screen_on_cpus_without_a_twin_start_point_or_after_the_loss_check(tmp_path):
-    assert start_beside(search_context(tmp_path / "cpu", gpus=0), {}) is None
+    assert start_beside(beside_screen(search_context(tmp_path / "cpu", gpus=0)), {}) is None
     ctx = search_context(tmp_path / "one-place", gpus=1)
     # one screen run at a time: the loss run would take the screen's only place
     ctx = replace(ctx, cluster_cpus=2)
-    assert start_beside(ctx, to_space(ctx)) is None
+    assert start_beside(beside_screen(ctx), to_space(ctx)) is None
     ctx = search_context(tmp_path / "none", gpus=1, start_points="[{batch_size: 64}]")
-    assert start_beside(ctx, to_space(ctx)) is None  # no start point trains what the baseline trains
+    # no start point trains what the baseline trains
+    assert start_beside(beside_screen(ctx), to_space(ctx)) is None
     ctx = search_context(tmp_path / "resumed", gpus=1)
     ctx.state.finish("loss_check", [], 1.0)
-    assert start_beside(ctx, to_space(ctx)) is None
+    assert start_beside(beside_screen(ctx), to_space(ctx)) is None
+
+
+def beside_screen(ctx: SearchContext) -> baseline.Beside:
+    """What the pipeline hands the baseline's runs beside the screen (tuner/pipeline.py)."""
+    loss_checked = ctx.state.phase("loss_check") is not None
+    s = ctx.cfg.search
+    return baseline.Beside(ctx.shapes, ctx.placement, RunPool(ctx), s.start_points, loss_checked, ctx.notice)
 
 
 def to_space(ctx: SearchContext) -> dict:
@@ -112,8 +125,8 @@ HORIZON = "quality.loss_horizon=1M"  # a prefix of the default config's 10,240,0
 
 def first_beside(ctx: SearchContext) -> TaskRun:
     """The first seed's run beside the screen as start_beside builds it (its task aside: none is started)."""
-    point = _twin_point(ctx, to_space(ctx))
-    case = {**ctx.shapes.case(Role.BESIDE, _execution_of(ctx, point)), "max_steps": 40}
+    point = _twin_point(ctx.cfg.search.start_points, to_space(ctx), ctx.base, ctx.notice)
+    case = {**ctx.shapes.case(Role.BESIDE, _execution_of(ctx.base, point)), "max_steps": 40}
     return TaskRun(None, TrialSpec.of({**case, "gpu_memory_fraction": 1 / 6}), point, 0.0)
 
 
@@ -121,14 +134,20 @@ def test_the_second_seed_trains_beside_the_screen_only_at_a_prefix_and_where_the
     tmp_path,
 ):
     ctx = search_context(tmp_path / "full", 1)  # the planned run: one seed, nothing more beside
-    assert start_seeds_beside(ctx, first_beside(ctx)) == []
+    assert start_seeds_beside(beside_screen(ctx), first_beside(ctx)) == []
     ctx = search_context(tmp_path / "none", 1, HORIZON)
-    assert start_seeds_beside(ctx, None) == [], "no first seed's run beside the screen: round 0 trains both"
+    assert start_seeds_beside(beside_screen(ctx), None) == [], (
+        "no first seed's run beside the screen: round 0 trains both"
+    )
     ctx = search_context(tmp_path / "two-places", 1, HORIZON)
     # two screen runs at a time: the first seed's run takes one, the screen keeps one
     ctx = replace(ctx, cluster_cpus=4)
-    assert ctx.placement.speed().concurrent == 2 and room_beside(ctx) and not room_beside(ctx, runs=2)
-    assert start_seeds_beside(ctx, first_beside(ctx)) == []
+    assert (
+        ctx.placement.speed().concurrent == 2
+        and room_beside(ctx.placement, False)
+        and not room_beside(ctx.placement, False, runs=2)
+    )
+    assert start_seeds_beside(beside_screen(ctx), first_beside(ctx)) == []
 
 
 def test_a_resumed_search_takes_the_second_seeds_row_from_the_ledger_and_starts_no_run(tmp_path):
@@ -137,6 +156,6 @@ def test_a_resumed_search_takes_the_second_seeds_row_from_the_ledger_and_starts_
     second = first.spec.with_train(seed=1338).train.model_dump()
     row = make_row("x", BESIDE_PHASE, train=second, val_loss=2.5)
     Ledger(tmp_path, BESIDE_PHASE).append(row.model_dump(exclude={"id", "phase"}))
-    (seed,) = start_seeds_beside(ctx, first)
+    (seed,) = start_seeds_beside(beside_screen(ctx), first)
     assert seed.ref is None and seed.point == first.point, "its row is in the ledger: no run starts"
     assert seed.spec.train == first.spec.train.model_copy(update={"seed": 1338})

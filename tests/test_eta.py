@@ -15,8 +15,7 @@ from trainables.spec import TrialSpec
 from tuner.config import load_search_config
 from tuner.context import SearchContext, State
 from tuner.decide.costs import CACHED_SHARE, cached_warmup
-from tuner.measure import baseline
-from tuner.measure.eta import after_screen, loss_check_s, remeasure_s
+from tuner.measure.eta import Remaining, after_screen, loss_check_s, remeasure_s
 from tuner.runs.ahead import pending
 from tuner.runs.ledger import Ledger, LedgerRecorder
 from tuner.runs.phase_progress import PhaseProgress
@@ -33,6 +32,15 @@ def eta_context(out: Path, *overrides: str, config: str = "default.yaml", gpus: 
     cfg = load_search_config(str(CONFIGS / config), list(overrides))
     hw = Hardware(gpus=gpus, gpu_mem_mb=143_771)
     return SearchContext(cfg, out, cfg.train, hw, 16 * gpus, State(out), "")
+
+
+def remaining(ctx: SearchContext) -> Remaining:
+    """What the pipeline hands the estimate once the screen is done (tuner/pipeline.py)."""
+    confirming, loss_checked = (
+        bool(ctx.state.data.get("remembered")),
+        ctx.state.phase("loss_check") is not None,
+    )
+    return Remaining(ctx.shapes, ctx.cfg.search, ctx.hw.gpus, confirming, loss_checked)
 
 
 # configs/default.yaml's baseline: batch 8 of 256 tokens, fp32, eager, lr 3e-4, 10,240,000 tokens
@@ -67,21 +75,21 @@ def test_loss_check_estimate_counts_cached_compiles_the_twin_and_the_shared_gpu(
     slowest_warmup = (
         118.0 * CACHED_SHARE
     )  # b64's: no hit of its graph was timed; above the twin's 9.6 and 8.0
-    assert loss_check_s(ctx, screen) == pytest.approx(slowest_warmup + work)
+    assert loss_check_s(remaining(ctx), screen) == pytest.approx(slowest_warmup + work)
     # the runs spread over four GPUs: the twin's run is the longest
     ctx = replace(ctx, hw=ctx.hw.model_copy(update={"gpus": 4}))
-    assert loss_check_s(ctx, screen) == pytest.approx(slowest_warmup + tokens / 113_000)
+    assert loss_check_s(remaining(ctx), screen) == pytest.approx(slowest_warmup + tokens / 113_000)
     # the two fastest trained their loss runs ahead, beside the screen: b64 and the twin are left
     ctx = replace(ctx, hw=ctx.hw.model_copy(update={"gpus": 1}))
     ahead = Pending(tuple(PendingRun(Role.AHEAD, r.config, done=False) for r in screen[:2]))
     left = tokens * (1 / 447_000 + 1 / 113_000)
-    assert loss_check_s(ctx, screen, ahead) == pytest.approx(slowest_warmup + left)
+    assert loss_check_s(remaining(ctx), screen, ahead) == pytest.approx(slowest_warmup + left)
 
 
 def test_at_a_loss_horizon_the_estimate_counts_the_prefix_and_the_baselines_two_seeds(tmp_path):
     # quality.loss_horizon=1M on the default config: 8 steps of its largest batch (512 x 256 tokens)
     ctx = eta_context(tmp_path, "search.remeasure_top=3", "quality.loss_horizon=1M")
-    prefix = baseline.loss_horizon(ctx).tokens
+    prefix = ctx.shapes.horizon.tokens
     assert prefix == 1_048_576 < BASE["tokens"]
     ro = {"batch_size": 32, "precision": "bf16", "compile": "reduce-overhead"}
     screen = [
@@ -90,31 +98,37 @@ def test_at_a_loss_horizon_the_estimate_counts_the_prefix_and_the_baselines_two_
     ]
     warmup = 120.0 * CACHED_SHARE
     # round 0 trains the baseline at two seeds (the seed noise), both at its twin's speed
-    assert loss_check_s(ctx, screen) == pytest.approx(warmup + prefix * (1 / 500_000 + 2 / 113_000))
+    assert loss_check_s(remaining(ctx), screen) == pytest.approx(
+        warmup + prefix * (1 / 500_000 + 2 / 113_000)
+    )
     # one of them done beside the screen; both
-    assert loss_check_s(ctx, screen, seeds_beside(1, 2)) == pytest.approx(
+    assert loss_check_s(remaining(ctx), screen, seeds_beside(1, 2)) == pytest.approx(
         warmup + prefix * (1 / 500_000 + 1 / 113_000)
     )
-    assert loss_check_s(ctx, screen, seeds_beside(2, 2)) == pytest.approx(warmup + prefix / 500_000)
-    assert loss_check_s(ctx, screen, seeds_beside(0, 2)) == loss_check_s(ctx, screen), "still training"
+    assert loss_check_s(remaining(ctx), screen, seeds_beside(2, 2)) == pytest.approx(
+        warmup + prefix / 500_000
+    )
+    assert loss_check_s(remaining(ctx), screen, seeds_beside(0, 2)) == loss_check_s(remaining(ctx), screen), (
+        "still training"
+    )
 
 
 def test_the_100m_configs_estimate_is_minutes_for_its_prefix_not_hours_for_its_planned_run(tmp_path):
     # configs/hybrid-100m.yaml: an 8M-token prefix of a 1B-token planned run. The baseline's compiled twin
     # at ~35K tok/s and a bf16 contender at ~120K (the issue's table), on one H200.
     ctx = eta_context(tmp_path, config="hybrid-100m.yaml")
-    assert ctx.base.tokens == 1_000_000_000 and baseline.loss_horizon(ctx).tokens == 8_028_160
+    assert ctx.base.tokens == 1_000_000_000 and ctx.shapes.horizon.tokens == 8_028_160
     screen = [
         screened("twin", 35_000.0, 40.0, compile="default", compile_scope="blocks"),
         screened(
             "bf16", 120_000.0, 40.0, batch_size=16, precision="bf16", compile="default", lr_scaling="sqrt"
         ),
     ]
-    estimate = loss_check_s(ctx, screen)
+    estimate = loss_check_s(remaining(ctx), screen)
     assert estimate == pytest.approx(40.0 * CACHED_SHARE + 8_028_160 * (2 / 35_000 + 1 / 120_000))
     assert estimate < 20 * 60, "at the planned run's 1B tokens it would say ~16 hours"
     both = seeds_beside(2, 2)
-    assert loss_check_s(ctx, screen, both) < 3 * 60, (
+    assert loss_check_s(remaining(ctx), screen, both) < 3 * 60, (
         "both seeds trained beside the screen: the contender's run"
     )
 
@@ -124,14 +138,14 @@ def test_after_the_screen_the_estimate_says_how_far_the_baselines_runs_beside_it
     screen = [screened("twin", 113_000.0, 96.0, compile="reduce-overhead")]
     done = [TaskRun(None, TrialSpec.of({**BASE, "seed": seed}), {}, 0.0) for seed in (1337, 1338)]
     both, one = pending(done, None), pending(done[:1], None)  # as the pipeline asks the pool
-    assert loss_check_s(ctx, screen, both) == 0.0, "both seeds done: no loss run is left"
-    prefix = baseline.loss_horizon(ctx).tokens
-    left = loss_check_s(ctx, screen, one)
+    assert loss_check_s(remaining(ctx), screen, both) == 0.0, "both seeds done: no loss run is left"
+    prefix = ctx.shapes.horizon.tokens
+    left = loss_check_s(remaining(ctx), screen, one)
     assert left == pytest.approx(96.0 * CACHED_SHARE + prefix / 113_000), "one seed left"
-    assert after_screen(ctx, screen, both) == pytest.approx(remeasure_s(ctx, screen))
+    assert after_screen(remaining(ctx), screen, both) == pytest.approx(remeasure_s(remaining(ctx), screen))
     said = capsys.readouterr().err
     assert "[baseline] its loss runs at 2 seeds beside the screen: done" in said
-    after_screen(ctx, screen, one)
+    after_screen(remaining(ctx), screen, one)
     said = capsys.readouterr().err
     assert "[baseline] its loss run beside the screen: done" in said
     assert f"loss check ~{fmt_seconds(left)}," in said, "the line says the estimate it made"
@@ -142,10 +156,10 @@ def test_a_loss_check_already_done_is_not_estimated(tmp_path, capsys):
     ctx = eta_context(tmp_path)
     screen = [screened("twin", 113_000.0, 96.0, compile="reduce-overhead")]
     ctx.state.finish("loss_check", [], 1.0)
-    again = after_screen(ctx, screen)
+    again = after_screen(remaining(ctx), screen)
     said = capsys.readouterr().err
     assert "loss check done; estimated: re-measure ~" in said and "loss check ~" not in said
-    assert again == pytest.approx(remeasure_s(ctx, screen))
+    assert again == pytest.approx(remeasure_s(remaining(ctx), screen))
 
 
 def test_a_cached_warmup_is_a_timed_hit_of_the_graph_or_a_tenth_of_its_cold_compile():
@@ -176,9 +190,9 @@ def test_remeasure_estimate_counts_each_run_at_least_its_overhead_outside_the_wi
     ]
     ctx = eta_context(tmp_path, "search.remeasure_top=3")
     runs = 3 * ctx.cfg.search.repeats + ctx.cfg.search.baseline_runs
-    assert remeasure_s(ctx, fastest) == pytest.approx(runs * 5.0 + 10.0 * CACHED_SHARE)
+    assert remeasure_s(remaining(ctx), fastest) == pytest.approx(runs * 5.0 + 10.0 * CACHED_SHARE)
     ctx = replace(ctx, hw=ctx.hw.model_copy(update={"gpus": 2}))
-    assert remeasure_s(ctx, fastest) == pytest.approx(runs * 5.0 / 2 + 10.0 * CACHED_SHARE)
+    assert remeasure_s(remaining(ctx), fastest) == pytest.approx(runs * 5.0 / 2 + 10.0 * CACHED_SHARE)
 
 
 def test_remeasure_estimate_counts_the_baseline_windows_at_an_eager_screen_runs_step(tmp_path):
@@ -209,9 +223,11 @@ def test_remeasure_estimate_counts_the_baseline_windows_at_an_eager_screen_runs_
     eager_window = held * 8 * 256 / 16_386.5
     assert eager_window > 3.0
     expected = s.repeats * max(held * 0.0235, 3.0) + s.baseline_runs * eager_window + warmup
-    assert remeasure_s(ctx, [winner, eager, other]) == pytest.approx(expected)
+    assert remeasure_s(remaining(ctx), [winner, eager, other]) == pytest.approx(expected)
     # without such a run the baseline's windows count at the winner's step, as before
-    assert remeasure_s(ctx, [winner, other]) == pytest.approx((s.repeats + s.baseline_runs) * 3.0 + warmup)
+    assert remeasure_s(remaining(ctx), [winner, other]) == pytest.approx(
+        (s.repeats + s.baseline_runs) * 3.0 + warmup
+    )
 
 
 def test_a_phase_progress_eta_keeps_to_the_estimate_while_it_has_time_left(tmp_path, capsys):

@@ -28,12 +28,18 @@ from tuner.rules.horizon import (
     validation_note,
 )
 from tuner.runs.ledger import Ledger
+from tuner.runs.pool import RunPool
 from tuner.state.hardware import Hardware
 from tuner.state.records import BASELINE_ID, BESIDE_PHASE, LossLimit
 
 SMOKE = str(
     Path(__file__).resolve().parents[1] / "configs" / "smoke.yaml"
 )  # batch 16 x seq 64; the space's batches 8-64: 512-4096 tokens per step
+
+
+def baseline_loss(ctx: SearchContext) -> baseline.BaselineLoss:
+    """What the loss check hands the baseline's rules (phases/loss_check.py)."""
+    return baseline.BaselineLoss(ctx.shapes, ctx.cfg.quality, ctx.notice)
 
 
 @pytest.mark.parametrize(
@@ -95,10 +101,12 @@ def test_a_validation_is_cited_where_the_bench_wrote_one(tmp_path):
 def test_at_the_planned_run_the_baseline_trains_one_seed(tmp_path):
     cfg = load_search_config(SMOKE)
     ctx = SearchContext(cfg, tmp_path, cfg.train, Hardware(gpus=0), 1, State(tmp_path), "")
-    assert baseline.noise_cases(ctx, ctx.base.model_dump()) == []
+    assert baseline.noise_cases(ctx.shapes.horizon, ctx.base.model_dump()) == []
     cfg = load_search_config(SMOKE, ["quality.loss_horizon=8192", "train.tokens=65536"])
     ctx = SearchContext(cfg, tmp_path, cfg.train, Hardware(gpus=0), 1, State(tmp_path), "")
-    assert [c["seed"] for c in baseline.noise_cases(ctx, ctx.base.model_dump())] == [ctx.base.seed + 1]
+    assert [c["seed"] for c in baseline.noise_cases(ctx.shapes.horizon, ctx.base.model_dump())] == [
+        ctx.base.seed + 1
+    ]
 
 
 def test_loss_runs_stop_at_the_prefix_and_the_loss_limit_takes_both_seeds(tmp_path, one_cpu_ray):
@@ -119,7 +127,7 @@ def test_loss_runs_stop_at_the_prefix_and_the_loss_limit_takes_both_seeds(tmp_pa
         assert row.status == "ok" and row.tokens == 16_384, f"{row.id} trained the prefix, not the run"
         assert row.train["tokens"] == 65_536, "with the planned run's schedule"
     assert rows[2].steps == 16_384 // (32 * 64) and rows[0].steps == 16_384 // (16 * 64)
-    base_row, loss_limit, candidates = baseline.split_checked(ctx, rows)
+    base_row, loss_limit, candidates = baseline.split_checked(baseline_loss(ctx), rows)
     assert base_row.id == BASELINE_ID and [c.id for c in candidates] == [rows[2].id]
     assert loss_limit.horizon.tokens == 16_384 and loss_limit.horizon.planned_tokens == 65_536
     seeds = [rows[0].val_loss, rows[1].val_loss]
@@ -192,9 +200,17 @@ def two_fake_gpus():
         ray.shutdown()
 
 
+def beside_screen(ctx: SearchContext) -> baseline.Beside:
+    """What the pipeline hands the baseline's runs beside the screen (tuner/pipeline.py)."""
+    loss_checked = ctx.state.phase("loss_check") is not None
+    s = ctx.cfg.search
+    return baseline.Beside(ctx.shapes, ctx.placement, RunPool(ctx), s.start_points, loss_checked, ctx.notice)
+
+
 def start_both(ctx: SearchContext):
-    beside = baseline.start_beside(ctx, {"loader": ["dataloader", "device"]})
-    return beside, baseline.start_seeds_beside(ctx, beside)
+    room = beside_screen(ctx)
+    beside = baseline.start_beside(room, {"loader": ["dataloader", "device"]})
+    return beside, baseline.start_seeds_beside(room, beside)
 
 
 def test_beside_the_screen_both_seeds_train_the_prefix_and_round_0_trains_no_baseline(
@@ -223,7 +239,7 @@ def test_beside_the_screen_both_seeds_train_the_prefix_and_round_0_trains_no_bas
     assert [r.screen_id for r in round_0] == ["screen-1"], "round 0 trained the candidate, no baseline"
     assert not Ledger(tmp_path, "loss_check_baseline").rows()
     assert all(r.tokens == 16_384 and r.train["tokens"] == 65_536 for r in rows)
-    _, loss_limit, candidates = baseline.split_checked(ctx, rows)
+    _, loss_limit, candidates = baseline.split_checked(baseline_loss(ctx), rows)
     assert [c.screen_id for c in candidates] == ["screen-1"]
     assert (
         loss_limit.seed_losses == [kept[1337].val_loss, kept[1338].val_loss] and loss_limit.noise is not None
@@ -234,7 +250,7 @@ def test_beside_the_screen_both_seeds_train_the_prefix_and_round_0_trains_no_bas
     assert beside.ref is None and [run.ref for run in seeds] == [None], "nothing trains again"
     again = loss_check.run(resumed, screen, beside, None, seeds).rows
     assert [(r.id, r.val_loss) for r in again] == [(r.id, r.val_loss) for r in rows]
-    assert baseline.split_checked(resumed, again)[1] == loss_limit
+    assert baseline.split_checked(baseline_loss(resumed), again)[1] == loss_limit
 
 
 def test_a_seed_whose_run_beside_the_screen_failed_trains_in_a_round_of_its_own(tmp_path, two_fake_gpus):
@@ -254,7 +270,7 @@ def test_a_seed_whose_run_beside_the_screen_failed_trains_in_a_round_of_its_own(
     assert [r.train["seed"] for r in again] == [1338] and again[0].status == "ok"
     assert [r.id for r in rows] == [BASELINE_ID, f"{BASELINE_ID}-seed1338"]
     assert rows[0].val_loss == 3.0 and rows[1].val_loss == again[0].val_loss and rows[1].tokens == 16_384
-    assert baseline.split_checked(ctx, rows)[1].seed_losses == [3.0, again[0].val_loss]
+    assert baseline.split_checked(baseline_loss(ctx), rows)[1].seed_losses == [3.0, again[0].val_loss]
 
 
 def test_without_room_for_both_beside_the_screen_round_0_trains_the_second_seed(tmp_path, two_fake_gpus):
@@ -269,4 +285,7 @@ def test_without_room_for_both_beside_the_screen_round_0_trains_the_second_seed(
     assert [r.train["seed"] for r in Ledger(tmp_path, BESIDE_PHASE).rows()] == [1337]
     assert [r.train["seed"] for r in Ledger(tmp_path, "loss_check_0").rows()] == [1338]
     assert all(r.tokens == 16_384 and r.train["tokens"] == 65_536 for r in rows)
-    assert baseline.split_checked(ctx, rows)[1].seed_losses == [rows[0].val_loss, rows[1].val_loss]
+    assert baseline.split_checked(baseline_loss(ctx), rows)[1].seed_losses == [
+        rows[0].val_loss,
+        rows[1].val_loss,
+    ]

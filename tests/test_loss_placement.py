@@ -231,7 +231,7 @@ def test_a_baseline_trained_beside_the_screen_needs_no_twin_of_its_own(tmp_path,
         make_row("screen-1", config={"batch_size": 32}, tokens_per_s=1_000.0),
     ]
     beside = make_row("beside", "loss_check_beside", val_loss=1.5, train={**ctx.base.model_dump(), **point})
-    monkeypatch.setattr(baseline, "beside_row", lambda ctx, run: beside)
+    monkeypatch.setattr(baseline, "beside_row", lambda pool, run, base, notice: beside)
     trained = rounds_without_training(monkeypatch)
     rows = loss_check.run(ctx, screen, TaskRun(None, TrialSpec.of({}), point, 0.0)).rows
     assert (

@@ -24,6 +24,7 @@ from tuner.measure import baseline, eta
 from tuner.phases import finish, loss_check, probe, remeasure, screen
 from tuner.runs import observe
 from tuner.runs.ahead import pending
+from tuner.runs.pool import RunPool
 from tuner.runs.request import TrialInputs
 from tuner.runs.tasks import on_a_trial_node
 from tuner.space import recipe
@@ -49,14 +50,18 @@ def _pipeline(ctx: SearchContext, fresh: bool, kept: Path) -> int:
     remembered = recall_answer(ctx, fresh, kept)
     ctx = ctx.with_probed(ctx.phase("probe", lambda: probe.run(ctx, ctx.space), dict[str, ProbedBatch]))
     space = probe.bounded(ctx, ctx.space, ctx.probed)
-    beside = baseline.start_beside(ctx, space)  # the baseline's loss run, in the screen's idle GPU time
-    seeds_beside = baseline.start_seeds_beside(ctx, beside)  # at a loss horizon: its second seed's, too
+    s, loss_checked = ctx.cfg.search, ctx.state.phase("loss_check") is not None  # resumed, or remembered
+    room = baseline.Beside(ctx.shapes, ctx.placement, RunPool(ctx), s.start_points, loss_checked, ctx.notice)
+    beside = baseline.start_beside(room, space)  # the baseline's loss run, in the screen's idle GPU time
+    seeds_beside = baseline.start_seeds_beside(room, beside)  # at a loss horizon: its second seed's, too
     ahead = loss_check.start_ahead(ctx)  # the candidates' loss runs, as the screen finds them
     on_row = ahead.consider if ahead is not None else None
     besides = [beside, *seeds_beside] if beside is not None else []
     training = lambda: any(not run.done() for run in besides)  # noqa: E731 - the screen goes on meanwhile
     screened = ctx.phase("screen", lambda: screen.run(ctx, space, on_row, training), list[TrialRow])
-    planned_remeasure_s = eta.after_screen(ctx, screened, pending(besides, ahead))  # as the pool says
+    confirming = bool(ctx.state.data.get("remembered"))
+    remaining = eta.Remaining(ctx.shapes, s, ctx.hw.gpus, confirming, loss_checked)
+    planned_remeasure_s = eta.after_screen(remaining, screened, pending(besides, ahead))  # as the pool says
 
     done = ctx.phase(
         "loss_check", lambda: loss_check.run(ctx, screened, beside, ahead, seeds_beside), LossCheck
@@ -64,7 +69,8 @@ def _pipeline(ctx: SearchContext, fresh: bool, kept: Path) -> int:
     if ahead is not None:
         ahead.cancel_rest()
     base_row, checked = done.baseline, done.candidates
-    loss_limit = baseline.loss_limit_of(ctx, base_row, done.seeds)  # as it was set: the phase may be resumed
+    # as it was set: the phase may be resumed
+    loss_limit = baseline.loss_limit_of(ctx.cfg.quality, ctx.shapes.horizon, base_row, done.seeds)
     screened = with_feasibility(screened, checked, loss_limit, baseline=ctx.base.model_dump())
     measured = ctx.phase(
         "remeasure", lambda: remeasure.run(ctx, screened, planned_remeasure_s), list[TrialRow]

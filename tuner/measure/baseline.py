@@ -13,14 +13,19 @@ seed noise, trains beside the screen with it (`start_seeds_beside`)."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
+from trainables.config import TrainConfig
+from trainables.progress import log
 from trainables.spec import TrialSpec
-from tuner.config import Knob
-from tuner.context import SearchContext, SearchFailed, log
+from tuner.config import Knob, QualitySection
 from tuner.rules.horizon import LossHorizon
+from tuner.runs.placement import PlacementPolicy
 from tuner.runs.pool import RunPool
 from tuner.runs.request import Role, RunRequest
+from tuner.runs.shapes import RunShapes
 from tuner.runs.tasks import TaskRun
 from tuner.space.domains import start_point
 from tuner.space.knobs import execution, loss_key
@@ -35,37 +40,64 @@ PROVEN = ("ok", "stopped")
 BESIDE_WHO = "baseline-loss"  # its name at its GPU's timing gate
 
 
-def start_beside(ctx: SearchContext, space: dict[str, Knob]) -> TaskRun | None:
+@dataclass(frozen=True)
+class Beside:
+    """What the baseline's runs beside the screen read of the search, built by the pipeline: the shape of
+    its runs (the baseline, the loss horizon), where they go, the pool that starts them and keeps their
+    ledger, the start points as given (one lends its execution), whether the loss check is done already
+    (resumed, or a remembered answer), and where a notice goes."""
+
+    shapes: RunShapes
+    placement: PlacementPolicy
+    pool: RunPool
+    start_points: Sequence[dict[str, Any]]
+    loss_checked: bool
+    notice: Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class BaselineLoss:
+    """What the baseline's loss runs and the limit they set read of the search, built by the phase that
+    trains them: the shape of its runs (the baseline, the loss horizon), the loss rule, and where a notice
+    goes."""
+
+    shapes: RunShapes
+    quality: QualitySection
+    notice: Callable[[str], None]
+
+
+def start_beside(b: Beside, space: dict[str, Knob]) -> TaskRun | None:
     """Starts the baseline's loss run beside the screen, on one speed-run place of a GPU (None: on CPUs,
     where a run takes every core; with one place in all, which it would take from the screen; when no start
     point shares the baseline's loss knobs; or when the loss check is done already)."""
-    if not room_beside(ctx):
+    if not room_beside(b.placement, b.loss_checked):
         return None
-    point = _twin_point(ctx, space)
+    base = b.shapes.base
+    point = _twin_point(b.start_points, space, base, b.notice)
     if point is None:
         return None
-    case = ctx.shapes.case(Role.BESIDE, _execution_of(ctx, point))
-    spec = TrialSpec.of({**case, "gpu_memory_fraction": ctx.placement.beside_share(case)})
-    run = _start_or_kept(ctx, spec, BESIDE_WHO, point)
+    case = b.shapes.case(Role.BESIDE, _execution_of(base, point))
+    spec = TrialSpec.of({**case, "gpu_memory_fraction": b.placement.beside_share(case)})
+    run = _start_or_kept(b.pool, spec, BESIDE_WHO, point)
     if run.ref is not None:
-        how = ", ".join(f"{k}={v}" for k, v in execution(case).items() if getattr(ctx.base, k) != v)
+        how = ", ".join(f"{k}={v}" for k, v in execution(case).items() if getattr(base, k) != v)
         log(f"[baseline] its loss run trains beside the screen ({how}), in its GPU's idle time")
     return run
 
 
-def start_seeds_beside(ctx: SearchContext, first: TaskRun | None) -> list[TaskRun]:
+def start_seeds_beside(b: Beside, first: TaskRun | None) -> list[TaskRun]:
     """At a prefix of the planned run, the baseline's runs at its other seeds (`noise_cases`) beside the
     screen as its first seed's is (`first`: same execution, same GPU share), where the screen keeps a place
     with them all; else none, and round 0 of the loss check trains them. For configs/hybrid-100m.yaml a
     seed's run is 8M tokens of fp32 at ~18-36K tok/s: 4-7 minutes the loss check no longer waits for."""
     if first is None:
         return []
-    seeds = noise_cases(ctx, first.spec.train.model_dump())
-    if not seeds or not room_beside(ctx, runs=1 + len(seeds)):
+    seeds = noise_cases(b.shapes.horizon, first.spec.train.model_dump())
+    if not seeds or not room_beside(b.placement, b.loss_checked, runs=1 + len(seeds)):
         return []
     runs = [
         _start_or_kept(
-            ctx, first.spec.with_train(seed=case["seed"]), f"{BESIDE_WHO}-seed{case['seed']}", first.point
+            b.pool, first.spec.with_train(seed=case["seed"]), f"{BESIDE_WHO}-seed{case['seed']}", first.point
         )
         for case in seeds
     ]
@@ -74,102 +106,102 @@ def start_seeds_beside(ctx: SearchContext, first: TaskRun | None) -> list[TaskRu
     return runs
 
 
-def room_beside(ctx: SearchContext, runs: int = 1) -> bool:
+def room_beside(placement: PlacementPolicy, loss_checked: bool, runs: int = 1) -> bool:
     """Whether `runs` loss runs may train beside the screen: on GPUs with more speed-run places than that
     (each takes one from the screen, which keeps at least one), while the loss check is still to come."""
-    return (
-        ctx.on_gpu and ctx.placement.speed().concurrent >= runs + 1 and ctx.state.phase("loss_check") is None
-    )
+    return placement.on_gpu and placement.speed().concurrent >= runs + 1 and not loss_checked
 
 
-def start_run_beside(ctx: SearchContext, spec: TrialSpec, who: str, point: dict[str, Any]) -> TaskRun:
+def start_run_beside(pool: RunPool, spec: TrialSpec, who: str, point: dict[str, Any]) -> TaskRun:
     """`spec` as a Ray task on its GPU share (its `gpu_memory_fraction`), `who` at its GPU's gate."""
-    return RunPool(ctx).start(RunRequest(spec, Role.BESIDE), who, point)
+    return pool.start(RunRequest(spec, Role.BESIDE), who, point)
 
 
-def _start_or_kept(ctx: SearchContext, spec: TrialSpec, who: str, point: dict[str, Any]) -> TaskRun:
+def _start_or_kept(pool: RunPool, spec: TrialSpec, who: str, point: dict[str, Any]) -> TaskRun:
     """The run beside the screen at the spec's seed: started, or (its row in the ledger from before a
     resume) a run with no task whose row `beside_row` reads back."""
-    if _kept(ctx, spec.train.seed):
+    if _kept(pool, spec.train.seed):
         return TaskRun(None, spec, point, time.time())
-    return start_run_beside(ctx, spec, who, point)
+    return start_run_beside(pool, spec, who, point)
 
 
-def _kept(ctx: SearchContext, seed: int) -> list[TrialRow]:
+def _kept(pool: RunPool, seed: int) -> list[TrialRow]:
     """The rows the ledger of runs beside the screen holds for the baseline's run at `seed`."""
-    return [r for r in RunPool(ctx).rows(Role.BESIDE) if r.train.get("seed") == seed]
+    return [r for r in pool.rows(Role.BESIDE) if r.train.get("seed") == seed]
 
 
-def _twin_point(ctx: SearchContext, space: dict[str, Knob]) -> dict[str, Any] | None:
+def _twin_point(
+    given_points: Sequence[dict[str, Any]],
+    space: dict[str, Knob],
+    base: TrainConfig,
+    notice: Callable[[str], None],
+) -> dict[str, Any] | None:
     """The first start point (as the screen runs it) that shares the baseline's loss knobs."""
-    base = ctx.base.model_dump()
-    for given in ctx.cfg.search.start_points:
-        point = start_point(given, space, ctx.base, ctx.notice)
-        if point and loss_key(point, base) == loss_key({}, base):
+    values = base.model_dump()
+    for given in given_points:
+        point = start_point(given, space, base, notice)
+        if point and loss_key(point, values) == loss_key({}, values):
             return point
     return None
 
 
-def beside_row(ctx: SearchContext, run: TaskRun) -> TrialRow | None:
+def beside_row(
+    pool: RunPool, run: TaskRun, base: TrainConfig, notice: Callable[[str], None]
+) -> TrialRow | None:
     """The beside run's row, once it has finished (a line every WAIT_LINE_S while it trains on), recorded by
     the pool; None when it failed, and the loss check trains it itself."""
-    pool, seed = RunPool(ctx), run.spec.train.seed
-    what = "the baseline's loss run" + ("" if seed == ctx.base.seed else f" at seed {seed}")
-    kept = _kept(ctx, seed)[:1]  # recorded before a resume
+    seed = run.spec.train.seed
+    what = "the baseline's loss run" + ("" if seed == base.seed else f" at seed {seed}")
+    kept = _kept(pool, seed)[:1]  # recorded before a resume
     row = pool.record(Role.BESIDE, kept)[0] if kept else pool.task_row(run, what)
     if row.status != "ok":
-        ctx.notice(f"{what} beside the screen failed ({row.error}): it trains again now")
+        notice(f"{what} beside the screen failed ({row.error}): it trains again now")
         return None
     return row
 
 
-def twins(ctx: SearchContext, screen: list[TrialRow]) -> dict[tuple, TrialRow]:
+def twins(base: TrainConfig, screen: list[TrialRow]) -> dict[tuple, TrialRow]:
     """The fastest screen run of each loss key that trained steady steps without failing."""
     fastest: dict[tuple, TrialRow] = {}
-    base = ctx.base.model_dump()
+    values = base.model_dump()
     for row in screen:
         if row.status not in PROVEN or not row.tokens_per_s:
             continue
-        key = loss_key(row.config, base)
+        key = loss_key(row.config, values)
         if key not in fastest or row.tokens_per_s > fastest[key].tokens_per_s:
             fastest[key] = row
     return fastest
 
 
-def twin(ctx: SearchContext, screen: list[TrialRow]) -> TrialRow | None:
+def twin(base: TrainConfig, screen: list[TrialRow]) -> TrialRow | None:
     """The fastest screen run that shares the baseline's loss knobs (None: none screened)."""
-    return twins(ctx, screen).get(loss_key({}, ctx.base.model_dump()))
+    return twins(base, screen).get(loss_key({}, base.model_dump()))
 
 
-def loss_horizon(ctx: SearchContext) -> LossHorizon:
-    """Where the loss runs are compared: the planned run, or the prefix `quality.loss_horizon` sets."""
-    return ctx.shapes.horizon
-
-
-def loss_case(ctx: SearchContext, screen: list[TrialRow]) -> tuple[dict[str, Any], TrialRow | None]:
+def loss_case(b: BaselineLoss, screen: list[TrialRow]) -> tuple[dict[str, Any], TrialRow | None]:
     """The baseline's loss run (its config with its twin's execution, at the loss horizon) and the twin
     (None: none screened)."""
-    twin_row = twin(ctx, screen)
+    twin_row = twin(b.shapes.base, screen)
     if twin_row is None:
-        ctx.notice("no screened config shares the baseline's loss knobs: its loss run trains as configured")
-        return ctx.shapes.case(Role.LOSS), None
-    return ctx.shapes.case(Role.LOSS, _execution_of(ctx, twin_row.config)), twin_row
+        b.notice("no screened config shares the baseline's loss knobs: its loss run trains as configured")
+        return b.shapes.case(Role.LOSS), None
+    return b.shapes.case(Role.LOSS, _execution_of(b.shapes.base, twin_row.config)), twin_row
 
 
-def _execution_of(ctx: SearchContext, knobs: dict[str, Any]) -> dict[str, Any]:
+def _execution_of(base: TrainConfig, knobs: dict[str, Any]) -> dict[str, Any]:
     """The speed-only knobs `knobs` sets over the baseline: what it trains, run as `knobs` runs."""
-    return execution({**ctx.base.model_dump(), **knobs})
+    return execution({**base.model_dump(), **knobs})
 
 
-def loss_seeds(ctx: SearchContext) -> list[int]:
+def loss_seeds(shapes: RunShapes) -> list[int]:
     """The seeds the baseline's loss runs train: its own, and at a prefix of the planned run one more."""
-    return [ctx.base.seed, *(c["seed"] for c in noise_cases(ctx, ctx.base.model_dump()))]
+    return [shapes.base.seed, *(c["seed"] for c in noise_cases(shapes.horizon, shapes.base.model_dump()))]
 
 
-def noise_cases(ctx: SearchContext, case: dict[str, Any]) -> list[dict[str, Any]]:
+def noise_cases(horizon: LossHorizon, case: dict[str, Any]) -> list[dict[str, Any]]:
     """At a prefix of the planned run, the baseline's loss run at a second seed (seed + 1), whose difference
     from the first is the seed-to-seed noise the loss limit allows for; at the full run, none."""
-    return [{**case, "seed": case["seed"] + 1}] if loss_horizon(ctx).is_prefix else []
+    return [{**case, "seed": case["seed"] + 1}] if horizon.is_prefix else []
 
 
 def as_baseline(row: TrialRow, twin: TrialRow | None, nth_seed: int = 0) -> TrialRow:
@@ -186,36 +218,40 @@ def as_baseline(row: TrialRow, twin: TrialRow | None, nth_seed: int = 0) -> Tria
     )
 
 
-def loss_limit_of(ctx: SearchContext, baseline: TrialRow, seeds: list[TrialRow]) -> LossLimit:
+def loss_limit_of(
+    quality: QualitySection, horizon: LossHorizon, baseline: TrialRow, seeds: list[TrialRow]
+) -> LossLimit:
     """The loss limit the baseline's loss run and its other seeds' runs set at the loss horizon (a failed seed
     run leaves the noise unmeasured)."""
     more = [s.val_loss for s in seeds if s.status == "ok" and s.val_loss is not None]
-    return ctx.cfg.quality.loss_limit(baseline.val_loss, loss_horizon(ctx), more)
+    return quality.loss_limit(baseline.val_loss, horizon, more)
 
 
-def split_checked(ctx: SearchContext, rows: list[TrialRow]) -> tuple[TrialRow, LossLimit, list[TrialRow]]:
+def split_checked(b: BaselineLoss, rows: list[TrialRow]) -> tuple[TrialRow, LossLimit, list[TrialRow]]:
     """The loss check's rows (loss_check.run: the baseline's, its other seeds', the candidates') as the
     baseline's row, the loss limit and the candidates' rows: how the pipeline reads a finished or resumed
     phase."""
     seeds = [r for r in rows[1:] if r.phase == BASELINE_ID]
-    return rows[0], loss_limit_of(ctx, rows[0], seeds), [r for r in rows[1:] if r.phase != BASELINE_ID]
+    return (
+        rows[0],
+        loss_limit_of(b.quality, b.shapes.horizon, rows[0], seeds),
+        [r for r in rows[1:] if r.phase != BASELINE_ID],
+    )
 
 
 def checked(
-    ctx: SearchContext, baseline: TrialRow, seeds: list[TrialRow] | None = None
+    b: BaselineLoss, baseline: TrialRow, seeds: list[TrialRow] | None = None
 ) -> tuple[TrialRow, LossLimit]:
-    """The baseline row, with its verdict, and the loss limit it sets (with `seeds`, its runs at other seeds);
-    SearchFailed if it did not train."""
-    if baseline.status != "ok" or baseline.val_loss is None:
-        raise SearchFailed(f"the baseline run failed ({baseline.status}: {baseline.error})")
+    """The baseline row, with its verdict, and the loss limit it sets (with `seeds`, its runs at other seeds),
+    of a baseline that trained (where it did not, the search cannot go on: phases/loss_check.py says so)."""
     for seed in seeds or []:
         if seed.status != "ok" or seed.val_loss is None:
-            ctx.notice(
+            b.notice(
                 f"the baseline's run at seed {seed.train.get('seed')} failed ({seed.error}): seed noise unmeasured"
             )
-    loss_limit = loss_limit_of(ctx, baseline, seeds or [])
+    loss_limit = loss_limit_of(b.quality, b.shapes.horizon, baseline, seeds or [])
     baseline = baseline.with_verdict(loss_limit)
-    changed = {k: v for k, v in (baseline.execution or {}).items() if getattr(ctx.base, k) != v}
+    changed = {k: v for k, v in (baseline.execution or {}).items() if getattr(b.shapes.base, k) != v}
     how = ", ".join(f"{k}={v}" for k, v in changed.items())
     how = f"as its twin {baseline.twin_of} runs ({how})" if baseline.twin_of else f"with {how}"
     how = how if changed else "as configured"

@@ -15,14 +15,16 @@ cached one (`costs.cached_warmup`).
 from __future__ import annotations
 
 import statistics
+from dataclasses import dataclass
 
 from trainables.config import TrainConfig
-from trainables.progress import fmt_seconds
-from tuner.context import SearchContext, log
+from trainables.progress import fmt_seconds, log
+from tuner.config import SearchSection
 from tuner.decide.costs import cached_warmup
 from tuner.decide.loss_plan import Limits, LossPlan
 from tuner.measure import baseline
 from tuner.runs.request import Role
+from tuner.runs.shapes import RunShapes
 from tuner.runs.tasks import Pending
 from tuner.space.knobs import loss_key
 from tuner.state.records import TrialRow
@@ -30,44 +32,58 @@ from tuner.state.records import TrialRow
 NONE_BESIDE = Pending()  # no run beside the screen: on CPUs, or with no place to spare beside it
 
 
-def loss_check_s(ctx: SearchContext, screen: list[TrialRow], pending: Pending = NONE_BESIDE) -> float:
+@dataclass(frozen=True)
+class Remaining:
+    """What the estimate reads of the search, built by the pipeline once the screen is done: the shape of
+    its runs (the baseline, the screen's steady steps, the loss horizon), the search section (how many
+    finalists the re-measure times, and how often), the trials' GPUs, whether the search confirms a
+    remembered answer, and whether the loss check is done already (resumed, or a remembered answer)."""
+
+    shapes: RunShapes
+    search: SearchSection
+    gpus: int
+    confirming: bool
+    loss_checked: bool
+
+
+def loss_check_s(remaining: Remaining, screen: list[TrialRow], pending: Pending = NONE_BESIDE) -> float:
     """The baseline's loss runs (its seeds: one, or two at a prefix of the planned run) count at its twin's
     speed, less those `pending` says trained beside the screen and are done; of the candidates' runs only
     the ones with no loss run ahead (`pending`'s runs ahead of the loss check, which beside the screen have
     mostly trained by its end). Each run trains the loss horizon's tokens (tuner/rules/horizon.py: the planned
     run, or its prefix)."""
     beside_done = sum(run.done for run in pending.of(Role.BESIDE))
-    base = ctx.base.model_dump()
+    base = remaining.shapes.base.model_dump()
     ahead = {loss_key(run.knobs, base) for run in pending.of(Role.AHEAD)}
-    tokens, top = baseline.loss_horizon(ctx).tokens, ctx.cfg.search.remeasure_top
+    tokens, top = remaining.shapes.horizon.tokens, remaining.search.remeasure_top
     order = LossPlan.of(screen, base, Limits(runs=top, time_s=0.0, tokens=tokens, remeasure_top=top)).queue
     picks = [c.row for c in order[:top] if loss_key(c.config, base) not in ahead]  # in the loss check's order
-    twin = baseline.twin(ctx, screen)
-    left = max(0, len(baseline.loss_seeds(ctx)) - beside_done)
+    twin = baseline.twin(remaining.shapes.base, screen)
+    left = max(0, len(baseline.loss_seeds(remaining.shapes)) - beside_done)
     runs = [r for r in [*picks, *[twin] * left] if r is not None and r.tokens_per_s]
     if not runs:
         return 0.0
     compile_s = max(cached_warmup(r, screen, base) or 0.0 for r in runs)
-    gpu_work = sum(tokens / r.tokens_per_s for r in runs) / max(1, ctx.hw.gpus)
+    gpu_work = sum(tokens / r.tokens_per_s for r in runs) / max(1, remaining.gpus)
     return compile_s + max(max(tokens / r.tokens_per_s for r in runs), gpu_work)
 
 
-def remeasure_s(ctx: SearchContext, screen: list[TrialRow]) -> float:
-    s = ctx.cfg.search
-    finalists = _fastest(screen)[: s.remeasure_top]
+def remeasure_s(remaining: Remaining, screen: list[TrialRow]) -> float:
+    shapes = remaining.shapes
+    finalists = _fastest(screen)[: remaining.search.remeasure_top]
     if not finalists:
         return 0.0
     # the gate: from its second step to its last timed
-    held = s.screen_steps + ctx.base.timing_warmup_steps - 1
+    held = shapes.screen_steps + shapes.base.timing_warmup_steps - 1
     window = [held * (r.step_ms_median or 0.0) / 1000 for r in finalists]
-    step = _baseline_step_s(ctx.base, screen)
+    step = _baseline_step_s(shapes.base, screen)
     baseline_window = held * step if step else window[0]
-    base_runs, runs = s.remeasure_runs(confirming=bool(ctx.state.data.get("remembered")))
+    base_runs, runs = remaining.search.remeasure_runs(confirming=remaining.confirming)
     windows = [w for w in window for _ in range(runs)] + [baseline_window] * base_runs
     per_run = _run_overhead_s(screen)
     turns = sum(max(w, per_run) for w in windows)
-    base = ctx.base.model_dump()
-    return turns / max(1, ctx.hw.gpus) + max(cached_warmup(r, screen, base) or 0.0 for r in finalists)
+    base = shapes.base.model_dump()
+    return turns / max(1, remaining.gpus) + max(cached_warmup(r, screen, base) or 0.0 for r in finalists)
 
 
 def _baseline_step_s(base: TrainConfig, screen: list[TrialRow]) -> float | None:
@@ -98,7 +114,9 @@ def _run_overhead_s(screen: list[TrialRow]) -> float:
     return statistics.median(spent) if spent else 0.0
 
 
-def after_screen(ctx: SearchContext, screen: list[TrialRow], pending: Pending = NONE_BESIDE) -> float | None:
+def after_screen(
+    remaining: Remaining, screen: list[TrialRow], pending: Pending = NONE_BESIDE
+) -> float | None:
     """Says what the loss check and the re-measure will take; returns the re-measure's estimate, which
     bounds its progress lines' ETA (tuner/runs/ledger.py:LedgerCallback). None when the screen has no
     config to time. `pending`: the runs beside the screen, as the pool says they stand
@@ -112,11 +130,11 @@ def after_screen(ctx: SearchContext, screen: list[TrialRow], pending: Pending = 
         what = "its loss run" if len(besides) == 1 else f"its loss runs at {len(besides)} seeds"
         state = {0: "still training", len(besides): "done"}.get(done, f"{done} of {len(besides)} done")
         log(f"[baseline] {what} beside the screen: {state}")
-    again = remeasure_s(ctx, screen)
-    if ctx.state.phase("loss_check") is not None:  # resumed, or a remembered answer: nothing to train
+    again = remeasure_s(remaining, screen)
+    if remaining.loss_checked:  # resumed, or a remembered answer: nothing to train
         log(f"[search] screen done; loss check done; estimated: re-measure ~{fmt_seconds(again)}")
         return again
-    loss = loss_check_s(ctx, screen, pending)
+    loss = loss_check_s(remaining, screen, pending)
     log(
         f"[search] screen done; estimated: loss check ~{fmt_seconds(loss)}, re-measure ~{fmt_seconds(again)} "
         f"(ETA ~{fmt_seconds(loss + again)})"

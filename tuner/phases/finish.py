@@ -23,7 +23,6 @@ from tuner.decide.select import (
     refuse_untrusted,
     spread,
 )
-from tuner.measure import baseline
 from tuner.measure.screen_budget import wall_budget_s
 from tuner.report import write_reports
 from tuner.report.fmt import one_run_text
@@ -353,7 +352,7 @@ def _measurement(ctx: SearchContext) -> dict:
         "baseline_repeats": base_runs,
         "screen": timed,
         "loss_check": ("shared GPU (fractions)" if ctx.on_gpu else "CPU runs side by side")
-        + f", {budget_text(baseline.loss_horizon(ctx))}, val loss only; each trained with the fastest "
+        + f", {budget_text(ctx.shapes.horizon)}, val loss only; each trained with the fastest "
         "execution screened for its loss knobs (the baseline too)",
         "remeasure": "all its runs at once where the CPUs and memory allow, spread evenly over the GPUs "
         "(their cached warm-ups overlap); timed windows take turns, one per GPU at a time, each also waiting "

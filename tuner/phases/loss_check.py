@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from trainables.spec import TrialSpec
-from tuner.context import SearchContext
+from tuner.context import SearchContext, SearchFailed
 from tuner.decide.loss_plan import Limits, LossCheck, LossPlan, baseline_speed
 from tuner.decide.select import Candidate
 from tuner.measure import baseline
@@ -111,7 +111,7 @@ def limits(ctx: SearchContext, base_row: TrialRow | None = None) -> Limits:
     return Limits(
         runs=run_budget(ctx),
         time_s=s.loss_check_time_s or max(MIN_LOSS_CHECK_S, own),
-        tokens=baseline.loss_horizon(ctx).tokens,
+        tokens=ctx.shapes.horizon.tokens,
         remeasure_top=s.remeasure_top,
     )
 
@@ -119,7 +119,7 @@ def limits(ctx: SearchContext, base_row: TrialRow | None = None) -> Limits:
 def _seeds_to_train(ctx: SearchContext, beside: TaskRun | None, seeds_beside: Sequence[TaskRun]) -> list[int]:
     """The seeds of the baseline's loss runs round 0 trains: its own seed's unless `beside` trains it, and
     (at a prefix) each other seed's that no run of `seeds_beside` trains."""
-    first, *others = baseline.loss_seeds(ctx)
+    first, *others = baseline.loss_seeds(ctx.shapes)
     elsewhere = {run.spec.train.seed for run in seeds_beside}
     return ([first] if beside is None else []) + [seed for seed in others if seed not in elsewhere]
 
@@ -133,11 +133,15 @@ def _baseline_checked(
 ) -> tuple[TrialRow, list[TrialRow], LossLimit]:
     """The baseline's row with its verdict, its other seeds' rows and the loss limit they set: from its runs
     beside the screen (`besides`: its first seed's, then others') and those round 0 trained (`own`, in seed
-    order after them), each labelled with the twin whose execution it took."""
+    order after them), each labelled with the twin whose execution it took; SearchFailed where the baseline
+    did not train."""
     pairs = _beside_or_own(ctx, screen, besides) + [(row, twin) for row in own]
     (row, row_twin), *others = pairs
+    if row.status != "ok" or row.val_loss is None:
+        raise SearchFailed(f"the baseline run failed ({row.status}: {row.error})")
     seed_rows = [baseline.as_baseline(r, t, nth_seed=1) for r, t in others]
-    base_row, loss_limit = baseline.checked(ctx, baseline.as_baseline(row, row_twin), seed_rows)
+    rule = baseline.BaselineLoss(ctx.shapes, ctx.cfg.quality, ctx.notice)
+    base_row, loss_limit = baseline.checked(rule, baseline.as_baseline(row, row_twin), seed_rows)
     return base_row, seed_rows, loss_limit
 
 
@@ -157,7 +161,7 @@ def _rows_ahead(ctx: SearchContext, batch: list[Candidate], ahead: RunsAhead | N
 def start_ahead(ctx: SearchContext) -> RunsAhead | None:
     """Loss runs ahead of the rounds, on GPUs with places to spare beside the screen (as the baseline's):
     those of the candidates round 0 would take if the screen ended now (tuner/runs/ahead.py runs them)."""
-    if not baseline.room_beside(ctx):
+    if not baseline.room_beside(ctx.placement, ctx.state.phase("loss_check") is not None):
         return None
     base = ctx.base.model_dump()
     return RunsAhead(
@@ -201,8 +205,10 @@ def _baseline_specs(
     loss horizon, and the twin whose execution they take."""
     if not seeds:
         return [], None
-    base_case, twin = baseline.loss_case(ctx, screen)
-    cases = [c for c in [base_case, *baseline.noise_cases(ctx, base_case)] if c["seed"] in seeds]
+    rule = baseline.BaselineLoss(ctx.shapes, ctx.cfg.quality, ctx.notice)
+    base_case, twin = baseline.loss_case(rule, screen)
+    noise = baseline.noise_cases(ctx.shapes.horizon, base_case)
+    cases = [c for c in [base_case, *noise] if c["seed"] in seeds]
     return [TrialSpec.of({**case, "gpu_memory_fraction": _gpu_share(ctx, twin)}) for case in cases], twin
 
 
@@ -211,7 +217,7 @@ def _beside_or_own(
 ) -> list[tuple[TrialRow, TrialRow | None]]:
     """The rows of the baseline's runs beside the screen, each with the twin whose execution it took: from
     the run (the twin: its start point's screen run), or, where it failed, from a round of their own."""
-    found = [baseline.beside_row(ctx, run) for run in besides]
+    found = [baseline.beside_row(RunPool(ctx), run, ctx.base, ctx.notice) for run in besides]
     failed = [run.spec.train.seed for run, row in zip(besides, found, strict=True) if row is None]
     again: dict[int, TrialRow] = {}
     specs, twin = _baseline_specs(ctx, screen, failed)
