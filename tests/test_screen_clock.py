@@ -80,22 +80,6 @@ def test_nothing_else_is_proposed_while_a_start_point_waits_for_its_place():
     assert clock.proposing(seen, lambda: True, {"t3": freeze({"seed": 9})})  # a TPE proposal waiting: no hold
 
 
-def test_the_screen_goes_on_while_the_baselines_loss_runs_train_beside_it():
-    # At 100M the screen once sat 2.5 minutes with nothing running while the baseline's fp32 seeds trained:
-    # the loss check can judge nothing before their rows, so the screen keeps its places busy meanwhile.
-    seen = {freeze(p) for p in START}
-    training = [True]
-    clock = clock_at(300)  # past the 60 s budget and the 240 s cap
-    clock.hold = lambda: training[0]
-    clock.saw({"done": True, "compile_cache_use": "miss", "warmup_s": 40.0})
-    assert not clock.ended(set(), seen)
-    assert clock.proposing(seen, lambda: True)
-    assert not clock.proposing(seen, lambda: False)  # still only where a place is free
-    training[0] = False  # their rows are in: the budget and the cap end it as before
-    assert clock.ended(set(), seen)
-    assert not clock.proposing(seen, lambda: True)
-
-
 def test_a_screen_place_is_free_only_where_ray_has_its_cpus_and_gpu_share():
     need = {"CPU": 2, "GPU": 0.25}
     assert room_now(need, {"CPU": 2.0, "GPU": 0.25})

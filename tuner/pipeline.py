@@ -57,8 +57,7 @@ def _pipeline(ctx: SearchContext, fresh: bool, kept: Path) -> int:
     ahead = loss_check.start_ahead(ctx)  # the candidates' loss runs, as the screen finds them
     on_row = ahead.consider if ahead is not None else None
     besides = [beside, *seeds_beside] if beside is not None else []
-    training = lambda: any(not run.done() for run in besides)  # noqa: E731 - the screen goes on meanwhile
-    screened = ctx.phase("screen", lambda: screen.run(ctx, space, on_row, training), list[TrialRow])
+    screened = ctx.phase("screen", lambda: screen.run(ctx, space, on_row), list[TrialRow])
     confirming = bool(ctx.state.data.get("remembered"))
     remaining = eta.Remaining(ctx.shapes, s, ctx.hw.gpus, confirming, loss_checked)
     planned_remeasure_s = eta.after_screen(remaining, screened, pending(besides, ahead))  # as the pool says

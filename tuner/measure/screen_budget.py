@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from trainables.progress import log
@@ -33,13 +32,12 @@ def screen_clock(
     search: SearchSection,
     budget_s: float | None,
     points: list[dict[str, Any]],
-    hold: Callable[[], bool] | None = None,
 ) -> ScreenClock | None:
     """The screen ends at its budget once no start point is running, and at its budget plus the compile
-    deadline regardless (a trial gives up its first step by then); neither while `hold()` says the
-    baseline's loss runs beside it still train."""
+    deadline regardless (a trial gives up its first step by then; one of the start points that has its place
+    is waited for)."""
     if budget_s is None:
         return None
     deadline = search.compile_deadline_s
     cap = budget_s + (deadline or budget_s)
-    return ScreenClock(budget_s, cap, frozenset(map(freeze, points)), hold=hold)
+    return ScreenClock(budget_s, cap, frozenset(map(freeze, points)))

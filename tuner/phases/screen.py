@@ -33,17 +33,15 @@ def run(
     ctx: SearchContext,
     space: dict[str, Knob],
     on_row: Callable[[list[TrialRow]], None] | None = None,
-    hold: Callable[[], bool] | None = None,
 ) -> list[TrialRow]:
-    """The screen's rows; `on_row` is told the rows so far as each trial finishes; the screen goes on past
-    its budget while `hold()` (the baseline's loss runs beside it still train: tuner/runs/screen_clock.py)."""
+    """The screen's rows; `on_row` is told the rows so far as each trial finishes."""
     s = ctx.cfg.search
     storage = _storage(ctx)
     if ctx.resume:
         _fail_stale_trials(storage)
     points = start_points(s.start_points, s.recipe, space, ctx.base, ctx.notice)
     budget_s = wall_budget_s(s, ctx.hw.gpus)
-    clock = screen_clock(s, budget_s, points, hold)
+    clock = screen_clock(s, budget_s, points)
 
     searcher = TpeSearch(
         STUDY, storage, s.seed, startup_trials=max(2, min(8, s.trials // 3)), points=tuple(points)

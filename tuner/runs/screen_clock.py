@@ -7,10 +7,7 @@ them is still running, so none is lost to a slow compile, and waits no longer th
 trials' own compile deadline bounds them; start points are proposed first, whatever the time). Near the
 end, no other config is started that cannot get through a cold first step (the median measured in this
 screen) before the budget ends: it would only be stopped mid-compile, and its compile would slow the runs
-that can still finish. While the baseline's loss runs still train beside it (`hold`), the screen goes on
-past its budget and cap: the loss check can judge nothing before their rows, so a place left idle then is
-lost time (at 100M the screen once sat 2.5 minutes with nothing running while the baseline's two fp32 seeds
-trained: docs/benchmarks.md).
+that can still finish.
 
 The clock and the stopper that reads it live with the runs (tuner/runs/tune.py runs the screen's experiment);
 the search sets this clock from its config and hardware in tuner/measure/screen_budget.py."""
@@ -33,7 +30,6 @@ class ScreenClock:
     first_wave: frozenset[Hashable]  # the start points, frozen (tuner.space.knobs.freeze)
     started: float = field(default_factory=time.monotonic)
     cold_first_steps: list[float] = field(default_factory=list)  # warm-ups of cache misses, seconds
-    hold: Callable[[], bool] | None = None  # True while the baseline's runs beside the screen still train
     placed_ids: set[str] = field(default_factory=set)  # Tune trial ids that got their place (ScreenStarts)
 
     def elapsed(self) -> float:
@@ -67,7 +63,7 @@ class ScreenClock:
             return False
         if room is not None and not room():
             return False
-        return self.elapsed() + self.cold_first_step_s() < self.budget_s or self.holding()
+        return self.elapsed() + self.cold_first_step_s() < self.budget_s
 
     def start_point_waits(self, running: dict[str, Hashable]) -> bool:
         """Whether a start point proposed (`running`: Tune trial id -> frozen config) still waits for its
@@ -76,10 +72,6 @@ class ScreenClock:
         TPE proposal took the place freed, and the last was cut mid-compile (docs/benchmarks.md)."""
         return any(key in self.first_wave and tid not in self.placed_ids for tid, key in running.items())
 
-    def holding(self) -> bool:
-        """Whether the baseline's loss runs still train beside the screen, so the screen goes on."""
-        return self.hold is not None and self.hold()
-
     def ended(
         self, running: Collection[Hashable], seen: Collection[Hashable], placed: Collection[Hashable] = ()
     ) -> bool:
@@ -87,8 +79,6 @@ class ScreenClock:
         and the measured ones; `placed`: those of `running` that have their place. Past the cap, the screen
         waits only for a start point that has its place (its own compile deadline bounds it)."""
         elapsed = self.elapsed()
-        if self.holding():
-            return False
         if elapsed >= self.cap_s:
             return not any(key in self.first_wave for key in placed)
         waiting = self._first_wave_left(seen) or any(key in self.first_wave for key in running)

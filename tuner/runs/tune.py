@@ -269,11 +269,8 @@ def run_proposals(
             stopper=slow if clock is None else CombinedStopper(ScreenEnd(clock, searcher), slow),
             callbacks=() if clock is None else (ScreenStarts(clock),),
         )
-        answered, exhausted, untold = (
-            answered + searcher.answered,
-            searcher.exhausted,
-            list(record.untold.values()),
-        )
+        answered, exhausted = answered + searcher.answered, searcher.exhausted
+        untold = list(record.untold.values())
         if not record.lost:
             break
     if answered:
