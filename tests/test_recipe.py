@@ -9,6 +9,7 @@ import pytest
 from factories import make_row, make_summary
 from pydantic import ValidationError
 
+from tests.test_remeasure import remeasure_inputs
 from trainables.config import TrainConfig
 from tuner.config import RECIPE, SearchConfig, SearchSection, load_search_config
 from tuner.context import SearchContext, State
@@ -186,7 +187,8 @@ def test_a_feasible_recipe_in_reach_is_re_measured_beside_the_top(tmp_path):
     top = make_row("screen-2", config={**knobs, "batch_size": 64}, feasible=True, tokens_per_s=1000.0)
     assert as_run_here(cfg.search, cfg.train, hw.model_dump())["compile"] == "default"
     recipe = recipe.model_copy(update={"config": {**recipe.config, "compile": "default"}})
-    assert _recipe_finalist(ctx, [top, recipe]) is recipe
+    inputs = remeasure_inputs(ctx)
+    assert _recipe_finalist(inputs, [top, recipe]) is recipe
     slow = recipe.model_copy(update={"tokens_per_s": 500.0})
-    assert _recipe_finalist(ctx, [top, slow]) is None
-    assert _recipe_finalist(ctx, [top]) is None
+    assert _recipe_finalist(inputs, [top, slow]) is None
+    assert _recipe_finalist(inputs, [top]) is None

@@ -19,10 +19,12 @@ from toy_workload import TOY
 
 from tests.factories import make_row, synthetic_summary, without_best, without_telemetry
 from trainables.spec import TrialSpec
-from tuner.context import Telemetry
+from tuner.context import SearchContext, Telemetry
 from tuner.decide.select import finish_first, pick_winner, refuse_untrusted
 from tuner.phases import finish, remeasure
+from tuner.phases.remeasure import RemeasureInputs
 from tuner.report import render_html, render_markdown, view
+from tuner.runs.pool import RunPool
 from tuner.runs.request import Placement, TrialInputs
 from tuner.runs.tune import round_robin, run_cases
 from tuner.state.records import BASELINE_ID, TrialRow
@@ -37,6 +39,14 @@ def one_cpu_ray(monkeypatch):
     ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
     yield
     ray.shutdown()
+
+
+def remeasure_inputs(ctx: SearchContext) -> RemeasureInputs:
+    """What the pipeline hands the re-measure (tuner/pipeline.py)."""
+    confirming = bool(ctx.state.data.get("remembered"))
+    return RemeasureInputs(
+        ctx.cfg.search, ctx.base, ctx.hw, ctx.shapes, ctx.placement, RunPool(ctx), confirming, ctx.notice
+    )
 
 
 def remeasured(fid: str, *speeds: float, contended: tuple[bool, ...] = ()) -> list[TrialRow]:
@@ -157,7 +167,7 @@ def test_under_a_cpu_burner_contended_windows_are_repeated_then_the_baseline_sta
     try:
         time.sleep(1)
         ctx = SimpleNamespace(out=tmp_path, telemetry=Telemetry(), notices=[], inputs=TrialInputs())
-        ctx.notice = ctx.notices.append
+        ctx.notice, ctx.pool = ctx.notices.append, RunPool(ctx)  # the record's fields measure reads
         # Paced steps: a window long enough to judge its CPU load (over MIN_WINDOW_S) even when the burners
         # yield; the batch-16 case trains half the steps, and its window once came out at 0.2 s, unjudged.
         paced = {**TOY, "workload": "toy_workload:make_paced_workload"}
@@ -330,10 +340,9 @@ class FakePool:
 def test_the_remeasure_leaves_out_the_baseline_runs_that_cannot_change_the_answer(
     monkeypatch, finalist_tps, rounds
 ):
-    monkeypatch.setattr(remeasure, "RunPool", FakePool)
     monkeypatch.setattr(FakePool, "speeds", {BASELINE_ID: 1000.0, "screen-1": finalist_tps})
     monkeypatch.setattr(FakePool, "asked", [])
-    ctx = SimpleNamespace(notices=[], base=SimpleNamespace(tokens=PLANNED))
+    ctx = SimpleNamespace(notices=[], base=SimpleNamespace(tokens=PLANNED), pool=FakePool(None))
     ctx.notice = ctx.notices.append
     cases = [TrialSpec.of(TOY, finalist=BASELINE_ID), TrialSpec.of(TOY, finalist="screen-1")]
     rows = remeasure.measure(ctx, cases, [6, 3], Placement({"cpu": 1}, 1))
@@ -377,7 +386,7 @@ def test_the_remeasure_places_its_first_round_evenly_over_the_gpus(tmp_path, mon
         return []
 
     monkeypatch.setattr(remeasure, "measure", measure)
-    remeasure.run(ctx, screen)
+    remeasure.run(remeasure_inputs(ctx), screen)
     assert sum(seen["asked"]) == 15, "the baseline 6 times, three finalists 3 times each"
     first = remeasure.first_round([s.labels.finalist for s in seen["specs"]], seen["asked"])
     assert sum(first) == 12 and seen["placement"].concurrent == 12

@@ -71,8 +71,11 @@ def _pipeline(ctx: SearchContext, fresh: bool, kept: Path) -> int:
     # as it was set: the phase may be resumed
     loss_limit = baseline.loss_limit_of(ctx.cfg.quality, ctx.shapes.horizon, base_row, done.seeds)
     screened = with_feasibility(screened, checked, loss_limit, baseline=ctx.base.model_dump())
+    again = remeasure.RemeasureInputs(
+        s, ctx.base, ctx.hw, ctx.shapes, ctx.placement, RunPool(ctx), confirming, ctx.notice
+    )
     measured = ctx.phase(
-        "remeasure", lambda: remeasure.run(ctx, screened, planned_remeasure_s), list[TrialRow]
+        "remeasure", lambda: remeasure.run(again, screened, planned_remeasure_s), list[TrialRow]
     )
 
     summary = finish.summarize(ctx, base_row, screened, checked, measured, loss_limit, done.outcome)

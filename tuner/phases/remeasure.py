@@ -16,13 +16,18 @@ the pick (no feasible finalist but it, or every other finalist timed far beyond 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
+from trainables.config import TrainConfig
 from trainables.spec import TrialSpec
-from tuner.context import SearchContext
+from tuner.config import SearchSection
+from tuner.runs.placement import PlacementPolicy
 from tuner.runs.pool import RunPool
 from tuner.runs.request import Placement, Role, RunRequest
+from tuner.runs.shapes import RunShapes
 from tuner.space.recipe import as_run_here, in_reach, row_ids
+from tuner.state.hardware import Hardware
 from tuner.state.records import BASELINE_ID, TrialRow
 
 # steps one re-measure run of each finalist trains under torch.profiler after its timed window
@@ -36,36 +41,53 @@ PROFILE_STEPS = 10
 REACH = 1.5
 
 
-def run(ctx: SearchContext, screen: list[TrialRow], planned_s: float | None = None) -> list[TrialRow]:
+@dataclass(frozen=True)
+class RemeasureInputs:
+    """What the re-measure reads of the search (built in tuner/pipeline.py): the search section, the
+    baseline and the trials' hardware (the usual recipe's finalist), the run shapes, the placement after the
+    probe, the pool its runs go through, whether it confirms a remembered answer (fewer repeats), and where
+    its notices go."""
+
+    search: SearchSection
+    base: TrainConfig
+    hw: Hardware
+    shapes: RunShapes
+    placement: PlacementPolicy
+    pool: RunPool
+    confirming: bool
+    notice: Callable[[str], None]
+
+
+def run(inputs: RemeasureInputs, screen: list[TrialRow], planned_s: float | None = None) -> list[TrialRow]:
     """`planned_s`: the search's estimate of this phase (eta.py), for its progress lines."""
     feasible = [t for t in screen if t.feasible and t.status == "ok"]
     feasible.sort(key=lambda t: -(t.tokens_per_s or 0))
     finalists: list[tuple[str, dict]] = [(BASELINE_ID, {})]
-    shapes = ctx.shapes
+    shapes = inputs.shapes
     cases, peaks = [shapes.case(Role.REMEASURE)], [None]  # the baseline is not screened (its twin is)
     for t in feasible:  # distinct configs only
         case = shapes.case(Role.REMEASURE, t.config)
-        if case not in cases and len(finalists) <= ctx.cfg.search.remeasure_top:
+        if case not in cases and len(finalists) <= inputs.search.remeasure_top:
             finalists.append((t.id, t.config))
             cases.append(case)
             peaks.append(t.peak_mem_mb)
-    recipe = _recipe_finalist(ctx, feasible)  # beside the top, where the screen cannot tell them apart
+    recipe = _recipe_finalist(inputs, feasible)  # beside the top, where the screen cannot tell them apart
     if recipe is not None and shapes.case(Role.REMEASURE, recipe.config) not in cases:
         finalists.append((recipe.id, recipe.config))
         cases.append(shapes.case(Role.REMEASURE, recipe.config))
         peaks.append(recipe.peak_mem_mb)
-    base_runs, runs = ctx.cfg.search.remeasure_runs(confirming=bool(ctx.state.data.get("remembered")))
+    base_runs, runs = inputs.search.remeasure_runs(confirming=inputs.confirming)
     wanted = [base_runs] + [runs] * (len(cases) - 1)
     specs, asked, peaks = profiled_once(finalists, cases, wanted, peaks)
-    placement = ctx.placement.remeasure(first_round([s.labels.finalist for s in specs], asked), peaks)
-    rows = measure(ctx, specs, asked, placement, planned_s)
+    placement = inputs.placement.remeasure(first_round([s.labels.finalist for s in specs], asked), peaks)
+    rows = measure(inputs, specs, asked, placement, planned_s)
     return [row.speed_only() for row in rows]
 
 
-def _recipe_finalist(ctx: SearchContext, feasible: list[TrialRow]) -> TrialRow | None:
+def _recipe_finalist(inputs: RemeasureInputs, feasible: list[TrialRow]) -> TrialRow | None:
     """The usual recipe's screen run, when it passed the loss check and its screen figure is in reach of the
     fastest feasible one's (tuner/space/recipe.py): the answer is then picked against it on exclusive runs."""
-    ids = row_ids(feasible, as_run_here(ctx.cfg.search, ctx.base, ctx.hw.model_dump()), ctx.base)
+    ids = row_ids(feasible, as_run_here(inputs.search, inputs.base, inputs.hw.model_dump()), inputs.base)
     mine = next((t for t in feasible if t.id in ids), None)
     top = feasible[0].tokens_per_s if feasible else None
     return mine if mine is not None and in_reach(mine.tokens_per_s, top) else None
@@ -98,7 +120,7 @@ def profiled_once(
 
 
 def measure(
-    ctx: SearchContext,
+    inputs: RemeasureInputs,
     cases: list[TrialSpec],
     asked: Sequence[int],
     placement: Placement,
@@ -113,22 +135,22 @@ def measure(
     all 15 runs the default search asks for put 8 of its first round's 12 on one of 2 H200s, whose
     windows then took turns while the other GPU timed 4 (docs/benchmarks.md)."""
     base = [case.labels.finalist == BASELINE_ID for case in cases]
-    counts, pool = first_round([case.labels.finalist for case in cases], asked), RunPool(ctx)
+    counts, pool = first_round([case.labels.finalist for case in cases], asked), inputs.pool
     requests = [RunRequest(case, Role.REMEASURE) for case in cases]  # one pool: a row keeps its join
     while True:
         # contention is known once joined: the pool's rows come back joined
         rows = pool.cases("remeasure", requests, placement, repeats=counts, planned_s=planned_s)
         planned_s = None
         wanted = more_runs(rows, asked)
-        settled = baseline_settled(rows, ctx.base.tokens) if any(base) else None
+        settled = baseline_settled(rows, inputs.base.tokens) if any(base) else None
         if settled is not None:  # the baseline's further runs are left out; the finalists' go on
             wanted = [c if b else w for w, c, b in zip(wanted, counts, base, strict=True)]
         if all(w <= c for w, c in zip(wanted, counts, strict=True)):
-            _say_settled(ctx, settled, rows, asked, counts, base)
+            _say_settled(inputs, settled, rows, asked, counts, base)
             return rows
         again = sum(max(0, w - max(c, a)) for w, c, a in zip(wanted, counts, asked, strict=True))
         if again:  # beyond a case's repeats; the baseline's later repeats are not re-runs
-            ctx.notice(
+            inputs.notice(
                 f"remeasure: {again} contended or failed run{'s' if again != 1 else ''} timed again "
                 "(each config at most twice its repeats)"
             )
@@ -136,7 +158,7 @@ def measure(
 
 
 def _say_settled(
-    ctx: SearchContext,
+    inputs: RemeasureInputs,
     settled: str | None,
     rows: list[TrialRow],
     asked: Sequence[int],
@@ -150,7 +172,7 @@ def _say_settled(
         return
     timed = [r for r in rows if r.finalist == BASELINE_ID and _timed(r)]
     used = len([r for r in timed if not r.contended] or timed)  # finish._finalists' choice of figures
-    ctx.notice(
+    inputs.notice(
         f"remeasure: the baseline's figure can no longer change the answer: {left} of its runs not timed "
         f"({settled}); its figure rests on {used} run{'s' if used != 1 else ''}"
     )
