@@ -560,10 +560,30 @@ def smoke_context(out: Path) -> SearchContext:
     return SearchContext(cfg, out, cfg.train, hw, 2, State(out), "python -m tuner.search")
 
 
-def finished_search(out: Path, screen_rows: list, **window: Any) -> tuple[SearchContext, Summary]:
+def finish_inputs(ctx: SearchContext) -> finish.FinishInputs:
+    """What the pipeline hands the answer (tuner/pipeline.py)."""
+    return finish.FinishInputs(
+        search=ctx.cfg.search,
+        resources=ctx.cfg.resources,
+        base=ctx.base,
+        hw=ctx.hw,
+        shapes=ctx.shapes,
+        placement=ctx.placement,
+        out=ctx.out,
+        state=ctx.state,
+        telemetry=ctx.telemetry,
+        notices=ctx.notices,
+        command=ctx.command,
+        compile_cache=ctx.compile_cache,
+        workload=ctx.workload,
+        knobs_left_out=ctx.knobs_left_out,
+    )
+
+
+def finished_search(out: Path, screen_rows: list, **window: Any) -> tuple[finish.FinishInputs, Summary]:
     """A CPU search's summary as finish.summarize makes it: the baseline's loss run and its re-measure, whose
     timed windows had the CPU load `window` (TrialRow fields: cpu_shared, cpu_others_cores, ...)."""
-    ctx = smoke_context(out)
+    ctx = finish_inputs(smoke_context(out))
     base = make_row(BASELINE_ID, "baseline", {}, tokens_per_s=8000.0, val_loss=2.0, execution={})
     again = [make_row(f"remeasure-{i}", "remeasure", {}, tokens_per_s=t, finalist=BASELINE_ID, **window)
              for i, t in enumerate((19000.0, 20000.0, 21000.0))]  # fmt: skip

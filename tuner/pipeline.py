@@ -78,8 +78,24 @@ def _pipeline(ctx: SearchContext, fresh: bool, kept: Path) -> int:
         "remeasure", lambda: remeasure.run(again, screened, planned_remeasure_s), list[TrialRow]
     )
 
-    summary = finish.summarize(ctx, base_row, screened, checked, measured, loss_limit, done.outcome)
-    code = finish.write(ctx, summary)
+    answer = finish.FinishInputs(
+        search=s,
+        resources=ctx.cfg.resources,
+        base=ctx.base,
+        hw=ctx.hw,
+        shapes=ctx.shapes,
+        placement=ctx.placement,
+        out=ctx.out,
+        state=ctx.state,
+        telemetry=ctx.telemetry,
+        notices=ctx.notices,
+        command=ctx.command,
+        compile_cache=ctx.compile_cache,
+        workload=ctx.workload,
+        knobs_left_out=ctx.knobs_left_out,
+    )
+    summary = finish.summarize(answer, base_row, screened, checked, measured, loss_limit, done.outcome)
+    code = finish.write(answer, summary)
     if not remembered and code != Exit.NOTHING_SCREENED:
         _remember(ctx, kept, summary.untrusted)
     return code

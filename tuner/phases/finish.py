@@ -6,40 +6,33 @@ from __future__ import annotations
 import importlib.metadata as md
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trainables.config import dump_config, make_config
+from trainables.config import TrainConfig, dump_config, make_config
 from trainables.exit_codes import Exit
 from trainables.progress import metrics_text, per_second
-from tuner.context import SearchContext, log
+from trainables.workload import WorkloadInfo
+from tuner.config import ResourcesSection, SearchSection
+from tuner.context import State, log
 from tuner.decide import costs
 from tuner.decide.ratio import one_run_ratio_range, too_few_runs
 from tuner.decide.screen_outcome import ScreenOutcome, nothing_screened
-from tuner.decide.select import (
-    finish_first,
-    headline_untrusted,
-    pick_winner,
-    refuse_untrusted,
-    spread,
-)
+from tuner.decide.select import finish_first, headline_untrusted, pick_winner, refuse_untrusted, spread
 from tuner.measure.screen_budget import wall_budget_s
 from tuner.report import write_reports
 from tuner.report.fmt import one_run_text
 from tuner.report.horizon_section import budget_text
+from tuner.runs.observe import Telemetry
+from tuner.runs.placement import PlacementPolicy
+from tuner.runs.shapes import RunShapes
 from tuner.space.recipe import as_run_here
 from tuner.space.recipe import result as recipe_result
 from tuner.state.gpu_records import GpuUsage, TelemetrySummary
+from tuner.state.hardware import Hardware
 from tuner.state.loss_outcome import LossCheckOutcome
-from tuner.state.records import (
-    BASELINE_ID,
-    BaselineResult,
-    Best,
-    Finalist,
-    LossLimit,
-    Summary,
-    TrialRow,
-)
+from tuner.state.records import BASELINE_ID, BaselineResult, Best, Finalist, LossLimit, Summary, TrialRow
 from tuner.telemetry import fetch_usage
 from tuner.telemetry.gpus import gpu_population, gpu_usage, phase_spans
 
@@ -62,8 +55,32 @@ VERSIONED = ("torch", "ray", "optuna", "hybrid-tuner", "fla-core", "mamba-ssm", 
 KERNEL_DISTS = ("fla-core", "mamba-ssm", "causal-conv1d")  # only where the workload has fused kernels
 
 
+@dataclass(frozen=True)
+class FinishInputs:
+    """What the answer reads of the search, built in tuner/pipeline.py once the re-measure is done."""
+
+    search: SearchSection
+    resources: ResourcesSection
+    base: TrainConfig
+    hw: Hardware
+    shapes: RunShapes
+    placement: PlacementPolicy  # after the probe: the screen's places, for summary.json's measurement
+    out: Path
+    state: State  # the phases' timings, and whether this search confirms a remembered answer
+    telemetry: Telemetry
+    notices: list[str]
+    command: str
+    compile_cache: str | None
+    workload: WorkloadInfo | None
+    knobs_left_out: list[str]
+
+    @property
+    def on_gpu(self) -> bool:
+        return self.hw.gpus > 0
+
+
 def summarize(
-    ctx: SearchContext,
+    inputs: FinishInputs,
     baseline: TrialRow,
     screen: list[TrialRow],
     checked: list[TrialRow],
@@ -71,7 +88,7 @@ def summarize(
     loss_limit: LossLimit,
     loss_check: LossCheckOutcome | None = None,
 ) -> Summary:
-    base, tokens = ctx.base.model_dump(), ctx.base.tokens
+    base, tokens = inputs.base.model_dump(), inputs.base.tokens
     finalists = _finalists(base, baseline, screen, remeasure, tokens, checked)
     base_runs = next((f.runs for f in finalists if f.id == BASELINE_ID), [])
     # The baseline competes too: when nothing beats it beyond noise, the simplest (it) wins; and a planned
@@ -82,44 +99,44 @@ def summarize(
     if not any(f.feasible for f in finalists if f.id != BASELINE_ID):
         winner = None  # nothing but the baseline itself passed: exit 3, the baseline is the answer
     trials = [baseline, *screen, *checked, *remeasure]
-    timings = _timings(ctx)
+    timings = _timings(inputs)
     return Summary(
         baseline=_baseline_result(base, base_runs, baseline),
-        unit=ctx.workload.unit if ctx.workload else "tokens",
+        unit=inputs.workload.unit if inputs.workload else "tokens",
         best=_best(winner, base_runs, _val_metrics(winner.id, baseline, screen, checked)) if winner else None,
         untrusted=untrusted,
         nothing_screened=nothing_screened(
-            ScreenOutcome.of(screen), wall_budget_s(ctx.cfg.search, ctx.hw.gpus)
+            ScreenOutcome.of(screen), wall_budget_s(inputs.search, inputs.hw.gpus)
         ),
-        remembered=ctx.state.data.get("remembered"),
+        remembered=inputs.state.data.get("remembered"),
         trials=_without_timelines(trials),
         loss_limit=loss_limit,
         loss_check=loss_check,
-        hardware=ctx.hw.model_dump(),
-        versions=_versions(leave_out=KERNEL_DISTS if "kernels" in ctx.knobs_left_out else ()),
+        hardware=inputs.hw.model_dump(),
+        versions=_versions(leave_out=KERNEL_DISTS if "kernels" in inputs.knobs_left_out else ()),
         timings=timings,
         selection=selection.to_record(),
-        notices=ctx.notices,
+        notices=inputs.notices,
         telemetry=TelemetrySummary(
-            available=ctx.telemetry.available,
-            notice=ctx.telemetry.notice,
+            available=inputs.telemetry.available,
+            notice=inputs.telemetry.notice,
             timelines=_timelines(remeasure, winner.id if winner else None),
         ),
-        command=ctx.command,
-        best_yaml=str(ctx.out / "best.yaml"),
-        measurement=_measurement(ctx),
+        command=inputs.command,
+        best_yaml=str(inputs.out / "best.yaml"),
+        measurement=_measurement(inputs),
         planned_tokens=tokens,
-        compile_cache=ctx.compile_cache,
+        compile_cache=inputs.compile_cache,
         finalists=finalists,
         break_even=costs.break_even(screen, finalists, base),
-        gpu_usage=_gpu_usage(ctx, timings, trials),
+        gpu_usage=_gpu_usage(inputs, timings, trials),
         gpu_population=gpu_population(remeasure),
-        knobs_left_out=ctx.knobs_left_out,
+        knobs_left_out=inputs.knobs_left_out,
         recipe=recipe_result(
-            as_run_here(ctx.cfg.search, ctx.base, ctx.hw.model_dump()),
-            ctx.base,
+            as_run_here(inputs.search, inputs.base, inputs.hw.model_dump()),
+            inputs.base,
             screen,
-            str(ctx.out / "recipe.yaml"),
+            str(inputs.out / "recipe.yaml"),
         ),
     )
 
@@ -136,32 +153,32 @@ def _baseline_result(base: dict[str, Any], runs: list[float], loss_run: TrialRow
     )
 
 
-def write(ctx: SearchContext, summary: Summary) -> int:
+def write(inputs: FinishInputs, summary: Summary) -> int:
     """OUT's files and the exit code (trainables/exit_codes.py); the last lines say how the search ended,
     on CPUs why the baseline usually stays, and the command that trains the answer."""
     best = summary.best
     settings = {
-        "compile_cache": ctx.compile_cache,
+        "compile_cache": inputs.compile_cache,
         # on a GPU the trials' threads: more only spin between steps; on a CPU they are the compute, and
         # the trials had few only to share the machine
-        **(measured_threads(summary.trials, best.id if best else BASELINE_ID) if ctx.on_gpu else {}),
+        **(measured_threads(summary.trials, best.id if best else BASELINE_ID) if inputs.on_gpu else {}),
         "data_sha256": None,  # for training on whatever corpus its user has; the corpus check is the search's
     }
-    base = ctx.base.model_dump()
+    base = inputs.base.model_dump()
     config = make_config({**base, **(best.config if best else {}), **settings})
-    dump_config(config, ctx.out / "best.yaml", ctx.knobs_left_out)
+    dump_config(config, inputs.out / "best.yaml", inputs.knobs_left_out)
     if summary.recipe is not None:  # best.yaml's run settings: the two compare like for like
         recipe = make_config({**base, **summary.recipe.knobs, **settings})
-        dump_config(recipe, ctx.out / "recipe.yaml", ctx.knobs_left_out)
-    (ctx.out / "summary.json").write_text(summary.model_dump_json(indent=1))
-    written = write_reports(ctx.out, summary)
+        dump_config(recipe, inputs.out / "recipe.yaml", inputs.knobs_left_out)
+    (inputs.out / "summary.json").write_text(summary.model_dump_json(indent=1))
+    written = write_reports(inputs.out, summary)
     log("reports: " + ", ".join(str(p) for p in written))
     code = _say_outcome(summary)
     baseline_won = code == Exit.NO_FEASIBLE or (
         code == Exit.OK and best is not None and best.id == BASELINE_ID
     )
-    if baseline_won and not ctx.on_gpu:
-        log(CPU_BASELINE_NOTE_NO_KERNELS if "kernels" in ctx.knobs_left_out else CPU_BASELINE_NOTE)
+    if baseline_won and not inputs.on_gpu:
+        log(CPU_BASELINE_NOTE_NO_KERNELS if "kernels" in inputs.knobs_left_out else CPU_BASELINE_NOTE)
     # absolute: best.yaml names the workload by absolute path too, so the command runs from any folder
     log(f"run it: python -m trainables.train --config {Path(summary.best_yaml).resolve()}")
     return code
@@ -323,43 +340,43 @@ def existing_folder(path: str | None) -> str | None:
     return path if path and Path(path).is_dir() else None
 
 
-def _timings(ctx: SearchContext) -> dict[str, float]:
-    timings = ctx.state.timings
+def _timings(inputs: FinishInputs) -> dict[str, float]:
+    timings = inputs.state.timings
     # loss_check_N rounds are inside loss_check
     return {**timings, "total": round(sum(v for k, v in timings.items() if not k[-1].isdigit()), 1)}
 
 
-def _gpu_usage(ctx: SearchContext, timings: dict[str, float], trials: list[TrialRow]) -> list[GpuUsage]:
+def _gpu_usage(inputs: FinishInputs, timings: dict[str, float], trials: list[TrialRow]) -> list[GpuUsage]:
     """How busy each GPU was in each phase, from the samplers' history (none on CPUs or without telemetry)."""
     spans = phase_spans(timings, trials)
-    if not (ctx.on_gpu and ctx.telemetry.actors and spans):
+    if not (inputs.on_gpu and inputs.telemetry.actors and spans):
         return []
-    return gpu_usage(fetch_usage(ctx.telemetry.actors, spans), trials)
+    return gpu_usage(fetch_usage(inputs.telemetry.actors, spans), trials)
 
 
-def _measurement(ctx: SearchContext) -> dict:
+def _measurement(inputs: FinishInputs) -> dict:
     timed = (
-        f"up to {ctx.placement.speed().concurrent} runs share the GPUs while they compile and warm up; "
+        f"up to {inputs.placement.speed().concurrent} runs share the GPUs while they compile and warm up; "
         "their timed windows take turns, one per GPU at a time"
-        if ctx.on_gpu
+        if inputs.on_gpu
         else "one run at a time with the whole CPU share"
     )
-    base_runs, runs = ctx.cfg.search.remeasure_runs(confirming=bool(ctx.state.data.get("remembered")))
+    base_runs, runs = inputs.search.remeasure_runs(confirming=bool(inputs.state.data.get("remembered")))
     return {
-        "screen_steps": ctx.cfg.search.screen_steps,
-        "timing_warmup_steps": ctx.base.timing_warmup_steps,
+        "screen_steps": inputs.search.screen_steps,
+        "timing_warmup_steps": inputs.base.timing_warmup_steps,
         "repeats": runs,
         "baseline_repeats": base_runs,
         "screen": timed,
-        "loss_check": ("shared GPU (fractions)" if ctx.on_gpu else "CPU runs side by side")
-        + f", {budget_text(ctx.shapes.horizon)}, val loss only; each trained with the fastest "
+        "loss_check": ("shared GPU (fractions)" if inputs.on_gpu else "CPU runs side by side")
+        + f", {budget_text(inputs.shapes.horizon)}, val loss only; each trained with the fastest "
         "execution screened for its loss knobs (the baseline too)",
         "remeasure": "all its runs at once where the CPUs and memory allow, spread evenly over the GPUs "
         "(their cached warm-ups overlap); timed windows take turns, one per GPU at a time, each also waiting "
         "until no run on its GPU is compiling; repeated; medians"
-        if ctx.on_gpu
+        if inputs.on_gpu
         else f"{timed}; repeated; medians",
-        "loss_check_gpu_fraction": ctx.cfg.resources.loss_check_gpu_fraction,
+        "loss_check_gpu_fraction": inputs.resources.loss_check_gpu_fraction,
     }
 
 
