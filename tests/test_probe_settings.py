@@ -53,7 +53,9 @@ def test_the_probe_phase_finds_the_largest_micro_batch_per_checkpointing_setting
     sets += [f"search.space={space}", *([f"train.data={SHAKESPEARE}"] if SHAKESPEARE.exists() else [])]
     cfg = load_search_config(str(ROOT / "configs" / "smoke.yaml"), sets)
     ctx = SearchContext(cfg, tmp_path, cfg.train, Hardware(), 1, State(tmp_path), "")
-    found = probe_phase.run(ctx, cfg.search.space)
+    # what the pipeline hands the probe (tuner/pipeline.py)
+    sizing = probe_phase.ProbeInputs(ctx.cfg.search, ctx.base, ctx.on_gpu, ctx.inputs.corpus, ctx.notice)
+    found = probe_phase.run(sizing, cfg.search.space)
     assert set(found) == {"fp32"}  # precision not searched: the baseline's
     plain, every_block = found["fp32"], found["fp32"].checkpointed[1]
     assert plain.checkpointing == 0 and 1 <= plain.batch < LIMIT, plain  # the cap binds without
@@ -65,7 +67,7 @@ def test_the_probe_phase_finds_the_largest_micro_batch_per_checkpointing_setting
     assert every_block.batch >= plain.batch and every_block.peak_mb > 0, (plain, every_block)
     assert every_block.peak_mb / every_block.batch < 0.95 * plain.peak_mb / plain.batch, (plain, every_block)
 
-    bounded = probe_phase.bounded(ctx, cfg.search.space, found)
+    bounded = probe_phase.bounded(sizing, cfg.search.space, found)
     assert bounded["micro_batch"] == [None, *(m for m in (8, 16, 32) if m <= every_block.batch)]
     fit = BatchFit(ctx.base, found)
     assert fit.refusal({"batch_size": plain.batch + 1, "micro_batch": None, "activation_checkpointing": 0})

@@ -48,8 +48,9 @@ def run_search(ctx: SearchContext, fresh: bool = False, kept: Path | None = None
 
 def _pipeline(ctx: SearchContext, fresh: bool, kept: Path) -> int:
     remembered = recall_answer(ctx, fresh, kept)
-    ctx = ctx.with_probed(ctx.phase("probe", lambda: probe.run(ctx, ctx.space), dict[str, ProbedBatch]))
-    space = probe.bounded(ctx, ctx.space, ctx.probed)
+    sizing = probe.ProbeInputs(ctx.cfg.search, ctx.base, ctx.on_gpu, ctx.inputs.corpus, ctx.notice)
+    ctx = ctx.with_probed(ctx.phase("probe", lambda: probe.run(sizing, ctx.space), dict[str, ProbedBatch]))
+    space = probe.bounded(sizing, ctx.space, ctx.probed)
     s, loss_checked = ctx.cfg.search, ctx.state.phase("loss_check") is not None  # resumed, or remembered
     room = baseline.Beside(ctx.shapes, ctx.placement, RunPool(ctx), s.start_points, loss_checked, ctx.notice)
     beside = baseline.start_beside(room, space)  # the baseline's loss run, in the screen's idle GPU time

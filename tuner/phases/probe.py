@@ -6,8 +6,13 @@ state behind for the next."""
 
 from __future__ import annotations
 
-from tuner.config import Knob, Range
-from tuner.context import SearchContext, log
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from trainables.config import TrainConfig
+from trainables.data import Corpus
+from tuner.config import Knob, Range, SearchSection
+from tuner.context import log
 from tuner.runs.tasks import probe_batches
 from tuner.space.batch_fit import largest_anywhere
 from tuner.space.domains import bound_batch
@@ -18,20 +23,32 @@ SAME_MEMORY = {"tf32": "fp32", "fp16": "bf16"}
 SIZES = ("batch_size", "micro_batch")  # the knobs that size a forward: the probe bounds them
 
 
-def run(ctx: SearchContext, space: dict[str, Knob]) -> dict[str, ProbedBatch]:
+@dataclass(frozen=True)
+class ProbeInputs:
+    """What the probe and the space it bounds read of the search (built in tuner/pipeline.py): the search
+    section, the baseline, whether the trials have GPUs, the corpus the trials get, and where notices go."""
+
+    search: SearchSection
+    base: TrainConfig
+    on_gpu: bool
+    corpus: Corpus | None
+    notice: Callable[[str], None]
+
+
+def run(inputs: ProbeInputs, space: dict[str, Knob]) -> dict[str, ProbedBatch]:
     """{precision: largest forward batch and its peak memory, per checkpointing setting probed}; empty when
     the probe does not apply."""
-    if not ctx.cfg.search.probe_batch or not any(isinstance(space.get(k), list) for k in SIZES):
+    if not inputs.search.probe_batch or not any(isinstance(space.get(k), list) for k in SIZES):
         return {}
-    if not ctx.on_gpu and not ctx.base.memory_cap_mb:
-        ctx.notice("batch probe skipped on CPU without memory_cap_mb (the OS swaps rather than OOMs)")
+    if not inputs.on_gpu and not inputs.base.memory_cap_mb:
+        inputs.notice("batch probe skipped on CPU without memory_cap_mb (the OS swaps rather than OOMs)")
         return {}
-    precisions = space.get("precision", [ctx.base.precision])
+    precisions = space.get("precision", [inputs.base.precision])
     classes = sorted({SAME_MEMORY.get(p, p) for p in precisions})
     batches = space.get("batch_size")
-    largest = max(batches) if isinstance(batches, list) else ctx.base.batch_size  # no forward is larger
-    limit = min(ctx.cfg.search.max_batch, largest)
-    found = _probe(ctx, classes, limit, checkpointing_settings(space.get("activation_checkpointing")))
+    largest = max(batches) if isinstance(batches, list) else inputs.base.batch_size  # no forward is larger
+    limit = min(inputs.search.max_batch, largest)
+    found = _probe(inputs, classes, limit, checkpointing_settings(space.get("activation_checkpointing")))
     bounds = {p: found[SAME_MEMORY.get(p, p)] for p in precisions}
     log(f"[probe] largest batch per precision: {_said(bounds)}")
     return bounds
@@ -49,18 +66,18 @@ def checkpointing_settings(knob: Knob | None) -> tuple[int, int] | None:
 
 
 def _probe(
-    ctx: SearchContext, classes: list[str], limit: int, settings: tuple[int, int] | None
+    inputs: ProbeInputs, classes: list[str], limit: int, settings: tuple[int, int] | None
 ) -> dict[str, ProbedBatch]:
     """Per memory class, the setting that keeps the most first, then, where that fell short of the limit,
     the one that keeps the least: two probes per class at most, whatever the settings between them."""
-    base = ctx.base.model_dump()
+    base = inputs.base.model_dump()
     most = base if settings is None else {**base, "activation_checkpointing": settings[0]}
-    found = probe_batches(most, classes, limit, ctx.inputs.corpus, ctx.on_gpu)
+    found = probe_batches(most, classes, limit, inputs.corpus, inputs.on_gpu)
     short = [p for p in classes if found[p].batch < limit]
     if settings is None or not short:
         return found
     least = {**base, "activation_checkpointing": settings[1]}
-    more = probe_batches(least, short, limit, ctx.inputs.corpus, ctx.on_gpu)
+    more = probe_batches(least, short, limit, inputs.corpus, inputs.on_gpu)
     return {
         p: b.model_copy(update={"checkpointed": {settings[1]: more[p]}}) if p in more else b
         for p, b in found.items()
@@ -77,10 +94,10 @@ def _said(bounds: dict[str, ProbedBatch]) -> str:
     return line
 
 
-def bounded(ctx: SearchContext, space: dict[str, Knob], bounds: dict[str, ProbedBatch]) -> dict[str, Knob]:
+def bounded(inputs: ProbeInputs, space: dict[str, Knob], bounds: dict[str, ProbedBatch]) -> dict[str, Knob]:
     if not bounds:
         return space
-    space, notices = bound_batch(space, largest_anywhere(bounds), ctx.base.micro_batch)
+    space, notices = bound_batch(space, largest_anywhere(bounds), inputs.base.micro_batch)
     for n in notices:
-        ctx.notice(n)
+        inputs.notice(n)
     return space
