@@ -56,9 +56,12 @@ def _pipeline(ctx: SearchContext, fresh: bool, kept: Path) -> int:
     beside = baseline.start_beside(room, space)  # the baseline's loss run, in the screen's idle GPU time
     seeds_beside = baseline.start_seeds_beside(room, beside)  # at a loss horizon: its second seed's, too
     ahead = loss_check.start_ahead(ctx)  # the candidates' loss runs, as the screen finds them
-    on_row = ahead.consider if ahead is not None else None
     besides = [beside, *seeds_beside] if beside is not None else []
-    screened = ctx.phase("screen", lambda: screen.run(ctx, space, on_row), list[TrialRow])
+    pool = RunPool(ctx, listeners=[ahead.consider] if ahead is not None else [])  # told the screen's rows
+    looking = screen.ScreenInputs(
+        s, ctx.resume, ctx.base, ctx.hw.gpus, ctx.shapes, ctx.placement, ctx.probed, ctx.out, pool, ctx.notice
+    )
+    screened = ctx.phase("screen", lambda: screen.run(looking, space), list[TrialRow])
     confirming = bool(ctx.state.data.get("remembered"))
     remaining = eta.Remaining(ctx.shapes, s, ctx.hw.gpus, confirming, loss_checked)
     planned_remeasure_s = eta.after_screen(remaining, screened, pending(besides, ahead))  # as the pool says

@@ -7,71 +7,91 @@ start points, study); the pool builds it where Tune runs (tuner/runs/tune.py).""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 
 import optuna
 from optuna.storages import BaseStorage, JournalStorage
 from optuna.storages.journal import JournalFileBackend
 from optuna.trial import TrialState
 
+from trainables.config import TrainConfig
 from trainables.spec import TrialSpec
-from tuner.config import Knob
-from tuner.context import SearchContext, log
+from tuner.config import Knob, SearchSection
+from tuner.context import log
 from tuner.decide.screen_outcome import ScreenOutcome
 from tuner.measure.screen_budget import screen_clock, wall_budget_s
+from tuner.runs.placement import PlacementPolicy
 from tuner.runs.pool import RunPool
 from tuner.runs.request import Role, RunRequest, TpeSearch
+from tuner.runs.shapes import RunShapes
 from tuner.space.batch_fit import BatchFit
 from tuner.space.domains import to_tune
 from tuner.space.recipe import start_points
+from tuner.state.hardware import ProbedBatch
 from tuner.state.records import TrialRow
 
 STUDY = "screen"
 optuna.logging.set_verbosity(optuna.logging.WARNING)  # our progress lines say what the study does
 
 
-def run(
-    ctx: SearchContext,
-    space: dict[str, Knob],
-    on_row: Callable[[list[TrialRow]], None] | None = None,
-) -> list[TrialRow]:
-    """The screen's rows; `on_row` is told the rows so far as each trial finishes."""
-    s = ctx.cfg.search
-    storage = _storage(ctx)
-    if ctx.resume:
+@dataclass(frozen=True)
+class ScreenInputs:
+    """What the screen reads of the search (built in tuner/pipeline.py): the search section, whether the
+    search resumes, the baseline, the GPUs, the run shapes, the placement and the probe's peaks, OUT (its
+    study's journal), the pool its runs go through (its listeners are told the rows so far as each trial
+    finishes) and where notices go."""
+
+    search: SearchSection
+    resume: bool
+    base: TrainConfig
+    gpus: int
+    shapes: RunShapes
+    placement: PlacementPolicy
+    probed: dict[str, ProbedBatch]
+    out: Path
+    pool: RunPool
+    notice: Callable[[str], None]
+
+
+def run(inputs: ScreenInputs, space: dict[str, Knob]) -> list[TrialRow]:
+    """The screen's rows."""
+    s = inputs.search
+    storage = _storage(s, inputs.out)
+    if inputs.resume:
         _fail_stale_trials(storage)
-    points = start_points(s.start_points, s.recipe, space, ctx.base, ctx.notice)
-    budget_s = wall_budget_s(s, ctx.hw.gpus)
+    points = start_points(s.start_points, s.recipe, space, inputs.base, inputs.notice)
+    budget_s = wall_budget_s(s, inputs.gpus)
     clock = screen_clock(s, budget_s, points)
 
     searcher = TpeSearch(
         STUDY, storage, s.seed, startup_trials=max(2, min(8, s.trials // 3)), points=tuple(points)
     )
-    short_run = TrialSpec.of({**ctx.shapes.case(Role.SPEED), "compile_deadline_s": s.compile_deadline_s})
-    pool = RunPool(ctx, listeners=[on_row] if on_row is not None else [])
-    rows = pool.proposals(
+    short_run = TrialSpec.of({**inputs.shapes.case(Role.SPEED), "compile_deadline_s": s.compile_deadline_s})
+    rows = inputs.pool.proposals(
         "screen",
         RunRequest(short_run, Role.SPEED),  # the searcher's knobs go over it
         to_tune(space),
-        ctx.placement.speed(),
+        inputs.placement.speed(),
         trials=s.trials,
         searcher=searcher,
         stopper_ratio=s.early_stop_ratio,
         clock=clock,
-        fit=BatchFit(ctx.base, ctx.probed),  # none run that the probe found cannot fit
+        fit=BatchFit(inputs.base, inputs.probed),  # none run that the probe found cannot fit
     )
     log(f"[screen] {ScreenOutcome.of(rows).line(budget_s)}")  # "finished 0 of 8" names its cause
     if clock is not None and len(rows) < s.trials and clock.elapsed() >= clock.budget_s:
-        ctx.notice(
+        inputs.notice(
             f"the screen's time budget ended it after {len(rows)} of {s.trials} trials ({s.time_budget} of GPU "
             f"time, {budget_s:.0f} s of wall time here); --time-budget gives it more"
         )
     return [row.speed_only() for row in rows]  # the loss check measures their losses
 
 
-def _storage(ctx: SearchContext) -> BaseStorage:
-    if ctx.cfg.search.storage:
-        return optuna.storages.RDBStorage(ctx.cfg.search.storage)
-    return JournalStorage(JournalFileBackend(str(ctx.out / "optuna.journal")))
+def _storage(search: SearchSection, out: Path) -> BaseStorage:
+    if search.storage:
+        return optuna.storages.RDBStorage(search.storage)
+    return JournalStorage(JournalFileBackend(str(out / "optuna.journal")))
 
 
 def _fail_stale_trials(storage: BaseStorage) -> None:
