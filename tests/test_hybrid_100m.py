@@ -61,7 +61,9 @@ def test_the_space_holds_the_knobs_of_this_size(search):
         "batch_size", "micro_batch", "precision", "compile", "compile_scope", "activation_checkpointing",
         "kernels", "fused_adamw", "lr_scaling",
     } <= set(space)  # fmt: skip
-    assert "default" in space["compile"] and "max-autotune-no-cudagraphs" not in space["compile"]  # 5+ min cold
+    assert (
+        "default" in space["compile"] and "max-autotune-no-cudagraphs" not in space["compile"]
+    )  # 5+ min cold
     assert {"kernels": "fused"}.items() <= search.search.start_points[-1].items()  # fused timed at this size
     assert space["activation_checkpointing"] == [0, 1, 2]
     assert set(to_tune(space)) == set(space)
