@@ -11,6 +11,7 @@ from tests.test_probe import ROOT, SHAKESPEARE
 from tuner.config import load_search_config
 from tuner.context import SearchContext, State
 from tuner.phases import probe as probe_phase
+from tuner.pipeline import probe_inputs
 from tuner.space.batch_finder import max_batch
 from tuner.space.batch_fit import BatchFit
 from tuner.state.hardware import Hardware
@@ -53,8 +54,7 @@ def test_the_probe_phase_finds_the_largest_micro_batch_per_checkpointing_setting
     sets += [f"search.space={space}", *([f"train.data={SHAKESPEARE}"] if SHAKESPEARE.exists() else [])]
     cfg = load_search_config(str(ROOT / "configs" / "smoke.yaml"), sets)
     ctx = SearchContext(cfg, tmp_path, cfg.train, Hardware(), 1, State(tmp_path), "")
-    # what the pipeline hands the probe (tuner/pipeline.py)
-    sizing = probe_phase.ProbeInputs(ctx.cfg.search, ctx.base, ctx.on_gpu, ctx.inputs.corpus, ctx.notice)
+    sizing = probe_inputs(ctx)  # what the pipeline hands the probe
     found = probe_phase.run(sizing, cfg.search.space)
     assert set(found) == {"fp32"}  # precision not searched: the baseline's
     plain, every_block = found["fp32"], found["fp32"].checkpointed[1]

@@ -6,10 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from tests.factories import make_row, make_summary, synthetic_summary
-from tests.test_remeasure import remeasure_inputs
 from tuner.config import load_search_config
 from tuner.context import SearchContext, State
 from tuner.phases import remeasure
+from tuner.pipeline import remeasure_inputs
 from tuner.report import render_html, render_markdown
 from tuner.report.profile import answer_line
 from tuner.runs import observe

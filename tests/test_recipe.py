@@ -9,12 +9,12 @@ import pytest
 from factories import make_row, make_summary
 from pydantic import ValidationError
 
-from tests.test_remeasure import remeasure_inputs
 from trainables.config import TrainConfig
 from tuner.config import RECIPE, SearchConfig, SearchSection, load_search_config
 from tuner.context import SearchContext, State
 from tuner.decide.loss_plan import Limits, LossPlan
 from tuner.phases.remeasure import _recipe_finalist
+from tuner.pipeline import remeasure_inputs
 from tuner.report.recipe_section import recipe_line
 from tuner.runs.tune import SlowTrialStopper
 from tuner.space.domains import applicable

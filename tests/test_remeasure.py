@@ -19,10 +19,10 @@ from toy_workload import TOY
 
 from tests.factories import make_row, synthetic_summary, without_best, without_telemetry
 from trainables.spec import TrialSpec
-from tuner.context import SearchContext, Telemetry
+from tuner.context import Telemetry
 from tuner.decide.select import finish_first, pick_winner, refuse_untrusted
 from tuner.phases import finish, remeasure
-from tuner.phases.remeasure import RemeasureInputs
+from tuner.pipeline import remeasure_inputs
 from tuner.report import render_html, render_markdown, view
 from tuner.runs.pool import RunPool
 from tuner.runs.request import Placement, TrialInputs
@@ -39,14 +39,6 @@ def one_cpu_ray(monkeypatch):
     ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
     yield
     ray.shutdown()
-
-
-def remeasure_inputs(ctx: SearchContext) -> RemeasureInputs:
-    """What the pipeline hands the re-measure (tuner/pipeline.py)."""
-    confirming = bool(ctx.state.data.get("remembered"))
-    return RemeasureInputs(
-        ctx.cfg.search, ctx.base, ctx.hw, ctx.shapes, ctx.placement, RunPool(ctx), confirming, ctx.notice
-    )
 
 
 def remeasured(fid: str, *speeds: float, contended: tuple[bool, ...] = ()) -> list[TrialRow]:

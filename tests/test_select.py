@@ -28,6 +28,7 @@ from tuner.decide.select import (
     with_feasibility,
 )
 from tuner.phases import finish
+from tuner.pipeline import finish_inputs
 from tuner.space.knobs import knob_diff, loss_key, train_point
 from tuner.state.hardware import Hardware
 from tuner.state.records import BASELINE_ID, Finalist, LossLimit, Summary
@@ -558,26 +559,6 @@ def smoke_context(out: Path) -> SearchContext:
     cfg = load_search_config(str(ROOT / "configs" / "smoke.yaml"), ["search.time_budget=45s"])
     hw = Hardware(cpus=2, cuda=False)
     return SearchContext(cfg, out, cfg.train, hw, 2, State(out), "python -m tuner.search")
-
-
-def finish_inputs(ctx: SearchContext) -> finish.FinishInputs:
-    """What the pipeline hands the answer (tuner/pipeline.py)."""
-    return finish.FinishInputs(
-        search=ctx.cfg.search,
-        resources=ctx.cfg.resources,
-        base=ctx.base,
-        hw=ctx.hw,
-        shapes=ctx.shapes,
-        placement=ctx.placement,
-        out=ctx.out,
-        state=ctx.state,
-        telemetry=ctx.telemetry,
-        notices=ctx.notices,
-        command=ctx.command,
-        compile_cache=ctx.compile_cache,
-        workload=ctx.workload,
-        knobs_left_out=ctx.knobs_left_out,
-    )
 
 
 def finished_search(out: Path, screen_rows: list, **window: Any) -> tuple[finish.FinishInputs, Summary]:

@@ -48,7 +48,7 @@ def run_search(ctx: SearchContext, fresh: bool = False, kept: Path | None = None
 
 def _pipeline(ctx: SearchContext, fresh: bool, kept: Path) -> int:
     remembered = recall_answer(ctx, fresh, kept)
-    sizing = probe.ProbeInputs(ctx.cfg.search, ctx.base, ctx.on_gpu, ctx.inputs.corpus, ctx.notice)
+    sizing = probe_inputs(ctx)
     ctx = ctx.with_probed(ctx.phase("probe", lambda: probe.run(sizing, ctx.space), dict[str, ProbedBatch]))
     space = probe.bounded(sizing, ctx.space, ctx.probed)
     s, loss_checked = ctx.cfg.search, ctx.state.phase("loss_check") is not None  # resumed, or remembered
@@ -75,34 +75,51 @@ def _pipeline(ctx: SearchContext, fresh: bool, kept: Path) -> int:
     # as it was set: the phase may be resumed
     loss_limit = baseline.loss_limit_of(ctx.cfg.quality, ctx.shapes.horizon, base_row, done.seeds)
     screened = with_feasibility(screened, checked, loss_limit, baseline=ctx.base.model_dump())
-    again = remeasure.RemeasureInputs(
-        s, ctx.base, ctx.hw, ctx.shapes, ctx.placement, RunPool(ctx), confirming, ctx.notice
-    )
+    again = remeasure_inputs(ctx)
     measured = ctx.phase(
         "remeasure", lambda: remeasure.run(again, screened, planned_remeasure_s), list[TrialRow]
     )
 
-    answer = finish.FinishInputs(
-        search=s,
-        resources=ctx.cfg.resources,
-        base=ctx.base,
-        hw=ctx.hw,
-        shapes=ctx.shapes,
-        placement=ctx.placement,
-        out=ctx.out,
-        state=ctx.state,
-        telemetry=ctx.telemetry,
-        notices=ctx.notices,
-        command=ctx.command,
-        compile_cache=ctx.compile_cache,
-        workload=ctx.workload,
-        knobs_left_out=ctx.knobs_left_out,
-    )
+    answer = finish_inputs(ctx)
     summary = finish.summarize(answer, base_row, screened, checked, measured, loss_limit, done.outcome)
     code = finish.write(answer, summary)
     if not remembered and code != Exit.NOTHING_SCREENED:
         _remember(ctx, kept, summary.untrusted)
     return code
+
+
+def probe_inputs(ctx: SearchContext) -> probe.ProbeInputs:
+    """What the probe and the space it bounds read of the search."""
+    return probe.ProbeInputs(ctx.cfg.search, ctx.base, ctx.on_gpu, ctx.inputs.corpus, ctx.notice)
+
+
+def remeasure_inputs(ctx: SearchContext) -> remeasure.RemeasureInputs:
+    """What the re-measure reads of the search (after the probe: its places)."""
+    confirming = bool(ctx.state.data.get("remembered"))
+    return remeasure.RemeasureInputs(
+        ctx.cfg.search, ctx.base, ctx.hw, ctx.shapes, ctx.placement, RunPool(ctx), confirming, ctx.notice
+    )
+
+
+def finish_inputs(ctx: SearchContext) -> finish.FinishInputs:
+    """What the answer reads of the search, once the re-measure is done."""
+    c = ctx.cfg
+    return finish.FinishInputs(
+        c.search,
+        c.resources,
+        ctx.base,
+        ctx.hw,
+        ctx.shapes,
+        ctx.placement,
+        ctx.out,
+        ctx.state,
+        ctx.telemetry,
+        ctx.notices,
+        ctx.command,
+        ctx.compile_cache,
+        ctx.workload,
+        ctx.knobs_left_out,
+    )
 
 
 def _remember(ctx: SearchContext, kept: Path, untrusted: bool) -> None:
