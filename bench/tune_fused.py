@@ -159,6 +159,8 @@ def main() -> None:
     args = ap.parse_args()
     if args.worker:
         return worker(args.worker, args.eval_only, json.loads(args.sizes))
+    if args.config is not None and not args.config.is_file():
+        ap.error(f"--config: no such file: {args.config}")
     SIZES.update(sizes_of(args.config))
     import torch
 
