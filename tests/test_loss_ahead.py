@@ -17,6 +17,7 @@ from tuner.config import load_search_config
 from tuner.context import SearchContext, State
 from tuner.decide.select import loss_check_candidates
 from tuner.phases import loss_check
+from tuner.pipeline import loss_check_inputs
 from tuner.runs.ahead import RunsAhead
 from tuner.runs.ledger import Ledger
 from tuner.state.hardware import Hardware
@@ -52,7 +53,7 @@ def test_the_fastest_candidates_train_ahead_and_a_round_takes_their_rows(
     tmp_path, monkeypatch, two_fake_gpus
 ):
     ctx = smoke_context(tmp_path)
-    ahead = loss_check.start_ahead(ctx)
+    ahead = loss_check.start_ahead(loss_check_inputs(ctx))
     assert ahead is not None and ahead.limit == 4 and ahead.at_once == 2
     screen = [
         # its screen run peaked high: a round would give its loss run a whole GPU, a run ahead takes a place
@@ -71,7 +72,7 @@ def test_the_fastest_candidates_train_ahead_and_a_round_takes_their_rows(
     # time; the baseline's own loss run stands for screen-3
     assert started(ahead) == [screen[0].config, screen[1].config]
     trained = rounds_without_training(monkeypatch)  # the rounds' own runs reach val loss 1.5 at once
-    rows = loss_check.run(ctx, screen, None, ahead).rows
+    rows = loss_check.run(loss_check_inputs(ctx), screen, None, ahead).rows
     assert trained[0] == [None], "round 0 trained only the baseline: its candidates had run ahead"
     by_screen = {r.screen_id: r for r in rows[1:]}
     for sid in ("screen-0", "screen-1"):
@@ -85,15 +86,15 @@ def test_the_fastest_candidates_train_ahead_and_a_round_takes_their_rows(
     # round trains the next candidate itself
     assert trained[1:] == [["screen-2"]]
     assert len(Ledger(tmp_path, AHEAD_PHASE).rows()) == 2
-    resumed = loss_check.start_ahead(ctx)  # a resumed search reads the ledger
+    resumed = loss_check.start_ahead(loss_check_inputs(ctx))  # a resumed search reads the ledger
     assert started(resumed) == [screen[0].config, screen[1].config]
     pick = {c.id: c for c in loss_check_candidates(screen, ctx.base.model_dump(), 4)}["screen-0"]
-    assert resumed.loss_row(loss_check._request(ctx, pick)).screen_id == "screen-0"
+    assert resumed.loss_row(loss_check._request(loss_check_inputs(ctx), pick)).screen_id == "screen-0"
 
 
 def test_one_spare_trains_ahead_and_runs_no_round_asked_for_are_stopped(tmp_path, two_fake_gpus):
     ctx = smoke_context(tmp_path)
-    ahead = replace(loss_check.start_ahead(ctx), at_once=4)
+    ahead = replace(loss_check.start_ahead(loss_check_inputs(ctx)), at_once=4)
     screen = [
         make_row(f"screen-{i}", config={"lr": lr}, tokens_per_s=3_000.0 - i)
         for i, lr in enumerate((1e-3, 2e-3, 4e-3, 6e-3))
@@ -109,4 +110,4 @@ def test_one_spare_trains_ahead_and_runs_no_round_asked_for_are_stopped(tmp_path
 def test_no_runs_ahead_on_cpus(tmp_path):
     cfg = load_search_config("configs/smoke.yaml", SMOKE_SHORT)
     ctx = SearchContext(cfg, tmp_path, cfg.train, Hardware(gpus=0), 2, State(tmp_path), "")
-    assert loss_check.start_ahead(ctx) is None
+    assert loss_check.start_ahead(loss_check_inputs(ctx)) is None

@@ -17,6 +17,7 @@ from tuner.config import load_search_config
 from tuner.context import SearchContext, State
 from tuner.measure import baseline
 from tuner.phases import loss_check
+from tuner.pipeline import loss_check_inputs
 from tuner.runs.placement import spread
 from tuner.runs.tasks import TaskRun
 from tuner.runs.tune import round_robin
@@ -203,7 +204,7 @@ def test_the_baselines_group_does_not_use_up_a_top_of_one(tmp_path, monkeypatch)
         make_row("screen-0", config={"fused_adamw": True}, tokens_per_s=177_614.0),
     ]
     trained = rounds_without_training(monkeypatch)
-    rows = loss_check.run(ctx, screen).rows
+    rows = loss_check.run(loss_check_inputs(ctx), screen).rows
     assert trained == [[None, "screen-4"]]  # round 0: the baseline and the fastest of a loss of its own
     assert [r.feasible for r in rows] == [True, True]
 
@@ -212,7 +213,7 @@ def rounds_without_training(monkeypatch) -> list[list]:
     """Loss-check rounds whose runs all reach a loss within the loss limit at once; records their picks."""
     trained: list[list] = []
 
-    def fake_round(ctx, round_no, cases, beside=0):
+    def fake_round(inputs, round_no, cases, beside=0):
         trained.append([c.labels.screen_id for c in cases])
         return [make_row(f"loss-{round_no}-{n}", "loss_check_0", val_loss=1.5, train=c.train.model_dump())
                 for n, c in enumerate(cases)]  # fmt: skip
@@ -233,7 +234,7 @@ def test_a_baseline_trained_beside_the_screen_needs_no_twin_of_its_own(tmp_path,
     beside = make_row("beside", "loss_check_beside", val_loss=1.5, train={**ctx.base.model_dump(), **point})
     monkeypatch.setattr(baseline, "beside_row", lambda pool, run, base, notice: beside)
     trained = rounds_without_training(monkeypatch)
-    rows = loss_check.run(ctx, screen, TaskRun(None, TrialSpec.of({}), point, 0.0)).rows
+    rows = loss_check.run(loss_check_inputs(ctx), screen, TaskRun(None, TrialSpec.of({}), point, 0.0)).rows
     assert (
         trained == [["screen-1"]]
         and rows[0].id == "baseline"

@@ -15,6 +15,7 @@ from tuner.context import SearchContext, State
 from tuner.decide.loss_plan import Limits, LossCheck, LossPlan, baseline_speed, ordered
 from tuner.decide.select import loss_check_candidates, with_feasibility
 from tuner.phases import loss_check
+from tuner.pipeline import loss_check_inputs
 from tuner.report.markdown import render_markdown
 from tuner.space.knobs import loss_key
 from tuner.state.hardware import Hardware
@@ -153,14 +154,18 @@ def test_the_phase_record_reads_a_state_json_list_of_before():
 
 def test_the_default_time_budget_is_the_baselines_loss_run_at_least_two_minutes(tmp_path):
     cfg = load_search_config("configs/smoke.yaml", [])
-    ctx = SearchContext(cfg, tmp_path, cfg.train, Hardware(gpus=0), 2, State(tmp_path), "")
-    assert loss_check.limits(ctx).time_s == loss_check.MIN_LOSS_CHECK_S
-    assert loss_check.limits(ctx, make_row("baseline", "baseline", wall_s=300.0)).time_s == 300.0
+    checking = loss_check_inputs(
+        SearchContext(cfg, tmp_path, cfg.train, Hardware(gpus=0), 2, State(tmp_path), "")
+    )
+    assert loss_check.limits(checking).time_s == loss_check.MIN_LOSS_CHECK_S
+    assert loss_check.limits(checking, make_row("baseline", "baseline", wall_s=300.0)).time_s == 300.0
     said = load_search_config("configs/smoke.yaml", ["search.loss_check_time=5m", "search.max_loss_checks=3"])
-    ctx = SearchContext(said, tmp_path, said.train, Hardware(gpus=0), 2, State(tmp_path), "")
+    checking = loss_check_inputs(
+        SearchContext(said, tmp_path, said.train, Hardware(gpus=0), 2, State(tmp_path), "")
+    )
     assert (
-        loss_check.limits(ctx, make_row("b", "baseline", wall_s=900.0)).time_s,
-        loss_check.limits(ctx).runs,
+        loss_check.limits(checking, make_row("b", "baseline", wall_s=900.0)).time_s,
+        loss_check.limits(checking).runs,
     ) == (
         300.0,
         3,

@@ -55,7 +55,8 @@ def _pipeline(ctx: SearchContext, fresh: bool, kept: Path) -> int:
     room = baseline.Beside(ctx.shapes, ctx.placement, RunPool(ctx), s.start_points, loss_checked, ctx.notice)
     beside = baseline.start_beside(room, space)  # the baseline's loss run, in the screen's idle GPU time
     seeds_beside = baseline.start_seeds_beside(room, beside)  # at a loss horizon: its second seed's, too
-    ahead = loss_check.start_ahead(ctx)  # the candidates' loss runs, as the screen finds them
+    checking = loss_check_inputs(ctx)
+    ahead = loss_check.start_ahead(checking)  # the candidates' loss runs, as the screen finds them
     besides = [beside, *seeds_beside] if beside is not None else []
     pool = RunPool(ctx, listeners=[ahead.consider] if ahead is not None else [])  # told the screen's rows
     looking = screen.ScreenInputs(
@@ -67,7 +68,7 @@ def _pipeline(ctx: SearchContext, fresh: bool, kept: Path) -> int:
     planned_remeasure_s = eta.after_screen(remaining, screened, pending(besides, ahead))  # as the pool says
 
     done = ctx.phase(
-        "loss_check", lambda: loss_check.run(ctx, screened, beside, ahead, seeds_beside), LossCheck
+        "loss_check", lambda: loss_check.run(checking, screened, beside, ahead, seeds_beside), LossCheck
     )
     if ahead is not None:
         ahead.cancel_rest()
@@ -91,6 +92,22 @@ def _pipeline(ctx: SearchContext, fresh: bool, kept: Path) -> int:
 def probe_inputs(ctx: SearchContext) -> probe.ProbeInputs:
     """What the probe and the space it bounds read of the search."""
     return probe.ProbeInputs(ctx.cfg.search, ctx.base, ctx.on_gpu, ctx.inputs.corpus, ctx.notice)
+
+
+def loss_check_inputs(ctx: SearchContext) -> loss_check.LossCheckInputs:
+    """What the loss check and its runs ahead read of the search (after the probe: its places)."""
+    return loss_check.LossCheckInputs(
+        ctx.cfg.search,
+        ctx.cfg.quality,
+        ctx.base,
+        ctx.hw,
+        ctx.shapes,
+        ctx.placement,
+        ctx.state.phase("loss_check") is not None,  # resumed, or remembered
+        lambda: RunPool(ctx),
+        ctx.phase,
+        ctx.notice,
+    )
 
 
 def remeasure_inputs(ctx: SearchContext) -> remeasure.RemeasureInputs:

@@ -17,20 +17,26 @@ trains it now). Without them, four H100s spent 98 s in two rounds after a screen
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
+from trainables.config import TrainConfig
 from trainables.spec import TrialSpec
-from tuner.context import SearchContext, SearchFailed
+from tuner.config import QualitySection, SearchSection
+from tuner.context import SearchFailed
 from tuner.decide.loss_plan import Limits, LossCheck, LossPlan, baseline_speed
 from tuner.decide.select import Candidate
 from tuner.measure import baseline
 from tuner.runs.ahead import RunsAhead
-from tuner.runs.placement import spread
+from tuner.runs.placement import PlacementPolicy, spread
 from tuner.runs.pool import RunPool
 from tuner.runs.request import Role, RunRequest
+from tuner.runs.shapes import RunShapes
 from tuner.runs.tasks import TaskRun
 from tuner.space.knobs import execution, loss_key
 from tuner.space.recipe import as_run_here, row_ids, times_baseline
+from tuner.state.hardware import Hardware
 from tuner.state.records import LossLimit, TrialRow
 
 # The shortest default of search.loss_check_time: a baseline whose loss run takes seconds still leaves time
@@ -38,8 +44,28 @@ from tuner.state.records import LossLimit, TrialRow
 MIN_LOSS_CHECK_S = 120.0
 
 
+@dataclass(frozen=True)
+class LossCheckInputs:
+    """What the loss check and its runs ahead read of the search (built in tuner/pipeline.py): the search
+    section and the loss rule, the baseline, the trials' hardware (the usual recipe as it runs here; the
+    GPUs its rounds spread over), the run shapes, the placement after the probe, whether the loss check is
+    done already (resumed, or a remembered answer: no runs ahead), a new pool for each set of runs (as
+    `RunPool(ctx)` gave), the phase runner that records each round in OUT/state.json, and where notices go."""
+
+    search: SearchSection
+    quality: QualitySection
+    base: TrainConfig
+    hw: Hardware
+    shapes: RunShapes
+    placement: PlacementPolicy
+    loss_checked: bool
+    pool: Callable[[], RunPool]
+    phase: Callable[[str, Callable[[], Any], Any], Any]
+    notice: Callable[[str], None]
+
+
 def run(
-    ctx: SearchContext,
+    inputs: LossCheckInputs,
     screen: list[TrialRow],
     beside: TaskRun | None = None,
     ahead: RunsAhead | None = None,
@@ -50,31 +76,33 @@ def run(
     `seeds_beside` (its runs at other seeds, baseline.start_seeds_beside), round 0 trains none of those, and
     the verdicts wait for their rows. With `ahead`, a candidate whose loss run trained beside the screen
     takes that run's row. Which candidates train, in what order, and when it stops: tuner/decide/loss_plan.py."""
-    s = ctx.cfg.search
-    plan = LossPlan.of(screen, ctx.base.model_dump(), limits(ctx), recipe_runs(ctx, screen))
+    s = inputs.search
+    plan = LossPlan.of(screen, inputs.base.model_dump(), limits(inputs), recipe_runs(inputs, screen))
     if s.loss_check_top == 0:
         plan.stop("loss_check_top")
     feasible = 0
     # the baseline's loss runs round 0 trains: its own and (at a prefix of the planned run) its other seeds',
     # less those trained beside the screen (asked for again only if they failed there)
     besides = [beside, *seeds_beside] if beside is not None else []
-    base_specs, twin = _baseline_specs(ctx, screen, _seeds_to_train(ctx, beside, seeds_beside))
+    base_specs, twin = _baseline_specs(inputs, screen, _seeds_to_train(inputs, beside, seeds_beside))
     base_row, loss_limit, rows, seed_rows, round_no = None, None, [], [], 0
     while base_row is None or plan.ended_by is None:
         extra = len(base_specs) if base_row is None else 0  # round 0 also trains the baseline
         # a round of at most loss_check_top less those passed (at least one: a config faster than every
         # passing one is still worth its run)
-        take = max(0, min(ctx.placement.loss_round().concurrent - extra, max(1, s.loss_check_top - feasible)))
+        take = max(
+            0, min(inputs.placement.loss_round().concurrent - extra, max(1, s.loss_check_top - feasible))
+        )
         batch = plan.next_round(take) if plan.ended_by is None else []
-        done_ahead = _rows_ahead(ctx, batch, ahead)  # first: a resumed round then sees the same cases
+        done_ahead = _rows_ahead(inputs, batch, ahead)  # first: a resumed round then sees the same cases
         own = [p for p in batch if p.id not in done_ahead]
-        cases = (base_specs if extra else []) + [_spec(ctx, p) for p in own]
+        cases = (base_specs if extra else []) + [_spec(inputs, p) for p in own]
         training = sum(not run.done() for run in besides) if base_row is None else 0
         training += ahead.training() if ahead is not None else 0
         new = (
-            ctx.phase(
+            inputs.phase(
                 f"loss_check_{round_no}",
-                lambda r=round_no, c=cases, b=training: _round(ctx, r, c, b),
+                lambda r=round_no, c=cases, b=training: _round(inputs, r, c, b),
                 list[TrialRow],
             )
             if cases
@@ -83,8 +111,8 @@ def run(
         round_no += 1
         if base_row is None:
             own_base, new = new[: len(base_specs)], new[len(base_specs) :]
-            base_row, seed_rows, loss_limit = _baseline_checked(ctx, screen, besides, own_base, twin)
-            plan.limits = limits(ctx, base_row)  # its default time budget: the baseline's loss run's time
+            base_row, seed_rows, loss_limit = _baseline_checked(inputs, screen, besides, own_base, twin)
+            plan.limits = limits(inputs, base_row)  # its default time budget: the baseline's loss run's time
         trained = iter(new)
         new = [done_ahead[p.id] if p.id in done_ahead else next(trained) for p in batch]
         new = [row.with_verdict(loss_limit) for row in new]  # in case order: the batch's order
@@ -94,38 +122,40 @@ def run(
         rows += new
     outcome = plan.outcome()
     if line := outcome.line():
-        ctx.notice(line)
+        inputs.notice(line)
     return LossCheck(baseline=base_row, seeds=seed_rows, candidates=rows, outcome=outcome)
 
 
-def recipe_runs(ctx: SearchContext, screen: list[TrialRow]) -> frozenset[str]:
+def recipe_runs(inputs: LossCheckInputs, screen: list[TrialRow]) -> frozenset[str]:
     """The screen runs of the usual recipe as it runs here (tuner/space/recipe.py)."""
-    return row_ids(screen, as_run_here(ctx.cfg.search, ctx.base, ctx.hw.model_dump()), ctx.base)
+    return row_ids(screen, as_run_here(inputs.search, inputs.base, inputs.hw.model_dump()), inputs.base)
 
 
-def limits(ctx: SearchContext, base_row: TrialRow | None = None) -> Limits:
+def limits(inputs: LossCheckInputs, base_row: TrialRow | None = None) -> Limits:
     """What bounds the candidates' loss runs: max_loss_checks, and loss_check_time (by default as long as
     the baseline's loss run took, `base_row`, at least MIN_LOSS_CHECK_S)."""
-    s = ctx.cfg.search
+    s = inputs.search
     own = base_row.wall_s if base_row is not None and base_row.wall_s else 0.0
     return Limits(
-        runs=run_budget(ctx),
+        runs=run_budget(inputs),
         time_s=s.loss_check_time_s or max(MIN_LOSS_CHECK_S, own),
-        tokens=ctx.shapes.horizon.tokens,
+        tokens=inputs.shapes.horizon.tokens,
         remeasure_top=s.remeasure_top,
     )
 
 
-def _seeds_to_train(ctx: SearchContext, beside: TaskRun | None, seeds_beside: Sequence[TaskRun]) -> list[int]:
+def _seeds_to_train(
+    inputs: LossCheckInputs, beside: TaskRun | None, seeds_beside: Sequence[TaskRun]
+) -> list[int]:
     """The seeds of the baseline's loss runs round 0 trains: its own seed's unless `beside` trains it, and
     (at a prefix) each other seed's that no run of `seeds_beside` trains."""
-    first, *others = baseline.loss_seeds(ctx.shapes)
+    first, *others = baseline.loss_seeds(inputs.shapes)
     elsewhere = {run.spec.train.seed for run in seeds_beside}
     return ([first] if beside is None else []) + [seed for seed in others if seed not in elsewhere]
 
 
 def _baseline_checked(
-    ctx: SearchContext,
+    inputs: LossCheckInputs,
     screen: list[TrialRow],
     besides: list[TaskRun],
     own: list[TrialRow],
@@ -135,94 +165,98 @@ def _baseline_checked(
     beside the screen (`besides`: its first seed's, then others') and those round 0 trained (`own`, in seed
     order after them), each labelled with the twin whose execution it took; SearchFailed where the baseline
     did not train."""
-    pairs = _beside_or_own(ctx, screen, besides) + [(row, twin) for row in own]
+    pairs = _beside_or_own(inputs, screen, besides) + [(row, twin) for row in own]
     (row, row_twin), *others = pairs
     if row.status != "ok" or row.val_loss is None:
         raise SearchFailed(f"the baseline run failed ({row.status}: {row.error})")
     seed_rows = [baseline.as_baseline(r, t, nth_seed=1) for r, t in others]
-    rule = baseline.BaselineLoss(ctx.shapes, ctx.cfg.quality, ctx.notice)
+    rule = baseline.BaselineLoss(inputs.shapes, inputs.quality, inputs.notice)
     base_row, loss_limit = baseline.checked(rule, baseline.as_baseline(row, row_twin), seed_rows)
     return base_row, seed_rows, loss_limit
 
 
-def _rows_ahead(ctx: SearchContext, batch: list[Candidate], ahead: RunsAhead | None) -> dict[str, TrialRow]:
+def _rows_ahead(
+    inputs: LossCheckInputs, batch: list[Candidate], ahead: RunsAhead | None
+) -> dict[str, TrialRow]:
     """The rows of the batch's candidates whose loss runs trained ahead of the round (the pool waits for
     those still training); a candidate whose run failed trains in the round."""
     rows = {}
     for pick in batch:
-        row = ahead.loss_row(_request(ctx, pick)) if ahead is not None else None
+        row = ahead.loss_row(_request(inputs, pick)) if ahead is not None else None
         if row is not None and row.status != "ok":
-            ctx.notice(f"loss check: {pick.id}'s loss run beside the screen failed: it trains in a round")
+            inputs.notice(f"loss check: {pick.id}'s loss run beside the screen failed: it trains in a round")
         elif row is not None:
             rows[pick.id] = row
     return rows
 
 
-def start_ahead(ctx: SearchContext) -> RunsAhead | None:
+def start_ahead(inputs: LossCheckInputs) -> RunsAhead | None:
     """Loss runs ahead of the rounds, on GPUs with places to spare beside the screen (as the baseline's):
     those of the candidates round 0 would take if the screen ended now (tuner/runs/ahead.py runs them)."""
-    if not baseline.room_beside(ctx.placement, ctx.state.phase("loss_check") is not None):
+    if not baseline.room_beside(inputs.placement, inputs.loss_checked):
         return None
-    base = ctx.base.model_dump()
+    base = inputs.base.model_dump()
     return RunsAhead(
-        RunPool(ctx),
-        plan=lambda screen: _wanted_ahead(ctx, screen),
+        inputs.pool(),
+        plan=lambda screen: _wanted_ahead(inputs, screen),
         key_of=lambda knobs: loss_key(knobs, base),
-        limit=run_budget(ctx),
-        at_once=max(1, ctx.hw.gpus),
+        limit=run_budget(inputs),
+        at_once=max(1, inputs.hw.gpus),
     )
 
 
-def _wanted_ahead(ctx: SearchContext, screen: list[TrialRow]) -> list[RunRequest]:
+def _wanted_ahead(inputs: LossCheckInputs, screen: list[TrialRow]) -> list[RunRequest]:
     """The loss runs of the fastest candidates so far that need one of their own, fastest first, each to
     train beside the screen."""
     # one more than round 0 takes: if one of them fails the loss limit, the next has trained already (on
     # four H100s batch 512 fp16 fails it, and a second round trains batch 16 tf32 for 58.5 s)
     # (issue 43: in the loss check's order, never one screened slower than the baseline or a passing config)
-    top = ctx.cfg.search.loss_check_top + 1
-    base = ctx.base.model_dump()
-    if baseline_speed(screen, base) is None and times_baseline(ctx.cfg.search.space, ctx.base):
+    top = inputs.search.loss_check_top + 1
+    base = inputs.base.model_dump()
+    if baseline_speed(screen, base) is None and times_baseline(inputs.search.space, inputs.base):
         return []  # until the screen has timed the baseline, "slower than the baseline" cannot be told
-    picks = LossPlan.of(screen, base, limits(ctx), recipe_runs(ctx, screen)).queue[:top]
-    return [RunRequest(_beside_screen(ctx, _spec(ctx, pick)), Role.AHEAD) for pick in picks]
+    picks = LossPlan.of(screen, base, limits(inputs), recipe_runs(inputs, screen)).queue[:top]
+    return [RunRequest(_beside_screen(inputs, _spec(inputs, pick)), Role.AHEAD) for pick in picks]
 
 
-def _beside_screen(ctx: SearchContext, spec: TrialSpec) -> TrialSpec:
+def _beside_screen(inputs: LossCheckInputs, spec: TrialSpec) -> TrialSpec:
     """A loss run on one screen run's place of its GPU (as the baseline's) instead of its round's share."""
-    return spec.with_train(gpu_memory_fraction=ctx.placement.beside_share(spec.train.model_dump()))
+    return spec.with_train(gpu_memory_fraction=inputs.placement.beside_share(spec.train.model_dump()))
 
 
-def run_budget(ctx: SearchContext) -> int:
+def run_budget(inputs: LossCheckInputs) -> int:
     """The most loss runs the loss check trains: `max_loss_checks`, by default twice `loss_check_top`."""
-    s = ctx.cfg.search
+    s = inputs.search
     return s.max_loss_checks if s.max_loss_checks is not None else 2 * s.loss_check_top
 
 
 def _baseline_specs(
-    ctx: SearchContext, screen: list[TrialRow], seeds: list[int]
+    inputs: LossCheckInputs, screen: list[TrialRow], seeds: list[int]
 ) -> tuple[list[TrialSpec], TrialRow | None]:
     """The baseline's loss runs at `seeds` (with its twin's execution, and the twin's GPU share), cut to the
     loss horizon, and the twin whose execution they take."""
     if not seeds:
         return [], None
-    rule = baseline.BaselineLoss(ctx.shapes, ctx.cfg.quality, ctx.notice)
+    rule = baseline.BaselineLoss(inputs.shapes, inputs.quality, inputs.notice)
     base_case, twin = baseline.loss_case(rule, screen)
-    noise = baseline.noise_cases(ctx.shapes.horizon, base_case)
+    noise = baseline.noise_cases(inputs.shapes.horizon, base_case)
     cases = [c for c in [base_case, *noise] if c["seed"] in seeds]
-    return [TrialSpec.of({**case, "gpu_memory_fraction": _gpu_share(ctx, twin)}) for case in cases], twin
+    return [TrialSpec.of({**case, "gpu_memory_fraction": _gpu_share(inputs, twin)}) for case in cases], twin
 
 
 def _beside_or_own(
-    ctx: SearchContext, screen: list[TrialRow], besides: list[TaskRun]
+    inputs: LossCheckInputs, screen: list[TrialRow], besides: list[TaskRun]
 ) -> list[tuple[TrialRow, TrialRow | None]]:
     """The rows of the baseline's runs beside the screen, each with the twin whose execution it took: from
     the run (the twin: its start point's screen run), or, where it failed, from a round of their own."""
-    found = [baseline.beside_row(RunPool(ctx), run, ctx.base, ctx.notice) for run in besides]
+    found = [baseline.beside_row(inputs.pool(), run, inputs.base, inputs.notice) for run in besides]
     failed = [run.spec.train.seed for run, row in zip(besides, found, strict=True) if row is None]
     again: dict[int, TrialRow] = {}
-    specs, twin = _baseline_specs(ctx, screen, failed)
+    specs, twin = _baseline_specs(inputs, screen, failed)
     if specs:
-        trained = ctx.phase("loss_check_baseline", lambda: _round(ctx, "baseline", specs), list[TrialRow])
+        trained = inputs.phase(
+            "loss_check_baseline", lambda: _round(inputs, "baseline", specs), list[TrialRow]
+        )
         again = {row.train.get("seed"): row for row in trained}
     point_twin = next((r for r in screen if besides and r.config == besides[0].point), None)
     pairs = [(row, point_twin) if row is not None else (again.get(run.spec.train.seed), twin)
@@ -230,26 +264,26 @@ def _beside_or_own(
     return pairs[:1] + [(row, t) for row, t in pairs[1:] if row is not None]  # a seed's row lost: no noise
 
 
-def _spec(ctx: SearchContext, pick: Candidate) -> TrialSpec:
+def _spec(inputs: LossCheckInputs, pick: Candidate) -> TrialSpec:
     """A candidate's loss run, labelled with the screen trial it checks, whose execution it trains with."""
-    case = ctx.shapes.case(Role.LOSS, pick.config)  # the same prefix as the baseline's, at a prefix
-    case = {**case, "gpu_memory_fraction": _gpu_share(ctx, pick.row)}
+    case = inputs.shapes.case(Role.LOSS, pick.config)  # the same prefix as the baseline's, at a prefix
+    case = {**case, "gpu_memory_fraction": _gpu_share(inputs, pick.row)}
     return TrialSpec.of(
         case, knobs=pick.config, screen_id=pick.id, twin_of=pick.id, execution=execution(case)
     )
 
 
-def _request(ctx: SearchContext, pick: Candidate) -> RunRequest:
-    return RunRequest(_spec(ctx, pick), Role.LOSS)
+def _request(inputs: LossCheckInputs, pick: Candidate) -> RunRequest:
+    return RunRequest(_spec(inputs, pick), Role.LOSS)
 
 
 def _round(
-    ctx: SearchContext, round_no: int | str, cases: list[TrialSpec], beside: int = 0
+    inputs: LossCheckInputs, round_no: int | str, cases: list[TrialSpec], beside: int = 0
 ) -> list[TrialRow]:
     # Full token budget, the baseline's seed and data order; GPU fractions with a memory cap each.
-    requests = [RunRequest(case, Role.LOSS) for case in spread(cases, ctx.hw.gpus, beside)]
-    return RunPool(ctx).cases(f"loss_check_{round_no}", requests, ctx.placement.loss_round())
+    requests = [RunRequest(case, Role.LOSS) for case in spread(cases, inputs.hw.gpus, beside)]
+    return inputs.pool().cases(f"loss_check_{round_no}", requests, inputs.placement.loss_round())
 
 
-def _gpu_share(ctx: SearchContext, screened: TrialRow | None) -> float | None:
-    return ctx.placement.loss_share(screened.peak_mem_mb if screened else None)
+def _gpu_share(inputs: LossCheckInputs, screened: TrialRow | None) -> float | None:
+    return inputs.placement.loss_share(screened.peak_mem_mb if screened else None)
