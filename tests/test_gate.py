@@ -103,13 +103,18 @@ def test_a_run_killed_while_compiling_does_not_hold_quiet_windows_forever(fake_g
 
 
 @ray.remote(num_cpus=0.5, num_gpus=0.25)
-def beside_run(steps: int, step_s: float) -> tuple[list[tuple[float, float]], float, int]:
-    """A loss run trained beside timed ones: its steps' (start, end), the seconds it parked, its syncs."""
+def beside_run(
+    done: str, step_s: float, max_steps: int = 3000
+) -> tuple[list[tuple[float, float]], float, int]:
+    """A loss run trained beside timed ones: its steps' (start, end), the seconds it parked, its syncs. It
+    trains until the file `done` exists (the windows are over), then 10 steps more: a run that goes on."""
     node, gpu = ray.get_runtime_context().get_node_id(), int(ray.get_gpu_ids()[0])
     syncs = []
     hook = BesideClient(node, gpu, who=f"beside-{time.time_ns()}", sync=lambda: syncs.append(1))
-    spans = []
-    for _ in range(steps):
+    spans: list[tuple[float, float]] = []
+    after = 0
+    while after < 10 and len(spans) < max_steps:
+        after += os.path.exists(done)
         start = time.time()
         time.sleep(step_s)  # its GPU work
         spans.append((start, time.time()))
@@ -118,19 +123,24 @@ def beside_run(steps: int, step_s: float) -> tuple[list[tuple[float, float]], fl
     return spans, hook.waited_s, len(syncs)
 
 
-def test_a_run_beside_timed_ones_never_trains_during_a_window(fake_gpu_cluster):
+def test_a_run_beside_timed_ones_never_trains_during_a_window(fake_gpu_cluster, tmp_path):
     """The baseline's loss run fills the screen's idle GPU time: it parks for every window, and goes on."""
     gate = open_gates()[0]
     # the windows' workers started first: on a busy 2-core machine a worker's start (~1 s) outlasted the
     # whole beside run, which then never met a window (parked 0 s)
     ray.get([timed_window.remote(0.0) for _ in range(3)])
-    beside = beside_run.remote(1000, 0.01)  # 10 s: time for the windows to come on a loaded machine
+    done = tmp_path / "windows-over"
+    # it trains until the windows are over (30 s at most), however long they take to come on a loaded machine
+    beside = beside_run.remote(str(done), 0.01)
     # it is training (past its first step, which compiles beside windows as any run's does) when they come
     while not ray.get(gate.stats.remote())["beside"]:
         time.sleep(0.01)
     windows = ray.get([timed_window.remote(0.3) for _ in range(3)])
+    done.touch()
     spans, parked, syncs = ray.get(beside)
-    assert len(spans) == 1000  # it finished its run
+    assert len(spans) < 3000, "it trained on till its cap: the windows never ended"
+    last_window = max(w_end for _, w_end, _ in windows)
+    assert sum(start > last_window for start, _ in spans) >= 10  # it went on after the windows
     for w_start, w_end, _ in windows:
         overlapping = [(s, e) for s, e in spans if s < w_end and w_start < e]
         assert not overlapping, (w_start, w_end, overlapping)
