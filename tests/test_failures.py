@@ -256,14 +256,6 @@ def test_a_baseline_that_cannot_train_ends_with_the_command_that_shows_why(tmp_p
     assert alone.returncode == 1 and "broken on purpose" in alone.stderr, alone.stderr
 
 
-def test_cases_can_have_repeats_of_their_own(tmp_path, one_cpu_ray):
-    """The re-measure runs the baseline more often than the finalists (search.baseline_repeats)."""
-    cases = [TrialSpec.of({**TOY, "seed": i}) for i in range(2)]
-    rows = run_cases("p", tmp_path, cases, Placement({"cpu": 1}, 1, reuse_actors=True), repeats=[3, 1])
-    assert [(r.case, r.repeat) for r in rows] == [(0, 0), (0, 1), (0, 2), (1, 0)]
-    assert all(r.status == "ok" and r.tokens_per_s for r in rows)
-
-
 def test_an_interrupt_a_library_masked_with_its_own_error_still_exits_130(tmp_path, monkeypatch, capsys):
     # CI, 2026-11-27: SIGTERM landed inside Optuna's journal lock, whose clean-up raised FileNotFoundError
     # over it; the search said it had failed (exit 1) instead of stopped (130).

@@ -141,9 +141,12 @@ def test_windows_too_short_to_judge_are_not_trusted_where_the_load_contended_oth
 
 
 def test_the_runs_interleave_across_cases_in_time(tmp_path, one_cpu_ray):
+    """Each case has repeats of its own (the baseline more often than the finalists: search.baseline_repeats),
+    and the runs interleave across the cases in time."""
     cases = [TrialSpec.of({**TOY, "seed": i}) for i in range(2)]
     rows = run_cases("p", tmp_path, cases, Placement({"cpu": 1}, 1, reuse_actors=True), repeats=[3, 2])
     assert [(r.case, r.repeat) for r in rows] == [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1)]  # case order
+    assert all(r.status == "ok" and r.tokens_per_s for r in rows)
     in_time = [r.case for r in sorted(rows, key=lambda r: r.window_t0)]
     assert in_time == [0, 1, 0, 1, 0]
 
