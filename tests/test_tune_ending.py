@@ -28,6 +28,11 @@ ONE_WORKER = Placement({"cpu": 1}, 1, reuse_actors=True)
 def test_tune_failing_a_trial_on_its_own_is_a_failure_that_names_it_not_an_interrupt(
     tmp_path, shared_cpu_ray
 ):
+    """And a phase that ended on its own leaves Ctrl-C to the search: Tune leaves its SIGINT handler installed
+    after fit(), and a Ctrl-C between phases would only have set the flag of a finished experiment."""
+    # Python's own handler to start from, as a search has: a suite started in the background by a
+    # non-interactive shell (`cmd &`) inherits SIGINT ignored, and put back, that raised nothing
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     # Every proposal is stopped at its first speed report (a resumed screen already found a far faster
     # config), and its data source takes seconds to shut down; Tune then cannot reset that worker for the
     # next trial and fails it without telling the callbacks: fit() returns with a trial unfinished, and
@@ -55,6 +60,9 @@ def test_tune_failing_a_trial_on_its_own_is_a_failure_that_names_it_not_an_inter
     )
     assert "reused worker" in said and "reset_config()" in said and "\n" not in said, said
     assert signal.getsignal(signal.SIGINT) is before  # Tune's handler is not left behind
+    with pytest.raises(KeyboardInterrupt):  # the next Ctrl-C reaches the search
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(1.0)  # the handler runs here, in the main thread
 
 
 def test_a_real_ctrl_c_during_a_phase_is_still_an_interrupt(tmp_path, shared_cpu_ray):
@@ -76,18 +84,3 @@ def test_a_real_ctrl_c_during_a_phase_is_still_an_interrupt(tmp_path, shared_cpu
         run_cases("p", tmp_path, cases, ONE_WORKER)
     sender.join(timeout=5)
     assert signal.getsignal(signal.SIGINT) is before
-
-
-def test_a_phase_that_ended_on_its_own_leaves_ctrl_c_to_the_search(tmp_path, shared_cpu_ray):
-    """Tune leaves its SIGINT handler installed after fit(): a Ctrl-C between phases would only have set
-    the flag of a finished experiment, and the search would have gone on."""
-    # Python's own handler to start from, as a search has: a suite started in the background by a
-    # non-interactive shell (`cmd &`) inherits SIGINT ignored, and put back, that raised nothing
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    before = signal.getsignal(signal.SIGINT)
-    rows = run_cases("p", tmp_path, [TrialSpec.of(TOY)], ONE_WORKER)
-    assert [r.status for r in rows] == ["ok"]
-    assert signal.getsignal(signal.SIGINT) is before
-    with pytest.raises(KeyboardInterrupt):
-        os.kill(os.getpid(), signal.SIGINT)
-        time.sleep(1.0)  # the handler runs here, in the main thread
