@@ -650,8 +650,11 @@ def test_the_cli_with_no_arguments_prints_its_usage_and_trains_nothing(tmp_path)
     [([], "ok", 0), (["precision=fp16", "lr=1e4", "log_interval=1"], "nan", 1)],
 )
 def test_cli_json_ends_with_one_metrics_line(tmp_path, overrides, status, returncode):
+    """The run that trains as a user runs it (a subprocess); the one that diverges through the same `main` in
+    this process (a subprocess's imports were most of it): the same exit code, stdout and stderr."""
     sets = ["workload=toy_workload:make_workload", "seq_len=16", "batch_size=16", "tokens=5120", *overrides]
-    done = run_cli(*[a for s in sets for a in ("--set", s)], "--out", str(tmp_path), "--json")
+    cli = run_cli if status == "ok" else cli_in_process
+    done = cli(*[a for s in sets for a in ("--set", s)], "--out", str(tmp_path), "--json")
     assert done.returncode == returncode, done.stderr
     metrics = last_json_line(done.stdout)
     assert set(CLI_METRICS) <= set(metrics)
