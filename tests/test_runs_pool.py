@@ -167,17 +167,16 @@ def test_a_resumed_phase_skips_exactly_the_runs_whose_spec_key_is_in_its_ledger(
 
 
 def test_a_ledger_from_before_spec_keys_is_resumed_by_case_and_repeat(tmp_path, shared_cpu_ray):
-    requests = [RunRequest(TrialSpec.of({**TOY, "seed": 0}), Role.LOSS)]
-    (first,) = RunPool(pool_context(tmp_path)).cases("loss_check_0", requests, ONE_WORKER)
+    # a finished run's row as a search wrote it before rows had a spec key: its place (case 0, repeat 0), no
+    # key (written here, not trained: nothing of a run but its row is read)
     ledger = Ledger(tmp_path, "loss_check_0")
-    old = [
-        {k: v for k, v in json.loads(line).items() if k != "spec_key"}
-        for line in ledger.path.read_text().splitlines()
-    ]
-    ledger.path.write_text("".join(json.dumps(row) + "\n" for row in old))
-    assert [r.spec_key for r in ledger.rows()] == [None]
+    trained = {"status": "ok", "case": 0, "repeat": 0, "config": {"seed": 0}, "train": {**TOY, "seed": 0}}
+    ledger.path.parent.mkdir(parents=True, exist_ok=True)
+    ledger.path.write_text(json.dumps({"id": "loss_check_0-0", "phase": "loss_check_0", **trained}) + "\n")
+    (first,) = ledger.rows()
+    assert first.spec_key is None
     # its row at (0, 0) stands for case 0 whatever its config, as before: nothing trains
     other = [RunRequest(TrialSpec.of({**TOY, "seed": 5}), Role.LOSS)]
     (row,) = RunPool(pool_context(tmp_path)).cases("loss_check_0", other, ONE_WORKER)
     assert row.id == first.id and row.spec_key is None and len(ledger.rows()) == 1
-    assert [p.name for p in (tmp_path / "ray").iterdir()] == ["loss_check_0"]
+    assert not (tmp_path / "ray").exists(), "a run trained"
