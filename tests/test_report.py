@@ -382,6 +382,19 @@ def test_table_shows_warm_up_and_the_execution_each_loss_was_trained_with():
     assert rows["cfg-8"][9] == "—"  # never loss-checked: no execution to name
 
 
+def test_the_answer_quotes_the_baseline_loss_its_limit_was_built_on():
+    """With two seeds the limit rests on their mean; the answer quotes that, not the first seed's run."""
+    seeded = {"baseline_loss": 1.51, "tolerance": 0.05, "mode": "absolute", "limit": 1.56}
+    seeded |= {"seed_losses": [1.5007, 1.5193], "noise": 0.0186}
+    answer = rendered(CURRENT | {"loss_limit": seeded}).split("\n\n")[1]
+    assert (
+        "Its validation loss is 1.5200 against the baseline's 1.5100 (limit 1.5600 = baseline 1.5100"
+        in answer
+    )
+    one_seed = rendered(CURRENT).split("\n\n")[1]
+    assert "against the baseline's 1.5007 (limit 1.5500 = baseline 1.5000" in one_seed  # its one loss run's
+
+
 def test_answer_names_the_executions_and_the_time_to_train():
     answer = rendered(CURRENT).split("\n\n")[1]
     assert answer.startswith("**cfg-7** is the fastest config within tolerance: 55,200 tok/s")
