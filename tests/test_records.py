@@ -12,6 +12,7 @@ import pytest
 from pydantic import ValidationError
 
 from tests.factories import make_row, make_summary, on_two_gpus, synthetic_summary
+from trainables.config import ConfigError
 from trainables.profile import Profile, TopOp
 from trainables.result import RunResult, TrialResult
 from trainables.spec import TrialSpec
@@ -152,3 +153,16 @@ def test_a_specs_labels_reach_its_row_through_tunes_plain_config():
         0,
     )
     assert row.train == spec.train.model_dump()
+
+
+def test_a_specs_gpu_share_travels_apart_from_its_training_config_and_is_the_trials_memory_cap():
+    spec = TrialSpec.of({"batch_size": 8}).with_placement(gpu_share=0.25)
+    back = TrialSpec.of_tune(json.loads(json.dumps(spec.as_tune())))  # as Ray keeps it (params.json)
+    assert back == spec and back.train.gpu_memory_fraction is None, "not part of what it trains"
+    assert back.trained.gpu_memory_fraction == 0.25, "the loop caps the run at its share"
+    row = TrialRow(**trial_row({"status": "ok"}, back, None, None), id="loss_check_0-0", phase="loss_check_0")
+    assert row.train["gpu_memory_fraction"] == 0.25, "its row shows the share it trained under, as before"
+    own = TrialSpec.of({"batch_size": 8, "gpu_memory_fraction": 0.5})
+    assert own.trained.gpu_memory_fraction == 0.5, "a user's own cap stands where the search places nothing"
+    with pytest.raises(ConfigError, match="gpu_share"):
+        spec.with_placement(gpu_share=1.5)

@@ -1,8 +1,9 @@
 """The Ray Tune function trainable: a thin wrapper that runs the training loop and reports its metrics.
 
 The tuner passes a `TrialSpec` (trainables/spec.py) as Tune's plain config, read back by `TrialSpec.of_tune`:
-the training config, a searcher's knobs as top-level keys (so they show in Ray's tables and the dashboard)
-and the phase's labels, which the trainable never reads; it needs nothing from the tuner. Interim reports let Ray stop clearly slow
+the training config, a searcher's knobs as top-level keys (so they show in Ray's tables and the dashboard),
+the trial's placement (its GPU share: the loop's memory cap, `TrialSpec.trained`) and the phase's labels,
+which the trainable never reads; it needs nothing from the tuner. Interim reports let Ray stop clearly slow
 trials; the last report carries the run's full result, a `TrialResult` as its metrics dict (status,
 speed, loss, memory, telemetry window: trainables/result.py).
 The search hands every trial the corpus its driver resolved (`corpus`, through Ray's object store), so a
@@ -112,7 +113,7 @@ def train_trial(
     the driver's compile-cache server, for a trial on another node (`_follow_driver_caches`)."""
     placement = _placement()
     try:
-        cfg = TrialSpec.of_tune(config).train
+        cfg = TrialSpec.of_tune(config).trained  # capped at its GPU share, where the search placed it on one
     except ConfigError as err:
         tune.report({"status": "error", "error": str(err), "tokens_per_s": 0.0, "done": True, **placement})
         return
@@ -150,7 +151,7 @@ def run_beside(
     hook = None
     if placement["gpu"] is not None:
         hook = BesideClient(placement["node_id"], placement["gpu"], who, sync=_finish_gpu_work)
-    return _train(spec.train, placement, corpus, cache_server, hook=hook).metrics()
+    return _train(spec.trained, placement, corpus, cache_server, hook=hook).metrics()
 
 
 def _finish_gpu_work() -> None:

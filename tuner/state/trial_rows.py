@@ -63,7 +63,7 @@ def trial_row(
     speed = m.get("tokens_per_s")
     return {
         "config": labels.pop("knobs"),
-        "train": spec.train.model_dump(),  # the whole config the trial trained
+        "train": spec.trained.model_dump(),  # the whole config the trial trained, its GPU share's cap too
         **labels,
         "ray_trial_id": trial_id or m.get("trial_id"),
         "status": status,
