@@ -15,9 +15,13 @@ ROOT = Path(__file__).resolve().parents[1]
 SHAKESPEARE = ROOT.parent / "shared" / "data" / "tinyshakespeare.txt"
 
 
-def probe(limit: int, **extra) -> int:
+def smoke_base(**extra) -> dict:
     base = training_section(read_yaml(ROOT / "configs" / "smoke.yaml"))
-    base = {**base, "data": str(SHAKESPEARE) if SHAKESPEARE.exists() else None, **extra}
+    return {**base, "data": str(SHAKESPEARE) if SHAKESPEARE.exists() else None, **extra}
+
+
+def probe(limit: int, **extra) -> int:
+    base = smoke_base(**extra)
     code = (
         "import json, sys; from tuner.space.batch_finder import max_batch; "
         f"print(max_batch(json.loads(sys.argv[1]), 'fp32', limit={limit}).model_dump_json())"
@@ -39,4 +43,10 @@ def test_probe_finds_the_largest_batch_under_a_memory_cap():
 
 
 def test_probe_without_a_cap_reaches_the_limit():
-    assert probe(8) == 8  # everything up to the limit fits: the limit itself, no safety margin taken off
+    """In this process: with no cap nothing runs out of memory, so no process is left unable to train (a
+    subprocess's imports were most of this test)."""
+    from tuner.space.batch_finder import max_batch
+
+    found = max_batch(smoke_base(), "fp32", limit=8)
+    assert found.peak_mb > 0  # the step's peak (RSS on a CPU), what a run's GPU share is sized from
+    assert found.batch == 8  # everything up to the limit fits: the limit itself, no safety margin taken off
