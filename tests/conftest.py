@@ -2,6 +2,7 @@
 the caches a search keeps between searches (compile caches, remembered answers) live in a folder of this
 session's, never the user's, and every search starts fresh unless a test asks for a remembered answer."""
 
+import functools
 import os
 import tempfile
 from pathlib import Path
@@ -90,6 +91,41 @@ def start_shared_ray() -> None:
     finally:
         os.chdir(before)
     _shared_ray_up[:] = [True]
+
+
+SHARED_RAY_GROUP = "the modules on the shared one-CPU Ray"
+
+
+def xdist_unit(nodeid: str) -> str:
+    """What pytest-xdist hands a worker as one piece (-n 2): a whole module, so its module-scoped Ray starts
+    once, not on each worker; and every module that uses the shared one-CPU Ray together, so that Ray starts
+    once for all of them, not again after each module between them (8 starts -> 1; issue 44). Which modules
+    use it is read from their source here: the controller sees test ids, not fixtures."""
+    return _module_unit(nodeid.split("::", 1)[0])
+
+
+@functools.cache  # asked again as each test ends
+def _module_unit(module: str) -> str:
+    try:
+        source = (TESTS.parent / module).read_text()
+    except OSError:
+        return module
+    return SHARED_RAY_GROUP if "shared_cpu_ray" in source or "module_cpu_ray" in source else module
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """`-n 2`'s default split (test by test) started a module's Ray on both workers and restarted the shared
+    one as a worker moved between modules: by units instead (xdist_unit; `--dist loadfile`'s split with the
+    shared Ray's modules as one unit), those of more tests first. An explicit `--dist` other than load is kept."""
+    if config.getoption("dist") != "load":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByUnit(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return xdist_unit(nodeid)
+
+    return ByUnit(config, log)
 
 
 @pytest.fixture(scope="module")
