@@ -424,16 +424,41 @@ def test_telemetry_goes_to_alive_gpu_nodes_or_all_alive_nodes():
     assert telemetry_nodes(nodes, all_nodes=True) == ["gpu", "cpu"]
 
 
-@pytest.fixture
-def local_ray(monkeypatch):
-    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
-    monkeypatch.setenv("RAY_USAGE_STATS_ENABLED", "0")
-    monkeypatch.setenv("RAY_metrics_report_interval_ms", "500")  # gauges reach Prometheus quickly
-    monkeypatch.chdir(REPO)  # workers get the driver's cwd on sys.path, so `tests.fake_nvml` imports
-    # a fake GPU resource: the node looks like a GPU node to the scheduler, here and on GPU machines alike
-    ray.init(address="local", num_cpus=1, num_gpus=1, include_dashboard=False, configure_logging=False)
-    yield ray
-    ray.shutdown()
+@pytest.fixture(scope="module")
+def local_ray():
+    """One Ray for the module's two actor tests (a start is most of a test): the one that stops the actor
+    runs last, and a second start_telemetry finds the running actor, as a search's does."""
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+        monkeypatch.setenv("RAY_USAGE_STATS_ENABLED", "0")
+        monkeypatch.setenv("RAY_metrics_report_interval_ms", "500")  # gauges reach Prometheus quickly
+        monkeypatch.chdir(REPO)  # workers get the driver's cwd on sys.path, so `tests.fake_nvml` imports
+        # a fake GPU resource: the node looks like a GPU node to the scheduler, here and on GPU machines alike
+        ray.init(address="local", num_cpus=1, num_gpus=1, include_dashboard=False, configure_logging=False)
+        monkeypatch.undo()  # the cwd back for the module's other tests; Ray keeps what it read
+        yield ray
+        ray.shutdown()
+
+
+def test_each_trial_joins_its_own_gpu_and_usage_answers_for_every_gpu(local_ray):
+    """Two fake GPUs busy to different degrees (50 % and 60 %): a trial on GPU 1 gets GPU 1's window, not
+    GPU 0's, through the join the search runs (tuner/runs/observe.py), and the usage query answers for both."""
+    actors = start_telemetry(hz=20.0, nvml_module="tests.fake_nvml", energy_hz=5.0)
+    ((node_id, actor),) = actors.items()
+    assert ray.get(actor.info.remote(), timeout=60)["available"]
+    t0 = time.time()
+    time.sleep(1.0)
+    t1 = time.time()
+    window = {"window_t0": t0, "window_t1": t1, "window_tokens": 1000, "pid": os.getpid()}
+    rows = [make_row(f"remeasure-{g}", "remeasure", gpu=g, node_id=node_id, **window) for g in (1, 0)]
+    ctx = SimpleNamespace(telemetry=Telemetry(actors=actors), notice=lambda msg: None)
+    joined = {row.gpu: row for row in observe.annotate(ctx, rows, Role.REMEASURE)}
+    assert joined[1].gpu_util_mean == FakeNvml.util(1) and joined[0].gpu_util_mean == FakeNvml.util(0)
+    assert joined[1].gpu_power_mean_w == FakeNvml.power_w(1) and joined[1].telemetry_samples >= 12
+    usage = gpu_usage(fetch_usage(actors, {"remeasure": (t0, t1)}))
+    assert [(u.node_id, u.gpu) for u in usage] == [(node_id, 0), (node_id, 1)]
+    assert [u.spans["remeasure"].util_mean for u in usage] == [FakeNvml.util(0), FakeNvml.util(1)]
+    assert fetch_usage({"gone": None}, {"remeasure": (t0, t1)})[0]["available"] is False
 
 
 def test_actor_samples_through_the_fake_and_answers_windows(local_ray):
@@ -476,27 +501,6 @@ def test_actor_samples_through_the_fake_and_answers_windows(local_ray):
     assert ray.get(actor.window.remote(0, r0, time.time()), timeout=30)["samples"] >= 3
     stopped = ray.get(actor.stop.remote(), timeout=30)
     assert stopped["exports"] >= 1 and stopped["export_error"] is None
-
-
-def test_each_trial_joins_its_own_gpu_and_usage_answers_for_every_gpu(local_ray):
-    """Two fake GPUs busy to different degrees (50 % and 60 %): a trial on GPU 1 gets GPU 1's window, not
-    GPU 0's, through the join the search runs (tuner/runs/observe.py), and the usage query answers for both."""
-    actors = start_telemetry(hz=20.0, nvml_module="tests.fake_nvml", energy_hz=5.0)
-    ((node_id, actor),) = actors.items()
-    assert ray.get(actor.info.remote(), timeout=60)["available"]
-    t0 = time.time()
-    time.sleep(1.0)
-    t1 = time.time()
-    window = {"window_t0": t0, "window_t1": t1, "window_tokens": 1000, "pid": os.getpid()}
-    rows = [make_row(f"remeasure-{g}", "remeasure", gpu=g, node_id=node_id, **window) for g in (1, 0)]
-    ctx = SimpleNamespace(telemetry=Telemetry(actors=actors), notice=lambda msg: None)
-    joined = {row.gpu: row for row in observe.annotate(ctx, rows, Role.REMEASURE)}
-    assert joined[1].gpu_util_mean == FakeNvml.util(1) and joined[0].gpu_util_mean == FakeNvml.util(0)
-    assert joined[1].gpu_power_mean_w == FakeNvml.power_w(1) and joined[1].telemetry_samples >= 12
-    usage = gpu_usage(fetch_usage(actors, {"remeasure": (t0, t1)}))
-    assert [(u.node_id, u.gpu) for u in usage] == [(node_id, 0), (node_id, 1)]
-    assert [u.spans["remeasure"].util_mean for u in usage] == [FakeNvml.util(0), FakeNvml.util(1)]
-    assert fetch_usage({"gone": None}, {"remeasure": (t0, t1)})[0]["available"] is False
 
 
 def test_a_node_is_named_by_a_short_id():
