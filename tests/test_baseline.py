@@ -127,7 +127,7 @@ def first_beside(ctx: SearchContext) -> TaskRun:
     """The first seed's run beside the screen as start_beside builds it (its task aside: none is started)."""
     point = _twin_point(ctx.cfg.search.start_points, to_space(ctx), ctx.base, ctx.notice)
     case = {**ctx.shapes.case(Role.BESIDE, _execution_of(ctx.base, point)), "max_steps": 40}
-    return TaskRun(None, TrialSpec.of({**case, "gpu_memory_fraction": 1 / 6}), point, 0.0)
+    return TaskRun(None, TrialSpec.of(case).with_placement(gpu_share=1 / 6), point, 0.0)
 
 
 def test_the_second_seed_trains_beside_the_screen_only_at_a_prefix_and_where_the_screen_keeps_a_place(
@@ -159,3 +159,4 @@ def test_a_resumed_search_takes_the_second_seeds_row_from_the_ledger_and_starts_
     (seed,) = start_seeds_beside(beside_screen(ctx), first)
     assert seed.ref is None and seed.point == first.point, "its row is in the ledger: no run starts"
     assert seed.spec.train == first.spec.train.model_copy(update={"seed": 1338})
+    assert seed.spec.placement == first.spec.placement, "the first seed's GPU share"

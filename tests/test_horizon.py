@@ -225,7 +225,7 @@ def test_beside_the_screen_both_seeds_train_the_prefix_and_round_0_trains_no_bas
     assert beside is not None and [run.spec.train.seed for run in seeds] == [1338]
     for run in (beside, *seeds):
         assert run.ref is not None and run.spec.train.max_steps == 16, "16 steps of 16 x 64 tokens"
-        assert run.spec.train.gpu_memory_fraction == beside.spec.train.gpu_memory_fraction
+        assert run.spec.placement == beside.spec.placement
     screen = [
         make_row("screen-0", config={"loader": "device"}, tokens_per_s=2_000.0),  # the twin
         make_row("screen-1", config={"lr": 1e-3}, tokens_per_s=2_500.0),  # a loss of its own, faster

@@ -35,21 +35,28 @@ from tuner.state.hardware import Hardware, ProbedBatch
     ],
 )
 def test_each_run_gets_at_least_its_even_part_of_the_gpus(gpus, shares, expected):
-    cases = [TrialSpec.of({"batch_size": 8, "gpu_memory_fraction": s}) for s in shares]
-    got = [c.train.gpu_memory_fraction for c in spread(cases, gpus)]
+    cases = [TrialSpec.of({"batch_size": 8}).with_placement(gpu_share=s) for s in shares]
+    got = [c.placement.gpu_share for c in spread(cases, gpus)]
     assert got == pytest.approx(expected)
 
 
 def test_a_baseline_run_still_training_beside_the_round_counts_as_one_of_its_runs():
     # on 2 H200s: four half-GPU runs and the baseline's sixth of GPU 0: the fourth waited for a place
-    cases = [TrialSpec.of({"batch_size": 128, "gpu_memory_fraction": 0.25})] * 4
-    got = [c.train.gpu_memory_fraction for c in spread(cases, 2, beside=1)]
+    cases = [TrialSpec.of({"batch_size": 128}).with_placement(gpu_share=0.25)] * 4
+    got = [c.placement.gpu_share for c in spread(cases, 2, beside=1)]
     assert got == pytest.approx([1 / 3] * 4)  # GPU 0: 1/6 + 2/3; GPU 1: the other two
 
 
 def test_on_cpu_nothing_changes():
-    cases = [TrialSpec.of({"gpu_memory_fraction": None})] * 3
+    cases = [TrialSpec.of({})] * 3
     assert spread(cases, 0) == cases
+
+
+def test_a_loss_rounds_run_asks_ray_for_the_gpu_share_its_spec_is_placed_on(tmp_path):
+    resources = search_context(tmp_path, gpus=2, cpus=16).placement.loss_round().resources
+    spec = TrialSpec.of({"batch_size": 8}).labelled(case=0, repeat=0)
+    assert resources(spec.with_placement(gpu_share=0.25).as_tune())["gpu"] == 0.25
+    assert resources(spec.as_tune())["gpu"] == 1.0, "placed nowhere in particular: a whole GPU"
 
 
 @ray.remote(num_cpus=0)
@@ -84,8 +91,8 @@ def fake_gpus():
 @pytest.mark.parametrize("runs", [3, 5])
 def test_ray_places_the_spread_shares_evenly_on_two_gpus(runs, fake_gpus):
     fake_gpus(2)
-    cases = spread([TrialSpec.of({"gpu_memory_fraction": 0.25})] * runs, 2)
-    refs = [_which_gpu.options(num_gpus=c.train.gpu_memory_fraction).remote(1.0) for c in cases]
+    cases = spread([TrialSpec.of({}).with_placement(gpu_share=0.25)] * runs, 2)
+    refs = [_which_gpu.options(num_gpus=c.placement.gpu_share).remote(1.0) for c in cases]
     per_gpu = collections.Counter(ray.get(refs, timeout=60))
     assert sorted(per_gpu.values()) == sorted([runs // 2, math.ceil(runs / 2)])
 

@@ -133,7 +133,11 @@ def test_a_spec_key_is_the_runs_identity_not_where_it_is_placed():
     assert key == spec_key(trial_spec(spec.as_tune()), Role.LOSS), (
         "the trial's own reading of its Tune config"
     )
-    assert key == spec_key(spec.with_train(gpu_memory_fraction=0.25, cpu_threads=2), Role.LOSS)
+    placed = spec.with_placement(gpu_share=0.25).with_train(cpu_threads=2)
+    assert key == spec_key(placed, Role.LOSS) == spec_key(trial_spec(placed.as_tune()), Role.LOSS)
+    assert key == spec_key(spec.with_train(gpu_memory_fraction=0.25), Role.LOSS), (
+        "a run whose share was its training config's (a ledger from before TrialPlacement) is the same run"
+    )
     others = [
         spec_key(spec, Role.REMEASURE),
         spec_key(spec.with_train(lr=1e-3), Role.LOSS),

@@ -77,7 +77,7 @@ def start_beside(b: Beside, space: dict[str, Knob]) -> TaskRun | None:
     if point is None:
         return None
     case = b.shapes.case(Role.BESIDE, _execution_of(base, point))
-    spec = TrialSpec.of({**case, "gpu_memory_fraction": b.placement.beside_share(case)})
+    spec = TrialSpec.of(case).with_placement(gpu_share=b.placement.beside_share(case))
     run = _start_or_kept(b.pool, spec, BESIDE_WHO, point)
     if run.ref is not None:
         how = ", ".join(f"{k}={v}" for k, v in execution(case).items() if getattr(base, k) != v)
@@ -113,7 +113,7 @@ def room_beside(placement: PlacementPolicy, loss_checked: bool, runs: int = 1) -
 
 
 def start_run_beside(pool: RunPool, spec: TrialSpec, who: str, point: dict[str, Any]) -> TaskRun:
-    """`spec` as a Ray task on its GPU share (its `gpu_memory_fraction`), `who` at its GPU's gate."""
+    """`spec` as a Ray task on its GPU share (its placement's), `who` at its GPU's gate."""
     return pool.start(RunRequest(spec, Role.BESIDE), who, point)
 
 

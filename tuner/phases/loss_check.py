@@ -221,7 +221,7 @@ def _wanted_ahead(inputs: LossCheckInputs, screen: list[TrialRow]) -> list[RunRe
 
 def _beside_screen(inputs: LossCheckInputs, spec: TrialSpec) -> TrialSpec:
     """A loss run on one screen run's place of its GPU (as the baseline's) instead of its round's share."""
-    return spec.with_train(gpu_memory_fraction=inputs.placement.beside_share(spec.train.model_dump()))
+    return spec.with_placement(gpu_share=inputs.placement.beside_share(spec.train.model_dump()))
 
 
 def run_budget(inputs: LossCheckInputs) -> int:
@@ -241,7 +241,7 @@ def _baseline_specs(
     base_case, twin = baseline.loss_case(rule, screen)
     noise = baseline.noise_cases(inputs.shapes.horizon, base_case)
     cases = [c for c in [base_case, *noise] if c["seed"] in seeds]
-    return [TrialSpec.of({**case, "gpu_memory_fraction": _gpu_share(inputs, twin)}) for case in cases], twin
+    return [TrialSpec.of(case).with_placement(gpu_share=_gpu_share(inputs, twin)) for case in cases], twin
 
 
 def _beside_or_own(
@@ -267,10 +267,10 @@ def _beside_or_own(
 def _spec(inputs: LossCheckInputs, pick: Candidate) -> TrialSpec:
     """A candidate's loss run, labelled with the screen trial it checks, whose execution it trains with."""
     case = inputs.shapes.case(Role.LOSS, pick.config)  # the same prefix as the baseline's, at a prefix
-    case = {**case, "gpu_memory_fraction": _gpu_share(inputs, pick.row)}
-    return TrialSpec.of(
+    spec = TrialSpec.of(
         case, knobs=pick.config, screen_id=pick.id, twin_of=pick.id, execution=execution(case)
     )
+    return spec.with_placement(gpu_share=_gpu_share(inputs, pick.row))
 
 
 def _request(inputs: LossCheckInputs, pick: Candidate) -> RunRequest:

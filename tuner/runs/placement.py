@@ -110,12 +110,12 @@ class PlacementPolicy:
 
     # --- loss runs ---
     def loss_round(self) -> Placement:
-        """A loss-check round: full-budget runs, each on its own GPU share (its `gpu_memory_fraction`)."""
+        """A loss-check round: full-budget runs, each on its own GPU share (its spec's placement)."""
         cpus = self.resources.cpus_per_trial
         if not self.on_gpu:
             return Placement({"cpu": cpus}, self._loss_slots(), self.reuse_actors())
         return Placement(
-            lambda config: {"cpu": cpus, "gpu": TrialSpec.as_asked(config).train.gpu_memory_fraction or 1.0},
+            lambda config: {"cpu": cpus, "gpu": TrialSpec.as_asked(config).placement.gpu_share or 1.0},
             self._loss_slots(),
             self.reuse_actors(),
         )
@@ -202,7 +202,7 @@ def spread(cases: list[TrialSpec], gpus: int, beside: int = 0) -> list[TrialSpec
     if not gpus:
         return cases
     floor = 1.0 / math.ceil((len(cases) + beside) / gpus)
-    return [c.with_train(gpu_memory_fraction=max(c.train.gpu_memory_fraction or 0.0, floor)) for c in cases]
+    return [c.with_placement(gpu_share=max(c.placement.gpu_share or 0.0, floor)) for c in cases]
 
 
 def _share(need: float | None, per_gpu: int) -> float:

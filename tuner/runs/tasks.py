@@ -78,14 +78,14 @@ class Pending:
 def start_loss_run(
     request: RunRequest, who: str, point: dict[str, Any], cpus: int, inputs: TrialInputs
 ) -> TaskRun:
-    """The request's spec as a Ray task on its GPU share (its `gpu_memory_fraction`), `who` at its GPU's gate
+    """The request's spec as a Ray task on its GPU share (its placement's), `who` at its GPU's gate
     (a run beside the screen yields the GPU to every timed window: the only gate policy a task knows)."""
     if request.timing_gate != "beside":
         raise ValueError(f"a {request.role.value} run is no Ray task: only runs beside the screen are")
     spec = request.spec
     # max_calls=1: the worker exits with the run; kept idle, its CUDA context on the GPU made every later
     # window there "GPU shared" (on 2 H200s: 13 re-measure windows timed again, 277 s instead of ~80)
-    task = ray.remote(max_calls=1)(run_beside).options(num_cpus=cpus, num_gpus=spec.train.gpu_memory_fraction)
+    task = ray.remote(max_calls=1)(run_beside).options(num_cpus=cpus, num_gpus=spec.placement.gpu_share)
     ref = task.remote(spec, who, inputs.corpus, inputs.cache_server)
     return TaskRun(ref, spec, point, time.time(), request.role)
 
