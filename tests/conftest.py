@@ -113,6 +113,7 @@ def _module_unit(module: str) -> str:
     return SHARED_RAY_GROUP if "shared_cpu_ray" in source or "module_cpu_ray" in source else module
 
 
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: a run without xdist installed still starts
 def pytest_xdist_make_scheduler(config, log):
     """`-n 2`'s default split (test by test) started a module's Ray on both workers and restarted the shared
     one as a worker moved between modules: by units instead (xdist_unit; `--dist loadfile`'s split with the
