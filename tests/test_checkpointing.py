@@ -12,7 +12,7 @@ from torch._dynamo.utils import counters
 from torch.autograd.graph import saved_tensors_hooks
 
 from tests.test_compile_scope import BLOCKS, losses
-from tests.test_train import SMOKE, TINY_MODEL, run_cli, tiny_config, toy_config
+from tests.test_train import SMOKE, TINY_MODEL, cli_in_process, tiny_config, toy_config
 from trainables.config import ConfigError, TrainConfig, make_config
 from trainables.preflight import preflight
 from trainables.step_model import step_module
@@ -154,7 +154,8 @@ def test_bad_values_fail_in_one_line_and_true_reads_as_every_block():
         make_config({"activation_checkpointing": -1})
     assert make_config({"activation_checkpointing": True}).activation_checkpointing == 1
     assert make_config({"activation_checkpointing": False}).activation_checkpointing == 0
-    proc = run_cli("--config", str(SMOKE), "--set", "activation_checkpointing=9", timeout=300)
+    # the CLI's `main` in this process (tests/test_train.py runs a refusal as a user does, in a subprocess)
+    proc = cli_in_process("--config", str(SMOKE), "--set", "activation_checkpointing=9")
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "'activation_checkpointing': 9 checkpoints one block in every 9" in proc.stderr
     assert "step " not in proc.stderr  # refused before training started

@@ -10,7 +10,7 @@ import torch
 from torch._dynamo.utils import counters
 
 from tests.test_compile_scope import BLOCKS, losses
-from tests.test_train import SMOKE, run_cli, tiny_config, toy_config
+from tests.test_train import SMOKE, cli_in_process, tiny_config, toy_config
 from trainables.config import ConfigError, make_config
 from trainables.loop import train
 from trainables.micro_batches import micro_batches
@@ -118,7 +118,9 @@ def test_modes_without_cuda_graphs_or_one_pass_per_step_may_cut_the_batch():
 
 
 def test_the_cli_refuses_it_in_one_line_before_any_work():
-    proc = run_cli("--config", str(SMOKE), "--set", "micro_batch=6")  # smoke's batch is 16
+    """The CLI's `main` in this process (a subprocess's imports were most of this test; tests/test_train.py
+    runs a refusal as a user does)."""
+    proc = cli_in_process("--config", str(SMOKE), "--set", "micro_batch=6")  # smoke's batch is 16
     assert proc.returncode == 2, proc.stderr[-2000:]
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "'micro_batch'" in lines[0] and "batch_size 16" in lines[0], lines
