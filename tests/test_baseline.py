@@ -19,7 +19,6 @@ from tuner.measure.baseline import (
     _execution_of,
     _twin_point,
     loss_case,
-    room_beside,
     start_beside,
     start_seeds_beside,
     twins,
@@ -144,8 +143,8 @@ def test_the_second_seed_trains_beside_the_screen_only_at_a_prefix_and_where_the
     ctx = replace(ctx, cluster_cpus=4)
     assert (
         ctx.placement.speed().concurrent == 2
-        and room_beside(ctx.placement, False)
-        and not room_beside(ctx.placement, False, runs=2)
+        and ctx.placement.room_beside()
+        and not ctx.placement.room_beside(runs=2)
     )
     assert start_seeds_beside(beside_screen(ctx), first_beside(ctx)) == []
 

@@ -70,7 +70,7 @@ def start_beside(b: Beside, space: dict[str, Knob]) -> TaskRun | None:
     """Starts the baseline's loss run beside the screen, on one speed-run place of a GPU (None: on CPUs,
     where a run takes every core; with one place in all, which it would take from the screen; when no start
     point shares the baseline's loss knobs; or when the loss check is done already)."""
-    if not room_beside(b.placement, b.loss_checked):
+    if b.loss_checked or not b.placement.room_beside():
         return None
     base = b.shapes.base
     point = _twin_point(b.start_points, space, base, b.notice)
@@ -93,7 +93,7 @@ def start_seeds_beside(b: Beside, first: TaskRun | None) -> list[TaskRun]:
     if first is None:
         return []
     seeds = noise_cases(b.shapes.horizon, first.spec.train.model_dump())
-    if not seeds or not room_beside(b.placement, b.loss_checked, runs=1 + len(seeds)):
+    if not seeds or b.loss_checked or not b.placement.room_beside(runs=1 + len(seeds)):
         return []
     runs = [
         _start_or_kept(
@@ -104,12 +104,6 @@ def start_seeds_beside(b: Beside, first: TaskRun | None) -> list[TaskRun]:
     if any(run.ref is not None for run in runs):
         log(f"[baseline] its runs at seeds {[c['seed'] for c in seeds]} train beside the screen too")
     return runs
-
-
-def room_beside(placement: PlacementPolicy, loss_checked: bool, runs: int = 1) -> bool:
-    """Whether `runs` loss runs may train beside the screen: on GPUs with more speed-run places than that
-    (each takes one from the screen, which keeps at least one), while the loss check is still to come."""
-    return placement.on_gpu and placement.speed().concurrent >= runs + 1 and not loss_checked
 
 
 def start_run_beside(pool: RunPool, spec: TrialSpec, who: str, point: dict[str, Any]) -> TaskRun:

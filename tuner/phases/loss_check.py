@@ -193,7 +193,7 @@ def _rows_ahead(
 def start_ahead(inputs: LossCheckInputs) -> RunsAhead | None:
     """Loss runs ahead of the rounds, on GPUs with places to spare beside the screen (as the baseline's):
     those of the candidates round 0 would take if the screen ended now (tuner/runs/ahead.py runs them)."""
-    if not baseline.room_beside(inputs.placement, inputs.loss_checked):
+    if inputs.loss_checked or not inputs.placement.room_beside():
         return None
     base = inputs.base.model_dump()
     return RunsAhead(

@@ -104,6 +104,11 @@ class PlacementPolicy:
         forward = min(case.get("micro_batch") or case.get("batch_size", 1), case.get("batch_size", 1))
         return self.memory.batch_share(forward, case.get("precision"), per_gpu)
 
+    def room_beside(self, runs: int = 1) -> bool:
+        """Whether `runs` loss runs may train beside the screen: on GPUs with more speed-run places than that
+        (each takes one from the screen, which keeps at least one)."""
+        return self.on_gpu and self.speed().concurrent >= runs + 1
+
     def speed_runs_per_gpu(self) -> int:
         r, cpus_per_gpu = self.resources, self.cluster_cpus / max(1, self.hw.gpus)
         return max(1, min(r.speed_runs_per_gpu, int(cpus_per_gpu // r.cpus_per_trial)))
