@@ -115,7 +115,7 @@ def test_each_example_searches_on_cpu_and_its_best_yaml_trains_from_anywhere(nam
         "tuner.search", "--config", str(REPO / config), "--data", corpus, "--out", "out",
         "--set", f"train.model.{key}={small}", "--set", "search.trials=3", cwd=tmp_path / "here",
     )  # fmt: skip
-    assert proc.returncode in (0, 3), proc.stderr[-3000:]
+    assert proc.returncode in (0, 3, 4), proc.stderr[-3000:]  # 4: the machine was busy; best.yaml is written
     best = yaml.safe_load((tmp_path / "here" / "out" / "best.yaml").read_text())
     assert best["model"][key] == small and "kernels" not in best
     assert Path(best["workload"].rpartition(":")[0]).is_absolute()
