@@ -178,7 +178,9 @@ class Cluster:
         while time.time() < deadline:
             for node in self.nodes:
                 assert node.proc.poll() is None, f"{node.name} ended: {node.log.read_text()[-3000:]}"
-            if len(self.alive_nodes()) >= n:
+            # alive in the GCS, and each node's raylet seen among its processes (under load the GCS can
+            # list a node before psutil sees its raylet: a test that read it then failed in -n 2)
+            if len(self.alive_nodes()) >= n and all(node.raylet() for node in self.nodes):
                 return
             time.sleep(1)
         raise AssertionError(f"fewer than {n} nodes joined in {timeout:.0f} s")
