@@ -72,7 +72,7 @@ def test_the_fastest_candidates_train_ahead_and_a_round_takes_their_rows(
     # time; the baseline's own loss run stands for screen-3
     assert started(ahead) == [screen[0].config, screen[1].config]
     trained = rounds_without_training(monkeypatch)  # the rounds' own runs reach val loss 1.5 at once
-    rows = loss_check.run(loss_check_inputs(ctx), screen, None, ahead).rows
+    rows = loss_check.check_losses(loss_check_inputs(ctx), screen, None, ahead).rows
     assert trained[0] == [None], "round 0 trained only the baseline: its candidates had run ahead"
     by_screen = {r.screen_id: r for r in rows[1:]}
     for sid in ("screen-0", "screen-1"):

@@ -211,7 +211,7 @@ def test_the_baselines_group_does_not_use_up_a_top_of_one(tmp_path, monkeypatch)
         make_row("screen-0", config={"fused_adamw": True}, tokens_per_s=177_614.0),
     ]
     trained = rounds_without_training(monkeypatch)
-    rows = loss_check.run(loss_check_inputs(ctx), screen).rows
+    rows = loss_check.check_losses(loss_check_inputs(ctx), screen).rows
     assert trained == [[None, "screen-4"]]  # round 0: the baseline and the fastest of a loss of its own
     assert [r.feasible for r in rows] == [True, True]
 
@@ -241,7 +241,9 @@ def test_a_baseline_trained_beside_the_screen_needs_no_twin_of_its_own(tmp_path,
     beside = make_row("beside", "loss_check_beside", val_loss=1.5, train={**ctx.base.model_dump(), **point})
     monkeypatch.setattr(baseline, "beside_row", lambda pool, run, base, notice: beside)
     trained = rounds_without_training(monkeypatch)
-    rows = loss_check.run(loss_check_inputs(ctx), screen, TaskRun(None, TrialSpec.of({}), point, 0.0)).rows
+    rows = loss_check.check_losses(
+        loss_check_inputs(ctx), screen, TaskRun(None, TrialSpec.of({}), point, 0.0)
+    ).rows
     assert (
         trained == [["screen-1"]]
         and rows[0].id == "baseline"

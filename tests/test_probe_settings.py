@@ -55,7 +55,7 @@ def test_the_probe_phase_finds_the_largest_micro_batch_per_checkpointing_setting
     cfg = load_search_config(str(ROOT / "configs" / "smoke.yaml"), sets)
     ctx = SearchContext(cfg, tmp_path, cfg.train, Hardware(), 1, State(tmp_path), "")
     sizing = probe_inputs(ctx)  # what the pipeline hands the probe
-    found = probe_phase.run(sizing, cfg.search.space)
+    found = probe_phase.largest_batches(sizing, cfg.search.space)
     assert set(found) == {"fp32"}  # precision not searched: the baseline's
     plain, every_block = found["fp32"], found["fp32"].checkpointed[1]
     assert plain.checkpointing == 0 and 1 <= plain.batch < LIMIT, plain  # the cap binds without

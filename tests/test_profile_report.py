@@ -33,7 +33,7 @@ def test_the_remeasure_profiles_its_runs_after_their_windows(tmp_path, shared_cp
     cfg = load_search_config(SMOKE, overrides)
     ctx = SearchContext(cfg, tmp_path, cfg.train, Hardware(gpus=0), 1, State(tmp_path), "")
     screen = [make_row("screen-0", config={"batch_size": 8}, tokens_per_s=3_000.0, feasible=True)]
-    rows = remeasure.run(remeasure_inputs(ctx), screen)
+    rows = remeasure.time_finalists(remeasure_inputs(ctx), screen)
     assert {r.finalist for r in rows} == {BASELINE_ID, "screen-0"}
     for row in rows:
         assert row.status == "ok" and row.steps == ctx.base.timing_warmup_steps + 4, "profiled steps counted"

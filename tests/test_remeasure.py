@@ -381,7 +381,7 @@ def test_the_remeasure_places_its_first_round_evenly_over_the_gpus(tmp_path, mon
         return []
 
     monkeypatch.setattr(remeasure, "measure", measure)
-    remeasure.run(remeasure_inputs(ctx), screen)
+    remeasure.time_finalists(remeasure_inputs(ctx), screen)
     assert sum(seen["asked"]) == 15, "the baseline 6 times, three finalists 3 times each"
     first = remeasure.first_round([s.labels.finalist for s in seen["specs"]], seen["asked"])
     assert sum(first) == 12 and seen["placement"].concurrent == 12

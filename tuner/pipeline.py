@@ -49,7 +49,9 @@ def run_search(ctx: SearchContext, fresh: bool = False, kept: Path | None = None
 def _pipeline(ctx: SearchContext, fresh: bool, kept: Path) -> int:
     remembered = recall_answer(ctx, fresh, kept)
     sizing = probe_inputs(ctx)
-    ctx = ctx.with_probed(ctx.phase("probe", lambda: probe.run(sizing, ctx.space), dict[str, ProbedBatch]))
+    ctx = ctx.with_probed(
+        ctx.phase("probe", lambda: probe.largest_batches(sizing, ctx.space), dict[str, ProbedBatch])
+    )
     space = probe.bounded(sizing, ctx.space, ctx.probed)
     s, loss_checked = ctx.cfg.search, ctx.state.phase("loss_check") is not None  # resumed, or remembered
     room = baseline.Beside(ctx.shapes, ctx.placement, RunPool(ctx), s.start_points, loss_checked, ctx.notice)
@@ -62,13 +64,15 @@ def _pipeline(ctx: SearchContext, fresh: bool, kept: Path) -> int:
     looking = screen.ScreenInputs(
         s, ctx.resume, ctx.base, ctx.hw.gpus, ctx.shapes, ctx.placement, ctx.probed, ctx.out, pool, ctx.notice
     )
-    screened = ctx.phase("screen", lambda: screen.run(looking, space), list[TrialRow])
+    screened = ctx.phase("screen", lambda: screen.time_proposals(looking, space), list[TrialRow])
     confirming = bool(ctx.state.data.get("remembered"))
     remaining = eta.Remaining(ctx.shapes, s, ctx.hw.gpus, confirming, loss_checked)
     planned_remeasure_s = eta.after_screen(remaining, screened, pending(besides, ahead))  # as the pool says
 
     done = ctx.phase(
-        "loss_check", lambda: loss_check.run(checking, screened, beside, ahead, seeds_beside), LossCheck
+        "loss_check",
+        lambda: loss_check.check_losses(checking, screened, beside, ahead, seeds_beside),
+        LossCheck,
     )
     if ahead is not None:
         ahead.cancel_rest()
@@ -78,7 +82,7 @@ def _pipeline(ctx: SearchContext, fresh: bool, kept: Path) -> int:
     screened = with_feasibility(screened, checked, loss_limit, baseline=ctx.base.model_dump())
     again = remeasure_inputs(ctx)
     measured = ctx.phase(
-        "remeasure", lambda: remeasure.run(again, screened, planned_remeasure_s), list[TrialRow]
+        "remeasure", lambda: remeasure.time_finalists(again, screened, planned_remeasure_s), list[TrialRow]
     )
 
     answer = finish_inputs(ctx)

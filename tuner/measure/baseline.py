@@ -222,7 +222,7 @@ def loss_limit_of(
 
 
 def split_checked(b: BaselineLoss, rows: list[TrialRow]) -> tuple[TrialRow, LossLimit, list[TrialRow]]:
-    """The loss check's rows (loss_check.run: the baseline's, its other seeds', the candidates') as the
+    """The loss check's rows (loss_check.check_losses: the baseline's, its other seeds', the candidates') as the
     baseline's row, the loss limit and the candidates' rows: how the pipeline reads a finished or resumed
     phase."""
     seeds = [r for r in rows[1:] if r.phase == BASELINE_ID]

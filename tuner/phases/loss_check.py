@@ -64,7 +64,7 @@ class LossCheckInputs:
     notice: Callable[[str], None]
 
 
-def run(
+def check_losses(
     inputs: LossCheckInputs,
     screen: list[TrialRow],
     beside: TaskRun | None = None,

@@ -35,7 +35,7 @@ class ProbeInputs:
     notice: Callable[[str], None]
 
 
-def run(inputs: ProbeInputs, space: dict[str, Knob]) -> dict[str, ProbedBatch]:
+def largest_batches(inputs: ProbeInputs, space: dict[str, Knob]) -> dict[str, ProbedBatch]:
     """{precision: largest forward batch and its peak memory, per checkpointing setting probed}; empty when
     the probe does not apply."""
     if not inputs.search.probe_batch or not any(isinstance(space.get(k), list) for k in SIZES):

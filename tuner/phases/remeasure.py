@@ -58,7 +58,9 @@ class RemeasureInputs:
     notice: Callable[[str], None]
 
 
-def run(inputs: RemeasureInputs, screen: list[TrialRow], planned_s: float | None = None) -> list[TrialRow]:
+def time_finalists(
+    inputs: RemeasureInputs, screen: list[TrialRow], planned_s: float | None = None
+) -> list[TrialRow]:
     """`planned_s`: the search's estimate of this phase (eta.py), for its progress lines."""
     feasible = [t for t in screen if t.feasible and t.status == "ok"]
     feasible.sort(key=lambda t: -(t.tokens_per_s or 0))

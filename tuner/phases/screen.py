@@ -54,7 +54,7 @@ class ScreenInputs:
     notice: Callable[[str], None]
 
 
-def run(inputs: ScreenInputs, space: dict[str, Knob]) -> list[TrialRow]:
+def time_proposals(inputs: ScreenInputs, space: dict[str, Knob]) -> list[TrialRow]:
     """The screen's rows."""
     s = inputs.search
     storage = _storage(s, inputs.out)
