@@ -4,6 +4,7 @@ session's, never the user's, and every search starts fresh unless a test asks fo
 
 import functools
 import os
+import sys
 import tempfile
 from pathlib import Path
 
@@ -20,6 +21,12 @@ os.environ.setdefault("TUNER_FRESH", "1")
 # cache dir the tests make (issue 44). The tests trust the CPU's list instead (Ray's workers and the CLIs
 # inherit it); the product keeps the probe.
 os.environ.setdefault("TORCHINDUCTOR_VEC_ISA_OK", "1")
+# The project's own modules are compiled to bytecode once and read back after, here and in every search, CLI
+# and Ray worker the tests start (they inherit this environment): with PYTHONDONTWRITEBYTECODE set, as on
+# this project's CI machines, each of those hundreds of processes compiled tuner/, trainables/ and model/
+# from source again (importing them: ~13 s against ~8.5 s from bytecode, at load 5; docs/test-times.md).
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False
 
 # Under pytest-xdist each worker gets its share of the cores for torch's intra-op threads (1 each with -n 2 on
 # 2 cores), in this process and the CLIs it starts, unless OMP_NUM_THREADS was set: two workers of two
@@ -94,12 +101,14 @@ def start_shared_ray() -> None:
 
 
 SHARED_RAY_GROUP = "the modules on the shared one-CPU Ray"
+SHARED_JOB_GROUP = "the modules on the shared Ray Job"
 
 
 def xdist_unit(nodeid: str) -> str:
     """What pytest-xdist hands a worker as one piece (-n 2): a whole module, so its module-scoped Ray starts
     once, not on each worker; and every module that uses the shared one-CPU Ray together, so that Ray starts
-    once for all of them, not again after each module between them (8 starts -> 1; issue 44). Which modules
+    once for all of them, not again after each module between them (8 starts -> 1; issue 44); and the slow
+    suite's two Ray Job modules together, so their head and job start once (-m slow -n 2). Which modules
     use it is read from their source here: the controller sees test ids, not fixtures."""
     return _module_unit(nodeid.split("::", 1)[0])
 
@@ -110,6 +119,8 @@ def _module_unit(module: str) -> str:
         source = (TESTS.parent / module).read_text()
     except OSError:
         return module
+    if "shared_run" in source:  # test_ray_jobs*.py: one head and one Ray Job for both modules
+        return SHARED_JOB_GROUP
     return SHARED_RAY_GROUP if "shared_cpu_ray" in source or "module_cpu_ray" in source else module
 
 
