@@ -53,11 +53,14 @@ def _pipeline(ctx: SearchContext, fresh: bool, kept: Path) -> int:
         ctx.phase("probe", lambda: probe.largest_batches(sizing, ctx.space), dict[str, ProbedBatch])
     )
     space = probe.bounded(sizing, ctx.space, ctx.probed)
-    s, loss_checked = ctx.cfg.search, ctx.state.phase("loss_check") is not None  # resumed, or remembered
+    # what each later phase reads of the search, read once (after the probe: its places)
+    checking = loss_check_inputs(ctx)
+    again = remeasure_inputs(ctx)
+    answer = finish_inputs(ctx)
+    s, loss_checked = ctx.cfg.search, checking.loss_checked
     room = baseline.Beside(ctx.shapes, ctx.placement, RunPool(ctx), s.start_points, loss_checked, ctx.notice)
     beside = baseline.start_beside(room, space)  # the baseline's loss run, in the screen's idle GPU time
     seeds_beside = baseline.start_seeds_beside(room, beside)  # at a loss horizon: its second seed's, too
-    checking = loss_check_inputs(ctx)
     ahead = loss_check.start_ahead(checking)  # the candidates' loss runs, as the screen finds them
     besides = [beside, *seeds_beside] if beside is not None else []
     pool = RunPool(ctx, listeners=[ahead.consider] if ahead is not None else [])  # told the screen's rows
@@ -65,8 +68,7 @@ def _pipeline(ctx: SearchContext, fresh: bool, kept: Path) -> int:
         s, ctx.resume, ctx.base, ctx.hw.gpus, ctx.shapes, ctx.placement, ctx.probed, ctx.out, pool, ctx.notice
     )
     screened = ctx.phase("screen", lambda: screen.time_proposals(looking, space), list[TrialRow])
-    confirming = bool(ctx.state.data.get("remembered"))
-    remaining = eta.Remaining(ctx.shapes, s, ctx.hw.gpus, confirming, loss_checked)
+    remaining = eta.Remaining(ctx.shapes, s, ctx.hw.gpus, again.confirming, loss_checked)
     planned_remeasure_s = eta.after_screen(remaining, screened, pending(besides, ahead))  # as the pool says
 
     done = ctx.phase(
@@ -80,12 +82,10 @@ def _pipeline(ctx: SearchContext, fresh: bool, kept: Path) -> int:
     # as it was set: the phase may be resumed
     loss_limit = baseline.loss_limit_of(ctx.cfg.quality, ctx.shapes.horizon, base_row, done.seeds)
     screened = with_feasibility(screened, checked, loss_limit, baseline=ctx.base.model_dump())
-    again = remeasure_inputs(ctx)
     measured = ctx.phase(
         "remeasure", lambda: remeasure.time_finalists(again, screened, planned_remeasure_s), list[TrialRow]
     )
 
-    answer = finish_inputs(ctx)
     summary = finish.summarize(answer, base_row, screened, checked, measured, loss_limit, done.outcome)
     code = finish.write(answer, summary)
     if not remembered and code != Exit.NOTHING_SCREENED:
