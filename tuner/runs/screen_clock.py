@@ -54,10 +54,9 @@ class ScreenClock:
         """Whether to start a config now: a start point not yet `seen` (proposed or measured) always starts,
         any other only if it could get through a cold first step before the budget ends, no start point
         `running` still waits for its place, and `room()` says a place is free. A proposal made without a
-        free place waits in Tune's queue and starts when it
-        no longer can: two made ~50 s into a 2-minute screen start at ~96 s (the places are held by the
-        runs beside it) and are stopped mid-compile, after holding the places the answer's loss run ahead
-        waits 40 s for (2 H200s, docs/benchmarks.md)."""
+        free place waits in Tune's queue and starts when it no longer can: two made ~50 s into a 2-minute
+        screen start at ~96 s (the places are held by the runs beside it) and are stopped mid-compile,
+        after holding the places the answer's loss run ahead waits 40 s for (2 H200s, docs/benchmarks.md)."""
         if self._first_wave_left(seen):
             return True
         if self.start_point_waits(running or {}):
