@@ -48,27 +48,31 @@ def one_cpu_ray(monkeypatch):
     ray.shutdown()
 
 
-# One one-CPU Ray for every test that asks for shared_cpu_ray (or module_cpu_ray), kept up from one such test
-# to the next, across modules too: Ray's start (~6 s on 2 cores) and a worker's first imports are most of a
-# small Tune test. It is shut down before the first test of any module with no such test (that module may
-# start a Ray of its own), so a module that uses it must start no Ray of its own. Each test's named actors
-# (telemetry, gates) are got-if-they-exist, so one test's do not stop the next.
-SHARED_RAY_MODULES: set[str] = set()
-_shared_ray_up: list[bool] = []
+# One Ray of each shape below for every test that asks for it (shared_cpu_ray, module_cpu_ray: one CPU;
+# two_fake_gpus: 4 CPUs and 2 GPUs it does not have), kept up from one such test to the next, across modules
+# too: Ray's start (~6 s on 2 cores) and a worker's first imports are most of a small Tune test. It is shut
+# down before the first test of any module that uses no Ray of that shape (that module may start a Ray of its
+# own, or want the other shape), so a module that uses one must start no Ray of its own and use one shape.
+# Each test's named actors (telemetry, gates) are got-if-they-exist, so one test's do not stop the next.
+SHARED_RAYS = {
+    "one CPU": {"num_cpus": 1, "logging_level": "ERROR"},
+    "two fake GPUs": {"num_cpus": 4, "num_gpus": 2},
+}
+_FIXTURE_SHAPES = {"shared_cpu_ray": "one CPU", "module_cpu_ray": "one CPU", "two_fake_gpus": "two fake GPUs"}
+SHARED_RAY_MODULES: dict[str, str] = {}  # module -> the shape of its shared Ray
+_shared_ray_up: list[str] = []  # the shape up now, if any
 
 
 @pytest.hookimpl(trylast=True)  # after `-m`/`-k` deselected: only the tests that will run count
 def pytest_collection_modifyitems(items):
-    SHARED_RAY_MODULES.update(
-        item.nodeid.split("::")[0]
-        for item in items
-        if {"shared_cpu_ray", "module_cpu_ray"} & set(item.fixturenames)
-    )
+    for item in items:
+        for fixture in set(_FIXTURE_SHAPES) & set(item.fixturenames):
+            SHARED_RAY_MODULES[item.nodeid.split("::")[0]] = _FIXTURE_SHAPES[fixture]
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item):
-    if item.nodeid.split("::")[0] not in SHARED_RAY_MODULES:
+    if SHARED_RAY_MODULES.get(item.nodeid.split("::")[0]) not in _shared_ray_up:
         stop_shared_ray()
 
 
@@ -84,23 +88,23 @@ def stop_shared_ray() -> None:
         _shared_ray_up.clear()
 
 
-def start_shared_ray() -> None:
+def start_shared_ray(shape: str = "one CPU") -> None:
     import ray
 
-    if _shared_ray_up and ray.is_initialized():
+    if _shared_ray_up == [shape] and ray.is_initialized():
         return
+    stop_shared_ray()
     before = os.getcwd()
     os.chdir(TESTS)  # workers get the driver's cwd on sys.path: the test workloads import
     try:
-        ray.init(
-            address="local", num_cpus=1, include_dashboard=False, log_to_driver=False, logging_level="ERROR"
-        )
+        ray.init(address="local", include_dashboard=False, log_to_driver=False, **SHARED_RAYS[shape])
     finally:
         os.chdir(before)
-    _shared_ray_up[:] = [True]
+    _shared_ray_up[:] = [shape]
 
 
 SHARED_RAY_GROUP = "the modules on the shared one-CPU Ray"
+SHARED_GPU_GROUP = "the modules on the shared two-fake-GPU Ray"
 SHARED_JOB_GROUP = "the modules on the shared Ray Job"
 
 
@@ -108,8 +112,9 @@ def xdist_unit(nodeid: str) -> str:
     """What pytest-xdist hands a worker as one piece (-n 2): a whole module, so its module-scoped Ray starts
     once, not on each worker; and every module that uses the shared one-CPU Ray together, so that Ray starts
     once for all of them, not again after each module between them (8 starts -> 1; issue 44); and the slow
-    suite's two Ray Job modules together, so their head and job start once (-m slow -n 2). Which modules
-    use it is read from their source here: the controller sees test ids, not fixtures."""
+    suite's two Ray Job modules together, so their head and job start once (-m slow -n 2); the same for the
+    shared two-fake-GPU Ray. Which modules use which is read from their source here: the controller sees
+    test ids, not fixtures."""
     return _module_unit(nodeid.split("::", 1)[0])
 
 
@@ -121,6 +126,8 @@ def _module_unit(module: str) -> str:
         return module
     if "shared_run" in source:  # test_ray_jobs*.py: one head and one Ray Job for both modules
         return SHARED_JOB_GROUP
+    if "two_fake_gpus" in source:
+        return SHARED_GPU_GROUP
     return SHARED_RAY_GROUP if "shared_cpu_ray" in source or "module_cpu_ray" in source else module
 
 
@@ -152,3 +159,14 @@ def shared_cpu_ray(monkeypatch):
     cwd where one_cpu_ray puts it."""
     start_shared_ray()
     monkeypatch.chdir(TESTS)
+
+
+@pytest.fixture(scope="module")
+def two_fake_gpus():
+    """A local Ray that advertises two GPUs it does not have, shared as above, with the gate of each GPU open
+    (the search's driver owns one per GPU; a run beside parks at its GPU's); the runs train on the CPU
+    through the search's own trainable. Each test's runs have ended when it returns, each has its own OUT."""
+    from trainables.gate import open_gates
+
+    start_shared_ray("two fake GPUs")
+    return open_gates()

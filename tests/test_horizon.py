@@ -110,7 +110,7 @@ def test_at_the_planned_run_the_baseline_trains_one_seed(tmp_path):
     ]
 
 
-def test_loss_runs_stop_at_the_prefix_and_the_loss_limit_takes_both_seeds(tmp_path, one_cpu_ray):
+def test_loss_runs_stop_at_the_prefix_and_the_loss_limit_takes_both_seeds(tmp_path, two_fake_gpus):
     """Real Tune trials of the smoke model on the CPU: the planned run is 64 steps of batch 16, the loss
     horizon a quarter of it, 16,384 tokens."""
     overrides = ["train.tokens=65536", "train.eval_tokens=2048", "search.loss_check_top=1",
@@ -181,24 +181,6 @@ def beside_context(out: Path, *overrides: str) -> SearchContext:
     cfg = load_search_config(SMOKE, [*BESIDE_OVERRIDES, *overrides])
     cfg.search.start_points = [{"loader": "device"}]  # shares the baseline's loss knobs: its twin
     return SearchContext(cfg, out, cfg.train, Hardware(gpus=2, gpu_mem_mb=81_559), 4, State(out), "")
-
-
-@pytest.fixture(scope="module")
-def two_fake_gpus():
-    """A local Ray that advertises two GPUs it does not have (as tests/test_loss_ahead.py); the runs train
-    the smoke model on the CPU through the search's own trainable, at the gates the driver owns. Started once
-    for the module's tests that use it (Ray's start and a worker's imports are most of one): each test's runs
-    have all ended when it returns (the loss check waits for every run it started), and each has its own OUT."""
-    import ray
-
-    from trainables.gate import open_gates
-
-    ray.init(address="local", num_cpus=4, num_gpus=2, include_dashboard=False, log_to_driver=False)
-    gates = open_gates()
-    try:
-        yield gates
-    finally:
-        ray.shutdown()
 
 
 def beside_screen(ctx: SearchContext) -> baseline.Beside:

@@ -7,12 +7,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-import pytest
-import ray
-
 from tests.factories import make_row
 from tests.test_loss_placement import rounds_without_training
-from trainables.gate import open_gates
 from tuner.config import load_search_config
 from tuner.context import SearchContext, State
 from tuner.decide.select import loss_check_candidates
@@ -24,18 +20,6 @@ from tuner.state.hardware import Hardware
 from tuner.state.records import AHEAD_PHASE
 
 SMOKE_SHORT = ["train.tokens=16384", "train.eval_tokens=2048", "search.loss_check_top=2"]
-
-
-@pytest.fixture(scope="module")
-def two_fake_gpus():
-    """Started once for the module (Ray's start is most of a test here): each test's runs ahead have ended
-    (taken by a round, or cancelled) when it returns, and each has its own OUT."""
-    ray.init(address="local", num_cpus=4, num_gpus=2, include_dashboard=False, log_to_driver=False)
-    gates = open_gates()  # the search's driver owns one per GPU; a run beside parks at its GPU's
-    try:
-        yield gates
-    finally:
-        ray.shutdown()
 
 
 def started(ahead: RunsAhead) -> list[dict]:

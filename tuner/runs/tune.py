@@ -9,6 +9,7 @@ and TensorBoard events into OUT/ray on the driver, from what they report.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -97,39 +98,62 @@ def _trainable(phase: str, role: Role | None, inputs: TrialInputs) -> Any:
     return trainable
 
 
+@dataclass(frozen=True)
+class _Experiment:
+    """What every Tune experiment of one phase shares: its ledger and OUT, where its trials run, what they
+    get through the object store, and what they are for (`role`: their timing-gate policy, part of each
+    row's spec key). A phase fits one, and one more for each rerun of trials lost with their nodes."""
+
+    ledger: Ledger
+    out: Path
+    placement: Placement
+    inputs: TrialInputs
+    role: Role | None
+
+    def fit(
+        self,
+        param_space: dict[str, Any],
+        *,
+        total: int,
+        already: int,
+        rerun: int,
+        on_row: Callable[[list[TrialRow]], None] | None = None,
+        planned_s: float | None = None,
+        callbacks: Sequence[Any] = (),
+        **tune_kwargs,
+    ) -> LedgerRecorder:
+        """One Tune experiment (`rerun`: how many came before it in this call, each for trials lost with
+        their nodes); tune_kwargs go to TuneConfig except `stopper` (to RunConfig) and `budget_s` (the wall
+        time the progress lines count down; the stopper ends the phase). Returns its record: the trials lost
+        with their nodes and left unrecorded (`lost`, while reruns remain) for the caller to rerun, and those
+        Tune ended without a row (`untold`). A Ctrl-C that Tune caught (it returns from fit() early) is
+        Interrupted."""
+        _say_going_on(self.ledger.phase, rerun, already, total)
+        budget = tune_kwargs.pop("budget_s", None)  # for the progress lines: the stopper ends the phase
+        progress = PhaseProgress(
+            self.ledger.phase, total, already, self.ledger.best_speed(), budget, planned_s
+        )
+        record = LedgerRecorder(self.ledger, rerun < NODE_LOSS_RERUNS, on_row, self.role, progress)
+        return _fit(self, param_space, record, progress, callbacks, tune_kwargs)
+
+
 def _fit(
-    ledger: Ledger,
-    out: Path,
-    param_space,
-    placement: Placement,
-    *,
-    total,
-    already,
-    rerun_lost: bool = False,
-    inputs: TrialInputs,
-    on_row: Callable[[list[TrialRow]], None] | None = None,
-    planned_s: float | None = None,
-    role: Role | None = None,
-    callbacks: Sequence[Any] = (),
-    **tune_kwargs,
+    exp: _Experiment,
+    param_space: dict[str, Any],
+    record: LedgerRecorder,
+    progress: PhaseProgress,
+    callbacks: Sequence[Any],
+    tune_kwargs: dict[str, Any],
 ) -> LedgerRecorder:
-    """One Tune experiment; tune_kwargs go to TuneConfig except `stopper` (to RunConfig) and `budget_s` (the
-    wall time the progress lines count down; the stopper ends the phase); `role`, what the trials are for:
-    their timing-gate policy (Role.timing_gate) and part of each row's spec key. Returns
-    its record: the trials lost with their nodes and left unrecorded (`lost`, with `rerun_lost`) for the
-    caller to rerun, and those Tune ended without a row (`untold`). A Ctrl-C that Tune caught (it returns
-    from fit() early) is Interrupted."""
     quiet_trial_failures()
-    storage = (out / "ray").resolve()
+    ledger, placement = exp.ledger, exp.placement
+    storage = (exp.out / "ray").resolve()
     attempt = sum(1 for p in storage.glob(f"{ledger.phase}*") if p.is_dir()) if storage.exists() else 0
     name = ledger.phase if attempt == 0 else f"{ledger.phase}-r{attempt}"
-    budget = tune_kwargs.pop("budget_s", None)  # for the progress lines: the stopper ends the phase
-    progress = PhaseProgress(ledger.phase, total, already, ledger.best_speed(), budget, planned_s)
-    record = LedgerRecorder(ledger, rerun_lost, on_row, role, progress)
     stoppers = [s for s in (tune_kwargs.pop("stopper", None), LedgerFailed(record)) if s is not None]
     sigint = TuneSigint()  # made now: the SIGINT handler Tune will replace is the one in place
     tuner = tune.Tuner(
-        tune.with_resources(_trainable(ledger.phase, role, inputs), placement.resources),
+        tune.with_resources(_trainable(ledger.phase, exp.role, exp.inputs), placement.resources),
         param_space=param_space,
         tune_config=tune.TuneConfig(
             trial_dirname_creator=lambda trial: f"{name}_{trial.trial_id}",
@@ -153,7 +177,7 @@ def _fit(
     if record.failure is not None:
         raise record.failure
     if ctrl_c:
-        raise Interrupted(f"{ledger.phase}: {len(ledger.rows())} of {total} trials finished")
+        raise Interrupted(f"{ledger.phase}: {len(ledger.rows())} of {progress.total} trials finished")
     return record
 
 
@@ -174,6 +198,7 @@ def run_cases(
     A run whose spec key (its config, labels and `role`) has a row in the phase's ledger is done, not rerun.
     `planned_s`, the search's estimate of the phase, bounds the ETA of its progress lines."""
     ledger = Ledger(out, phase)
+    experiment = _Experiment(ledger, out, placement, inputs, role)
     counts = [repeats] * len(cases) if isinstance(repeats, int) else list(repeats)
     wanted = {(i, rep): cases[i].labelled(case=i, repeat=rep) for i, rep in round_robin(counts)}
     keys = {at: spec_key(spec, role) for at, spec in wanted.items()}
@@ -184,19 +209,8 @@ def run_cases(
         pending = [spec.as_tune()[TRAIN] for at, spec in wanted.items() if at not in done]
         if not pending:
             break
-        _say_going_on(phase, attempt, len(done), total)
-        record = _fit(
-            ledger,
-            out,
-            {TRAIN: tune.grid_search(pending)},
-            placement,
-            total=total,
-            already=len(done),
-            rerun_lost=attempt < NODE_LOSS_RERUNS,
-            inputs=inputs,
-            planned_s=planned_s,
-            role=role,
-        )
+        grid = {TRAIN: tune.grid_search(pending)}
+        record = experiment.fit(grid, total=total, already=len(done), rerun=attempt, planned_s=planned_s)
         untold = list(record.untold.values())
         if not record.lost:
             break
@@ -241,6 +255,7 @@ def run_proposals(
     Trials lost with their nodes are proposed anew, in a fresh experiment with a fresh searcher (the study
     and the ledger carry what was learned)."""
     ledger = Ledger(out, phase)
+    experiment = _Experiment(ledger, out, placement, inputs, role)
     answered, exhausted, untold = 0, False, []
     for attempt in range(NODE_LOSS_RERUNS + 1):
         done = ledger.rows()
@@ -249,20 +264,14 @@ def run_proposals(
         if remaining <= 0 or (budget is not None and budget <= 0):
             break
         searcher = _distinct(make_searcher(), done, fit, clock, placement)
-        _say_going_on(phase, attempt, len(done), trials)
         best = max((r.tokens_per_s or 0 for r in done if r.status == "ok"), default=0.0)
         slow = SlowTrialStopper(stopper_ratio, best, keep)
-        record = _fit(
-            ledger,
-            out,
+        record = experiment.fit(
             param_space,
-            placement,
             total=trials,
             already=len(done),
-            rerun_lost=attempt < NODE_LOSS_RERUNS,
-            inputs=inputs,
+            rerun=attempt,
             on_row=on_row,
-            role=role,
             search_alg=searcher,
             num_samples=remaining,
             budget_s=budget,
