@@ -4,13 +4,11 @@ text every time, cached, in a small fixed vocabulary, and usable from the traini
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.test_train import cli_in_process
 from trainables import corpora
 from trainables.corpora import REPLACEMENT_CHAR
 from trainables.data import CharTokenizer, load_char_data, resolve_corpus
@@ -112,20 +110,12 @@ def test_tuner_data_may_name_it(monkeypatch):
     assert corpus.source.startswith(f"env TUNER_DATA={SPEC}: {SPEC}: Python ")
 
 
-def run_train(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "trainables.train", *args],
-        cwd=REPO,
-        env={**os.environ, "TUNER_OFFLINE": "1"},
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-
-
-def test_the_training_cli_trains_on_it_by_name(tmp_path):
+def test_the_training_cli_trains_on_it_by_name(tmp_path, monkeypatch):
+    """The CLI's `main` in this process (tests/test_train.py runs the CLI as a subprocess, as a user does)."""
+    monkeypatch.setenv("TUNER_OFFLINE", "1")
+    monkeypatch.chdir(REPO)
     sets = [a for s in [*TINY, "max_steps=2", "eval_interval=2"] for a in ("--set", s)]
-    done = run_train("--data", SPEC, *sets, "--out", str(tmp_path))
+    done = cli_in_process("--data", SPEC, *sets, "--out", str(tmp_path))
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.startswith("ok: val_loss ") and "| 2 steps" in done.stdout
     assert f"hybrid LM on {SPEC}: Python " in done.stderr

@@ -20,7 +20,6 @@ from pathlib import Path
 
 import psutil
 import pytest
-import ray
 import yaml
 from toy_workload import TOY
 
@@ -61,14 +60,6 @@ def test_rows_are_keyed_by_the_ray_trial_not_by_what_its_reused_worker_last_said
     ]
     assert (rows[0].tokens_per_s, rows[0].steps) == (900.0, 40)
     assert (rows[1].tokens_per_s, rows[1].steps, rows[1].pid) == (None, None, None)
-
-
-@pytest.fixture
-def one_cpu_ray(monkeypatch):
-    monkeypatch.chdir(TESTS)  # workers get the driver's cwd on sys.path: toy_workload imports
-    ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
-    yield
-    ray.shutdown()
 
 
 def trial_dirs(out: Path) -> dict[int, Path]:

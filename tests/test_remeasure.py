@@ -10,11 +10,9 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-import ray
 from toy_workload import TOY
 
 from tests.factories import make_row, synthetic_summary, without_best, without_telemetry
@@ -29,16 +27,7 @@ from tuner.runs.request import Placement, TrialInputs
 from tuner.runs.tune import round_robin, run_cases
 from tuner.state.records import BASELINE_ID, TrialRow
 
-TESTS = Path(__file__).resolve().parent
 BUSY_LOOP = "import time\nend = time.time() + 600\nwhile time.time() < end: pass\n"
-
-
-@pytest.fixture
-def one_cpu_ray(monkeypatch):
-    monkeypatch.chdir(TESTS)  # workers get the driver's cwd on sys.path: toy_workload imports
-    ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
-    yield
-    ray.shutdown()
 
 
 def remeasured(fid: str, *speeds: float, contended: tuple[bool, ...] = ()) -> list[TrialRow]:
@@ -140,7 +129,7 @@ def test_windows_too_short_to_judge_are_not_trusted_where_the_load_contended_oth
     assert all(f.speed_trusted for f in finalists_of(quiet, SCREEN))
 
 
-def test_the_runs_interleave_across_cases_in_time(tmp_path, one_cpu_ray):
+def test_the_runs_interleave_across_cases_in_time(tmp_path, shared_cpu_ray):
     """Each case has repeats of its own (the baseline more often than the finalists: search.baseline_repeats),
     and the runs interleave across the cases in time."""
     cases = [TrialSpec.of({**TOY, "seed": i}) for i in range(2)]
