@@ -9,12 +9,13 @@ import pytest
 
 from tests.test_probe import ROOT, SHAKESPEARE
 from tuner.config import load_search_config
-from tuner.context import SearchContext, State
+from tuner.context import SearchContext
 from tuner.phases import probe as probe_phase
 from tuner.pipeline import probe_inputs
 from tuner.space.batch_finder import max_batch
 from tuner.space.batch_fit import BatchFit
 from tuner.state.hardware import Hardware
+from tuner.state.search_state import State
 
 # The smoke model with 4 blocks: their activations are most of a step's memory, so checkpointing them shows.
 # Under 100 MB 8 fits without checkpointing and 16 does not; 16 fits with every block and 32 does not (three
@@ -63,9 +64,11 @@ def test_the_probe_phase_finds_the_largest_micro_batch_per_checkpointing_setting
     # Checkpointing keeps less per example: more fits, or the same fits in less. Usually 7 against 14, but
     # the cap is on address space above what the worker maps when it starts, and a worker that starts with
     # more mapped and free (CI, once: peak 626 MB against 449) fits 16 without checkpointing too: 14 and 14,
-    # in 570 MB against 626 (9% less per example; without checkpointing the two probes differ by ~1%).
+    # in 570 MB against 626; and one that starts with less free fits 7 either way (CI's mimic, 2026-11-30:
+    # 531 MB against 556). The peaks include the ~450 MB every worker maps, so "less" is read above the
+    # noise of two probes of one setting (~1%), not per example.
     assert every_block.batch >= plain.batch and every_block.peak_mb > 0, (plain, every_block)
-    assert every_block.peak_mb / every_block.batch < 0.95 * plain.peak_mb / plain.batch, (plain, every_block)
+    assert every_block.batch > plain.batch or every_block.peak_mb < 0.98 * plain.peak_mb, (plain, every_block)
 
     bounded = probe_phase.bounded(sizing, cfg.search.space, found)
     assert bounded["micro_batch"] == [None, *(m for m in (8, 16, 32) if m <= every_block.batch)]
