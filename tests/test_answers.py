@@ -187,7 +187,8 @@ def test_fresh_is_asked_by_flag_or_environment(monkeypatch):
 def test_fresh_takes_no_remembered_answer_where_one_would_be_taken(tmp_path, monkeypatch):
     """The pipeline's choice (the real records: the tests above; the searches end to end: tests/test_stray_cluster.py)."""
     from tuner import pipeline
-    from tuner.context import SearchContext, State
+    from tuner.context import SearchContext
+    from tuner.state.search_state import State
 
     monkeypatch.setenv("TUNER_FRESH", "0")
     cfg = load_search_config(SMOKE)

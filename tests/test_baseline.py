@@ -12,7 +12,7 @@ from factories import make_row
 from trainables.config import TrainConfig
 from trainables.spec import TrialSpec
 from tuner.config import QualitySection, load_search_config
-from tuner.context import SearchContext, State
+from tuner.context import SearchContext
 from tuner.measure import baseline
 from tuner.measure.baseline import (
     BaselineLoss,
@@ -31,6 +31,7 @@ from tuner.runs.shapes import RunShapes
 from tuner.runs.tasks import TaskRun
 from tuner.state.hardware import Hardware
 from tuner.state.records import BESIDE_PHASE
+from tuner.state.search_state import State
 
 BASE = {"batch_size": 8, "precision": "fp32", "compile": "none", "loader": "dataloader", "lr_scaling": "none"}
 

@@ -40,11 +40,12 @@ from trainables.errors import DataError
 from trainables.gate import GATE_PREFIX
 from trainables.trainable import _own_compile_caches
 from tuner.config import load_search_config
-from tuner.context import SearchContext, State
+from tuner.context import SearchContext
 from tuner.runs import ledger as runs_ledger
 from tuner.runs.phase_progress import PhaseProgress
 from tuner.session import node_loss
 from tuner.state.hardware import Hardware
+from tuner.state.search_state import State
 
 ROOT = Path(__file__).resolve().parents[1]
 SHAKESPEARE = ROOT.parent / "shared" / "data" / "tinyshakespeare.txt"

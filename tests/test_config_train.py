@@ -12,10 +12,10 @@ from trainables.config import ConfigError, read_yaml
 from trainables.workload import WorkloadInfo
 from tuner import search
 from tuner.config import SearchConfig
-from tuner.context import State
 from tuner.session.out_lock import OutLock
 from tuner.space.domains import fit_to_workload
 from tuner.state import out_claim
+from tuner.state.search_state import State
 
 SMOKE = str(Path(__file__).resolve().parents[1] / "configs" / "smoke.yaml")
 TEXT = "".join(f"line {i}: the quick brown fox jumps over the lazy dog\n" for i in range(6000))

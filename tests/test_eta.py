@@ -13,7 +13,7 @@ from tests.test_failures import FakeTrial
 from trainables.progress import fmt_seconds
 from trainables.spec import TrialSpec
 from tuner.config import load_search_config
-from tuner.context import SearchContext, State
+from tuner.context import SearchContext
 from tuner.decide.costs import CACHED_SHARE, cached_warmup
 from tuner.measure.eta import Remaining, after_screen, loss_check_s, remeasure_s
 from tuner.runs.ahead import pending
@@ -22,6 +22,7 @@ from tuner.runs.phase_progress import PhaseProgress
 from tuner.runs.request import Role
 from tuner.runs.tasks import Pending, PendingRun, TaskRun
 from tuner.state.hardware import Hardware
+from tuner.state.search_state import State
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 

@@ -12,7 +12,7 @@ import pytest
 from tests.factories import make_row, synthetic_summary
 from trainables.config import ConfigError, TrainConfig
 from tuner.config import load_search_config
-from tuner.context import SearchContext, State
+from tuner.context import SearchContext
 from tuner.measure import baseline
 from tuner.phases import loss_check
 from tuner.pipeline import loss_check_inputs
@@ -32,6 +32,7 @@ from tuner.runs.ledger import Ledger
 from tuner.runs.pool import RunPool
 from tuner.state.hardware import Hardware
 from tuner.state.records import BASELINE_ID, BESIDE_PHASE, LossLimit
+from tuner.state.search_state import State
 
 SMOKE = str(
     Path(__file__).resolve().parents[1] / "configs" / "smoke.yaml"

@@ -10,7 +10,7 @@ from dataclasses import replace
 from tests.factories import make_row
 from tests.test_loss_placement import rounds_without_training
 from tuner.config import load_search_config
-from tuner.context import SearchContext, State
+from tuner.context import SearchContext
 from tuner.decide.select import loss_check_candidates
 from tuner.phases import loss_check
 from tuner.pipeline import loss_check_inputs
@@ -18,6 +18,7 @@ from tuner.runs.ahead import RunsAhead
 from tuner.runs.ledger import Ledger
 from tuner.state.hardware import Hardware
 from tuner.state.records import AHEAD_PHASE
+from tuner.state.search_state import State
 
 SMOKE_SHORT = ["train.tokens=16384", "train.eval_tokens=2048", "search.loss_check_top=2"]
 

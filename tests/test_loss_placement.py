@@ -14,7 +14,7 @@ import ray
 from tests.factories import make_row
 from trainables.spec import TrialSpec
 from tuner.config import load_search_config
-from tuner.context import SearchContext, State
+from tuner.context import SearchContext
 from tuner.measure import baseline
 from tuner.phases import loss_check
 from tuner.pipeline import loss_check_inputs
@@ -22,6 +22,7 @@ from tuner.runs.placement import spread
 from tuner.runs.tasks import TaskRun
 from tuner.runs.tune import round_robin
 from tuner.state.hardware import Hardware, ProbedBatch
+from tuner.state.search_state import State
 
 
 @pytest.mark.parametrize(

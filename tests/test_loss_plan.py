@@ -11,7 +11,7 @@ import pytest
 
 from tests.factories import make_row
 from tuner.config import QualitySection, load_search_config
-from tuner.context import SearchContext, State
+from tuner.context import SearchContext
 from tuner.decide.loss_plan import Limits, LossCheck, LossPlan, baseline_speed, ordered
 from tuner.decide.select import loss_check_candidates, with_feasibility
 from tuner.phases import loss_check
@@ -21,6 +21,7 @@ from tuner.space.knobs import loss_key
 from tuner.state.hardware import Hardware
 from tuner.state.loss_outcome import LossCheckOutcome
 from tuner.state.records import Summary
+from tuner.state.search_state import State
 
 BASE = {"batch_size": 64, "grad_accum": 1, "lr": 1e-3, "lr_scaling": "none", "lr_base_batch": 64}
 BASE |= {"precision": "fp32", "compile": "none", "fused_adamw": False, "tokens": 10_240_000}

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from tests.factories import make_row, make_summary, synthetic_summary
 from tuner.config import load_search_config
-from tuner.context import SearchContext, State
+from tuner.context import SearchContext
 from tuner.phases import remeasure
 from tuner.pipeline import remeasure_inputs
 from tuner.report import render_html, render_markdown
@@ -15,6 +15,7 @@ from tuner.report.profile import answer_line
 from tuner.runs import observe
 from tuner.state.hardware import Hardware
 from tuner.state.records import BASELINE_ID
+from tuner.state.search_state import State
 
 SMOKE = str(Path(__file__).resolve().parents[1] / "configs" / "smoke.yaml")
 

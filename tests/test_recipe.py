@@ -11,7 +11,7 @@ from pydantic import ValidationError
 
 from trainables.config import TrainConfig
 from tuner.config import RECIPE, SearchConfig, SearchSection, load_search_config
-from tuner.context import SearchContext, State
+from tuner.context import SearchContext
 from tuner.decide.loss_plan import Limits, LossPlan
 from tuner.phases.remeasure import _recipe_finalist
 from tuner.pipeline import remeasure_inputs
@@ -29,6 +29,7 @@ from tuner.space.recipe import (
     start_points,
 )
 from tuner.state.hardware import Hardware
+from tuner.state.search_state import State
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = TrainConfig(batch_size=64, precision="fp32", compile="none", fused_adamw=False)

@@ -17,11 +17,11 @@ from toy_workload import TOY
 
 from tests.factories import make_row, synthetic_summary, without_best, without_telemetry
 from trainables.spec import TrialSpec
-from tuner.context import Telemetry
 from tuner.decide.select import finish_first, pick_winner, refuse_untrusted
 from tuner.phases import finish, remeasure
 from tuner.pipeline import remeasure_inputs
 from tuner.report import render_html, render_markdown, view
+from tuner.runs.observe import Telemetry
 from tuner.runs.pool import RunPool
 from tuner.runs.request import Placement, TrialInputs
 from tuner.runs.tune import round_robin, run_cases

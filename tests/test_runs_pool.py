@@ -16,8 +16,8 @@ from ray import tune
 from toy_workload import TOY
 
 from trainables.spec import TrialSpec
-from tuner.context import Telemetry
 from tuner.runs.ledger import Ledger
+from tuner.runs.observe import Telemetry
 from tuner.runs.phase_progress import trial_spec
 from tuner.runs.pool import RunPool
 from tuner.runs.request import Placement, Role, RunRequest, TpeSearch, TrialInputs, spec_key

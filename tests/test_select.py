@@ -15,7 +15,7 @@ from tests.factories import make_row
 from trainables.config import load_config
 from trainables.exit_codes import Exit
 from tuner.config import QualitySection, load_search_config
-from tuner.context import SearchContext, State
+from tuner.context import SearchContext
 from tuner.decide.loss_plan import Limits, LossPlan
 from tuner.decide.screen_outcome import ScreenOutcome, nothing_screened
 from tuner.decide.select import (
@@ -32,6 +32,7 @@ from tuner.pipeline import finish_inputs
 from tuner.space.knobs import knob_diff, loss_key, train_point
 from tuner.state.hardware import Hardware
 from tuner.state.records import BASELINE_ID, Finalist, LossLimit, Summary
+from tuner.state.search_state import State
 
 BASELINE = {
     "batch_size": 8,

@@ -5,10 +5,11 @@ from ray.tune.search.sample import Categorical, Float, Integer
 
 from trainables.config import ConfigError, TrainConfig
 from tuner.config import Range, SearchSection, load_search_config, parse_duration
-from tuner.context import Notices, SearchContext, State
+from tuner.context import Notices, SearchContext
 from tuner.pipeline import fit_to_hardware
 from tuner.space.domains import applicable, bound_batch, to_tune
 from tuner.state.hardware import Hardware
+from tuner.state.search_state import State
 
 CPU = {"cuda": False, "bf16": False, "cpus": 2, "backends": {"fla": "no CUDA", "mamba_ssm": "no CUDA"}}
 GPU = {"cuda": True, "bf16": True, "cpus": 16, "backends": {"fla": True, "mamba_ssm": True}}

@@ -18,9 +18,9 @@ from optuna.trial import TrialState
 
 from trainables.config import ConfigError
 from tuner import search
-from tuner.context import State
 from tuner.phases.screen import _fail_stale_trials
 from tuner.runs.ledger import Ledger
+from tuner.state.search_state import State
 from tuner.state.state_files import repair_state_files
 
 ROOT = Path(__file__).resolve().parents[1]

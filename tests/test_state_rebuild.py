@@ -12,8 +12,8 @@ from toy_workload import TOY
 
 from trainables.config import ConfigError
 from tuner.config import SearchConfig
-from tuner.context import State
 from tuner.runs.ledger import Ledger
+from tuner.state.search_state import State
 from tuner.state.state_files import DAMAGED_STATE, rebuild_state
 
 SHA = "ab" * 32

@@ -20,8 +20,8 @@ from tensorboardX.proto.event_pb2 import Event
 from tests.factories import make_row
 from tests.fake_nvml import POWER_CAP, THERMAL, FakeNvml, NVMLError_LibraryNotFound
 from trainables.spec import TrialSpec
-from tuner.context import Telemetry
 from tuner.runs import observe
+from tuner.runs.observe import Telemetry
 from tuner.runs.request import Role
 from tuner.state.trial_rows import trial_row
 from tuner.telemetry import (

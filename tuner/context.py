@@ -6,23 +6,19 @@ Nothing assigns into a context: a phase whose result the later ones read (the ba
 them a new one (`with_probed`). Two members are handles, not values: `state` (OUT/state.json, which each
 finished phase extends) and `notices` (the report's notices, said as they come).
 
-A phase is a plain function `run(ctx, ...)`; `SearchContext.phase` runs it once and records its result in
-OUT/state.json, so `--resume` skips finished phases.
+A phase is a plain function of the typed inputs the pipeline builds from a context; `SearchContext.phase`
+runs it once and records its result in OUT/state.json (tuner/state/search_state.py), so `--resume` skips
+finished phases.
 """
 
 from __future__ import annotations
 
-import json
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
-from pydantic import TypeAdapter
-
-from trainables.config import ConfigError, TrainConfig
-from trainables.files import write_atomically
+from trainables.config import TrainConfig
 from trainables.progress import log
 from trainables.workload import WorkloadInfo
 from tuner.config import SearchConfig
@@ -32,63 +28,9 @@ from tuner.runs.placement import PlacementPolicy
 from tuner.runs.request import TrialInputs
 from tuner.runs.shapes import RunShapes
 from tuner.state.hardware import Hardware, ProbedBatch
+from tuner.state.search_state import State
 
 T = TypeVar("T")
-
-
-class SearchFailed(RuntimeError):
-    """The search cannot go on (e.g. the baseline itself fails); one line, exit 1."""
-
-
-class PhaseError(RuntimeError):
-    """An unexpected error inside a phase (a bug, a lost cluster): the phase it stopped, and the error."""
-
-    def __init__(self, phase: str, error: Exception):
-        super().__init__(f"{phase}: {type(error).__name__}: {error}")
-        self.phase, self.error = phase, error
-
-
-class State:
-    """OUT/state.json: the search's inputs and each finished phase's result, written atomically."""
-
-    def __init__(self, out: Path):
-        self.path = out / "state.json"
-        self.data: dict[str, Any] = (
-            json.loads(self.path.read_text()) if self.path.exists() else {"phases": {}}
-        )
-
-    def save(self) -> None:
-        write_atomically(self.path, json.dumps(self.data, indent=1, default=str))
-
-    def phase(self, name: str) -> Any:
-        return self.data["phases"].get(name)
-
-    def finish(self, name: str, value: Any, seconds: float) -> None:
-        self.data["phases"][name] = value
-        self.data.setdefault("timings", {})[name] = round(seconds, 1)
-        self.save()
-
-    @property
-    def timings(self) -> dict[str, float]:
-        return dict(self.data.get("timings", {}))
-
-    def run_phase(self, name: str, run: Callable[[], T], kind: Any) -> T:
-        """`run()` once per search: its result (of type `kind`) is kept in state.json for --resume."""
-        adapter = TypeAdapter(kind)
-        done = self.phase(name)
-        if done is not None:
-            log(f"[{name}] already done (from {self.path})")
-            return adapter.validate_python(done)
-        log(f"[{name}] starting")
-        started = time.time()
-        try:
-            value = run()
-        except (ConfigError, SearchFailed, PhaseError):
-            raise  # already says what went wrong (a nested phase's error names the inner phase)
-        except Exception as err:
-            raise PhaseError(name, err) from err
-        self.finish(name, adapter.dump_python(value, mode="json"), time.time() - started)
-        return value
 
 
 class Notices(list):

@@ -15,9 +15,10 @@ from trainables.config import ConfigError, TrainConfig, make_config
 from trainables.errors import EnvironmentFault
 from trainables.exit_codes import Exit
 from trainables.gate import open_gates, retire_idle_gates
+from trainables.progress import log
 from trainables.workload import WorkloadInfo
 from tuner.config import SearchConfig
-from tuner.context import Notices, SearchContext, State, log
+from tuner.context import Notices, SearchContext
 from tuner.decide.loss_plan import LossCheck
 from tuner.decide.select import with_feasibility
 from tuner.measure import baseline, eta
@@ -32,6 +33,7 @@ from tuner.space.domains import applicable, autotune_notice, probe_hardware
 from tuner.state import answers
 from tuner.state.hardware import Hardware, ProbedBatch
 from tuner.state.records import TrialRow
+from tuner.state.search_state import State
 
 
 def run_search(ctx: SearchContext, fresh: bool = False, kept: Path | None = None) -> int:

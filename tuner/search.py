@@ -30,10 +30,10 @@ from trainables.data import Corpus, resolve_corpus, shipped_corpus
 from trainables.errors import DataError, EnvironmentFault, find_cause, first_line
 from trainables.exit_codes import Exit
 from trainables.preflight import preflight
+from trainables.progress import log
 from trainables.workload import WorkloadInfo
 from tuner import emit
 from tuner.config import SearchConfig, load_search_config, parse_duration
-from tuner.context import PhaseError, SearchFailed, log
 from tuner.pipeline import open_context, run_search
 from tuner.runs.request import TrialInputs
 from tuner.session import cache_server
@@ -43,6 +43,7 @@ from tuner.session.streams import exit_bounded, guarded_streams, say
 from tuner.space.domains import fit_to_workload
 from tuner.state import answers, caches
 from tuner.state.out_claim import check_writable, claim_out
+from tuner.state.search_state import PhaseError, SearchFailed
 
 EPILOG = """\
 phases: hardware -> batch probe -> speed screen -> loss check (the baseline's too) -> re-measure ->

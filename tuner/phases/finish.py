@@ -12,10 +12,9 @@ from typing import Any
 
 from trainables.config import TrainConfig, dump_config, make_config
 from trainables.exit_codes import Exit
-from trainables.progress import metrics_text, per_second
+from trainables.progress import log, metrics_text, per_second
 from trainables.workload import WorkloadInfo
 from tuner.config import ResourcesSection, SearchSection
-from tuner.context import State, log
 from tuner.decide import costs
 from tuner.decide.ratio import one_run_ratio_range, too_few_runs
 from tuner.decide.screen_outcome import ScreenOutcome, nothing_screened
@@ -33,6 +32,7 @@ from tuner.state.gpu_records import GpuUsage, TelemetrySummary
 from tuner.state.hardware import Hardware
 from tuner.state.loss_outcome import LossCheckOutcome
 from tuner.state.records import BASELINE_ID, BaselineResult, Best, Finalist, LossLimit, Summary, TrialRow
+from tuner.state.search_state import State
 from tuner.telemetry import fetch_usage
 from tuner.telemetry.gpus import gpu_population, gpu_usage, phase_spans
 

@@ -24,7 +24,6 @@ from typing import Any
 from trainables.config import TrainConfig
 from trainables.spec import TrialSpec
 from tuner.config import QualitySection, SearchSection
-from tuner.context import SearchFailed
 from tuner.decide.loss_plan import Limits, LossCheck, LossPlan, baseline_speed
 from tuner.decide.select import Candidate
 from tuner.measure import baseline
@@ -38,6 +37,7 @@ from tuner.space.knobs import execution, loss_key
 from tuner.space.recipe import as_run_here, row_ids, times_baseline
 from tuner.state.hardware import Hardware
 from tuner.state.records import LossLimit, TrialRow
+from tuner.state.search_state import SearchFailed
 
 # The shortest default of search.loss_check_time: a baseline whose loss run takes seconds still leaves time
 # to check a few fast candidates past max_loss_checks while none has passed.
@@ -195,28 +195,44 @@ def start_ahead(inputs: LossCheckInputs) -> RunsAhead | None:
     those of the candidates round 0 would take if the screen ended now (tuner/runs/ahead.py runs them)."""
     if inputs.loss_checked or not inputs.placement.room_beside():
         return None
-    base = inputs.base.model_dump()
+    plan = _AheadPlan.of(inputs)
     return RunsAhead(
         inputs.pool(),
-        plan=lambda screen: _wanted_ahead(inputs, screen),
-        key_of=lambda knobs: loss_key(knobs, base),
+        plan=plan.wanted,
+        key_of=lambda knobs: loss_key(knobs, plan.base),
         limit=run_budget(inputs),
         at_once=max(1, inputs.hw.gpus),
     )
 
 
-def _wanted_ahead(inputs: LossCheckInputs, screen: list[TrialRow]) -> list[RunRequest]:
-    """The loss runs of the fastest candidates so far that need one of their own, fastest first, each to
-    train beside the screen."""
+@dataclass(frozen=True)
+class _AheadPlan:
+    """Which loss runs to train ahead, asked again as each screen row comes: what does not change from one
+    row to the next is worked out once (`of`)."""
+
+    inputs: LossCheckInputs
+    base: dict[str, Any]
+    limits: Limits
     # one more than round 0 takes: if one of them fails the loss limit, the next has trained already (on
     # four H100s batch 512 fp16 fails it, and a second round trains batch 16 tf32 for 58.5 s)
-    # (issue 43: in the loss check's order, never one screened slower than the baseline or a passing config)
-    top = inputs.search.loss_check_top + 1
-    base = inputs.base.model_dump()
-    if baseline_speed(screen, base) is None and times_baseline(inputs.search.space, inputs.base):
-        return []  # until the screen has timed the baseline, "slower than the baseline" cannot be told
-    picks = LossPlan.of(screen, base, limits(inputs), recipe_runs(inputs, screen)).queue[:top]
-    return [RunRequest(_beside_screen(inputs, _spec(inputs, pick)), Role.AHEAD) for pick in picks]
+    top: int
+    baseline_screened: bool  # the screen times the baseline (its recipe is in the space)
+
+    @classmethod
+    def of(cls, inputs: LossCheckInputs) -> _AheadPlan:
+        s = inputs.search
+        screened = times_baseline(s.space, inputs.base)
+        return cls(inputs, inputs.base.model_dump(), limits(inputs), s.loss_check_top + 1, screened)
+
+    def wanted(self, screen: list[TrialRow]) -> list[RunRequest]:
+        """The loss runs of the fastest candidates so far that need one of their own, fastest first, each to
+        train beside the screen (issue 43: in the loss check's order, never one screened slower than the
+        baseline or a passing config)."""
+        if self.baseline_screened and baseline_speed(screen, self.base) is None:
+            return []  # until the screen has timed the baseline, "slower than the baseline" cannot be told
+        inputs = self.inputs
+        picks = LossPlan.of(screen, self.base, self.limits, recipe_runs(inputs, screen)).queue[: self.top]
+        return [RunRequest(_beside_screen(inputs, _spec(inputs, pick)), Role.AHEAD) for pick in picks]
 
 
 def _beside_screen(inputs: LossCheckInputs, spec: TrialSpec) -> TrialSpec:

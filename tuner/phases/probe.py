@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 from trainables.config import TrainConfig
 from trainables.data import Corpus
+from trainables.progress import log
 from tuner.config import Knob, Range, SearchSection
-from tuner.context import log
 from tuner.runs.tasks import probe_batches
 from tuner.space.batch_fit import largest_anywhere
 from tuner.space.domains import bound_batch

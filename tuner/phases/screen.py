@@ -16,9 +16,9 @@ from optuna.storages.journal import JournalFileBackend
 from optuna.trial import TrialState
 
 from trainables.config import TrainConfig
+from trainables.progress import log
 from trainables.spec import TrialSpec
 from tuner.config import Knob, SearchSection
-from tuner.context import log
 from tuner.decide.screen_outcome import ScreenOutcome
 from tuner.measure.screen_budget import screen_clock, wall_budget_s
 from tuner.runs.placement import PlacementPolicy
