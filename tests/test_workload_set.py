@@ -60,6 +60,21 @@ def test_a_row_gives_the_medians_of_the_pair_and_their_ratio(tmp_path):
     assert "nanogpt (screen-3)" in line and "2,100,000" in line and "1.21x" in line and "1.7500 ✓" in line
 
 
+def test_an_answer_that_is_the_recipe_is_said_so_beside_the_ratio(tmp_path):
+    """H200, 2026-11-30: nanoGPT's best.yaml was its recipe.yaml, one run each alone at 1.21M and 1.49M tok/s:
+    0.81x is the spread of two runs of one config, not an answer slower than the recipe."""
+    out = _out(tmp_path)
+    config = "batch_size: 64\nprecision: bf16\ncompile: default\n"
+    (out / "recipe.yaml").write_text("# the usual hand recipe\n" + config)
+    (out / "best.yaml").write_text("# the search's answer\n" + config)
+    got = bench.row("nanogpt", 0, 316.0, out, {"recipe": [1.49e6], "answer": [1.21e6]})
+    assert got["answer_is_recipe"] is True
+    assert "0.81x (the answer is the recipe: the spread of two runs)" in bench.table([got])
+    (out / "best.yaml").write_text(config.replace("bf16", "fp16"))
+    got = bench.row("nanogpt", 0, 316.0, out, {"recipe": [1.49e6], "answer": [1.21e6]})
+    assert got["answer_is_recipe"] is False and "| 0.81x |" in bench.table([got])
+
+
 def test_the_baseline_kept_and_a_failed_pair_still_make_a_row(tmp_path):
     out = _out(tmp_path)
     summary = json.loads((out / "summary.json").read_text())
