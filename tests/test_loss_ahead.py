@@ -20,7 +20,9 @@ from tuner.state.hardware import Hardware
 from tuner.state.records import AHEAD_PHASE
 from tuner.state.search_state import State
 
-SMOKE_SHORT = ["train.tokens=16384", "train.eval_tokens=2048", "search.loss_check_top=2"]
+# The smoke model at one layer of width 32 (the rules here are of which runs train where, not of the model).
+SMOKE_SHORT = ["train.tokens=16384", "train.eval_tokens=2048", "search.loss_check_top=2",
+               "train.model.n_layers=1", "train.model.d_model=32"]  # fmt: skip
 
 
 def started(ahead: RunsAhead) -> list[dict]:

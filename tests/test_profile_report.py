@@ -30,6 +30,8 @@ def test_the_remeasure_profiles_its_runs_after_their_windows(tmp_path, shared_cp
         "search.baseline_repeats=1",
         "search.remeasure_top=1",
         "search.screen_steps=4",
+        "train.model.n_layers=1",  # the smoke model at one layer of width 32: less to profile, the same rule
+        "train.model.d_model=32",
     ]
     cfg = load_search_config(SMOKE, overrides)
     ctx = SearchContext(cfg, tmp_path, cfg.train, Hardware(gpus=0), 1, State(tmp_path), "")
