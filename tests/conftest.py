@@ -54,10 +54,7 @@ def one_cpu_ray(monkeypatch):
 # down before the first test of any module that uses no Ray of that shape (that module may start a Ray of its
 # own, or want the other shape), so a module that uses one must start no Ray of its own and use one shape.
 # Each test's named actors (telemetry, gates) are got-if-they-exist, so one test's do not stop the next.
-SHARED_RAYS = {
-    "one CPU": {"num_cpus": 1, "logging_level": "ERROR"},
-    "two fake GPUs": {"num_cpus": 4, "num_gpus": 2},
-}
+SHARED_RAYS = {"one CPU": {"num_cpus": 1}, "two fake GPUs": {"num_cpus": 4, "num_gpus": 2}}
 _FIXTURE_SHAPES = {"shared_cpu_ray": "one CPU", "module_cpu_ray": "one CPU", "two_fake_gpus": "two fake GPUs"}
 SHARED_RAY_MODULES: dict[str, str] = {}  # module -> the shape of its shared Ray
 _shared_ray_up: list[str] = []  # the shape up now, if any
@@ -97,7 +94,13 @@ def start_shared_ray(shape: str = "one CPU") -> None:
     before = os.getcwd()
     os.chdir(TESTS)  # workers get the driver's cwd on sys.path: the test workloads import
     try:
-        ray.init(address="local", include_dashboard=False, log_to_driver=False, **SHARED_RAYS[shape])
+        ray.init(
+            address="local",
+            include_dashboard=False,
+            log_to_driver=False,
+            logging_level="ERROR",
+            **SHARED_RAYS[shape],
+        )
     finally:
         os.chdir(before)
     _shared_ray_up[:] = [shape]
