@@ -14,6 +14,10 @@ from tuner.space.knobs import SPEED_ONLY_KNOBS
 from tuner.state.records import Summary, TrialRow
 from tuner.telemetry.gpus import SEARCH, USAGE_PHASES, gpu_population
 
+# The smoke model at one layer of width 32, for Tune-trial tests whose rules are of steps, tokens, places and
+# profiles, not of the model: 20-40% less of their time (docs/test-times.md).
+SMALL_SMOKE_MODEL = ["train.model.n_layers=1", "train.model.d_model=32"]
+
 
 def make_row(
     tid: str, phase: str = "screen", config: dict[str, Any] | None = None, **fields: Any

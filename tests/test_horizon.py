@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.factories import make_row, synthetic_summary
+from tests.factories import SMALL_SMOKE_MODEL, make_row, synthetic_summary
 from trainables.config import ConfigError, TrainConfig
 from tuner.config import load_search_config
 from tuner.context import SearchContext
@@ -115,7 +115,7 @@ def test_loss_runs_stop_at_the_prefix_and_the_loss_limit_takes_both_seeds(tmp_pa
     """Real Tune trials of the smoke model on the CPU: the planned run is 64 steps of batch 16, the loss
     horizon a quarter of it, 16,384 tokens."""
     overrides = ["train.tokens=65536", "train.eval_tokens=2048", "search.loss_check_top=1",
-                 "quality.loss_horizon=16K", "train.model.n_layers=1", "train.model.d_model=32"]  # fmt: skip
+                 "quality.loss_horizon=16K", *SMALL_SMOKE_MODEL]  # fmt: skip
     cfg = load_search_config(SMOKE, overrides)
     ctx = SearchContext(cfg, tmp_path, cfg.train, Hardware(gpus=0), 1, State(tmp_path), "")
     screen = [
@@ -173,11 +173,8 @@ def test_the_html_report_says_the_loss_runs_trained_the_prefix_not_the_full_budg
     assert "Loss: at the full token budget" in render_html(synthetic_summary())
 
 
-# The smoke model at one layer of width 32: the rules here are of steps, tokens and places, not of the model
-# (a quarter less of these tests' time in Tune trials).
 BESIDE_OVERRIDES = ["train.tokens=65536", "train.eval_tokens=2048", "search.loss_check_top=1",
-                    "quality.loss_horizon=16K", "resources.speed_runs_per_gpu=2", "train.model.n_layers=1",
-                    "train.model.d_model=32"]  # fmt: skip
+                    "quality.loss_horizon=16K", "resources.speed_runs_per_gpu=2", *SMALL_SMOKE_MODEL]  # fmt: skip
 
 
 def beside_context(out: Path, *overrides: str) -> SearchContext:

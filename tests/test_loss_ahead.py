@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from tests.factories import make_row
+from tests.factories import SMALL_SMOKE_MODEL, make_row
 from tests.test_loss_placement import rounds_without_training
 from tuner.config import load_search_config
 from tuner.context import SearchContext
@@ -20,9 +20,7 @@ from tuner.state.hardware import Hardware
 from tuner.state.records import AHEAD_PHASE
 from tuner.state.search_state import State
 
-# The smoke model at one layer of width 32 (the rules here are of which runs train where, not of the model).
-SMOKE_SHORT = ["train.tokens=16384", "train.eval_tokens=2048", "search.loss_check_top=2",
-               "train.model.n_layers=1", "train.model.d_model=32"]  # fmt: skip
+SMOKE_SHORT = ["train.tokens=16384", "train.eval_tokens=2048", "search.loss_check_top=2", *SMALL_SMOKE_MODEL]
 
 
 def started(ahead: RunsAhead) -> list[dict]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.factories import make_row, make_summary, synthetic_summary
+from tests.factories import SMALL_SMOKE_MODEL, make_row, make_summary, synthetic_summary
 from tuner.config import load_search_config
 from tuner.context import SearchContext
 from tuner.phases import remeasure
@@ -30,8 +30,7 @@ def test_the_remeasure_profiles_its_runs_after_their_windows(tmp_path, shared_cp
         "search.baseline_repeats=1",
         "search.remeasure_top=1",
         "search.screen_steps=4",
-        "train.model.n_layers=1",  # the smoke model at one layer of width 32: less to profile, the same rule
-        "train.model.d_model=32",
+        *SMALL_SMOKE_MODEL,
     ]
     cfg = load_search_config(SMOKE, overrides)
     ctx = SearchContext(cfg, tmp_path, cfg.train, Hardware(gpus=0), 1, State(tmp_path), "")
