@@ -11,7 +11,10 @@ each marked `same`, `DIFF` or `speed`:
   (a busy machine times the same config differently), what follows is marked `speed`;
 - the searcher replayed: a fresh TPE with the screen's seed, asked and told in each search's own order with
   its own results, must propose every config that search proposed (else a DIFF): the rule that turned
-  results into proposals is the same in both, whatever the speeds were;
+  results into proposals is the same in both, whatever the speeds were. A study the loss-aware TPE drew
+  (tuner/space/sampler.py, which keeps its seed, startup trials and start points in the study) is replayed
+  by its own rule: each proposal drawn again from what it was drawn from (the trials then, the running
+  ones, the loss constraints known then);
 - the loss runs (the baseline's and the contenders'): val loss and verdict per trained config. A config
   trained by both must reach the same val loss (CPU training on a fixed seed and thread count is bit for
   bit; the loop records it to 5 decimals) and verdict; its final train loss is printed, and judged `speed`
@@ -42,7 +45,9 @@ from optuna.trial import FrozenTrial, TrialState
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from anywhere
 
-from tuner.state.older_summaries import loss_limit_in  # noqa: E402 - after the path insert
+from tuner.space.sampler import DRAWN, REFUSED, reopened  # noqa: E402 - after the path insert
+from tuner.space.sampler import replayed as replayed_draws  # noqa: E402
+from tuner.state.older_summaries import loss_limit_in  # noqa: E402
 
 STUDY = "screen"  # tuner/phases/screen.py's study name
 optuna.logging.set_verbosity(optuna.logging.WARNING)  # the replays' studies need no announcing
@@ -63,6 +68,11 @@ class Proposal:
     state: str
     tokens_per_s: float | None
     seen: tuple  # the finished trials TPE read: (number, config, state) each, and the order of their tok/s
+
+    @property
+    def refused(self) -> bool:
+        """Refused before it ran (it cannot fit, or its loss cannot pass by the loss runs then)."""
+        return self.state == "REFUSED"
 
     def line(self) -> str:
         speed = f"{self.tokens_per_s:,.0f} tok/s" if self.tokens_per_s is not None else "-"
@@ -107,12 +117,17 @@ def read_search(out: Path) -> Search:
         summary = json.loads(summary_path.read_text())
     except json.JSONDecodeError as e:
         raise BadOut(f"{summary_path}: not JSON ({e})") from None
-    trials = study_trials(out / "optuna.journal")
+    study = screen_study(out / "optuna.journal")
+    trials = study.get_trials(deepcopy=False)
     seed, startup = screen_sampler(out / "state.json")
     loss_limit = loss_limit_in(summary) or {}  # an OUT from before the rename has `loss_gate`
     proposals = [_proposal(t, trials) for t in trials]
-    sampler = f"TPE (seed {seed}, {startup} startup trials)"
-    replayed = replay(trials, seed, startup)
+    own = reopened(study)  # the loss-aware TPE the study keeps (tuner/space/sampler.py), else Tune's
+    if own is not None:
+        sampler = f"loss-aware TPE (seed {own.seed}, {own.startup_trials} startup trials)"
+        replayed = replayed_draws(own)
+    else:
+        sampler, replayed = f"TPE (seed {seed}, {startup} startup trials)", replay(trials, seed, startup)
     return Search(out, proposals, replayed, sampler, loss_runs(summary), loss_limit, summary)
 
 
@@ -153,6 +168,21 @@ def replay(trials: list[FrozenTrial], seed: int, startup: int) -> list[bool]:
     return same
 
 
+def screen_study(journal: Path) -> optuna.Study:
+    """The screen's study, in memory, read from a copy (opening a journal may write beside it)."""
+    trials = study_trials(journal)
+    with tempfile.TemporaryDirectory() as tmp:
+        copy = Path(tmp) / journal.name
+        shutil.copyfile(journal, copy)
+        kept = optuna.load_study(study_name=STUDY, storage=JournalStorage(JournalFileBackend(str(copy))))
+        attrs = dict(kept.user_attrs)
+    study = optuna.create_study(direction="maximize")
+    study.add_trials(trials)
+    for key, value in attrs.items():
+        study.set_user_attr(key, value)
+    return study
+
+
 def study_trials(journal: Path) -> list[FrozenTrial]:
     """The study's trials in Optuna's order, read from a copy (opening a journal may write beside it)."""
     if not journal.is_file():
@@ -179,8 +209,13 @@ def _proposal(trial: FrozenTrial, trials: list[FrozenTrial]) -> Proposal:
     ]
     values = sorted({t.value for t in read if t.value is not None})
     order = tuple(values.index(t.value) if t.value is not None else None for t in read)
-    seen = (tuple((t.number, _knobs(t.params), t.state.name) for t in read), order)
-    return Proposal(trial.number, dict(trial.params), trial.state.name, trial.value, seen)
+    # a loss-aware draw's loss constraints (those it drew under; a refused config's own) are what it was told
+    told = sorted(trial.user_attrs.get(DRAWN, {}).get("constraints", {}).items()) + sorted(
+        trial.constraints.items()
+    )
+    seen = (tuple((t.number, _knobs(t.params), t.state.name) for t in read), order, tuple(told))
+    state = "REFUSED" if REFUSED in trial.user_attrs else trial.state.name
+    return Proposal(trial.number, dict(trial.params), state, trial.value, seen)
 
 
 def loss_runs(summary: dict[str, Any]) -> dict[str, LossRun]:
@@ -215,12 +250,12 @@ def compare_proposals(a: Search, b: Search) -> list[tuple[str, str]]:
         pb = b.proposals[n] if n < len(b.proposals) else None
         text = f"#{n}: {pa.line() if pa else '(none)'}  |  {pb.line() if pb else '(none)'}"
         determined = agreed and pa is not None and pb is not None and pa.seen == pb.seen
-        if pa is not None and pb is not None and pa.config == pb.config:
+        if pa is not None and pb is not None and (pa.config, pa.refused) == (pb.config, pb.refused):
             mark = SAME
         else:
             mark = DIFF if determined else SPEED
             agreed = False
-        lines.append((mark, text if determined else f"{text}  (TPE had seen other results)"))
+        lines.append((mark, text if determined else f"{text}  (TPE had seen other results or loss verdicts)"))
     return lines
 
 

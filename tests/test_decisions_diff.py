@@ -18,6 +18,10 @@ from optuna.distributions import CategoricalDistribution
 from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
 
+from tests.test_searcher import FailsFrom
+from tuner.space.sampler import open_study
+from tuner.space.searcher import ScreenSearcher
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "bench" / "decisions_diff.py"
 SPACE = {
@@ -174,7 +178,7 @@ def test_what_follows_other_measured_speeds_is_speed_dependent(tmp_path):
     assert [line[:7] for line in marked(proc.stdout, "same")][:2] == ["same  #"] * 2
     lines = proc.stdout.splitlines()
     third = next(line.strip() for line in lines if "#2: " in line)
-    assert third.endswith("(TPE had seen other results)") and not third.startswith("DIFF")
+    assert third.endswith("(TPE had seen other results or loss verdicts)") and not third.startswith("DIFF")
     assert any(
         line.startswith("speed batch_size=32:") and "(not trained)" in line
         for line in marked(proc.stdout, "speed")
@@ -229,3 +233,70 @@ def test_an_out_without_a_finished_search_is_one_line_and_exit_2(tmp_path):
         == f"decisions_diff: {empty / 'optuna.journal'}: no such file (the screen's study)"
     )
     assert diff(a, a).returncode == 0
+
+
+def make_loss_aware_out(path: Path, speeds, fails_from: int | None, seed: int = 0) -> Path:
+    """An OUT whose screen the loss-aware TPE drew (tuner/space/sampler.py: the study keeps its seed, startup
+    trials and start points, and each proposal what it was drawn from), two running at a time; from the
+    third proposal on the loss runs say batches of `fails_from` and up fail the limit."""
+    knobs = {name: list(dist.choices) for name, dist in SPACE.items()}
+    said: dict = {"now": None}
+    path.mkdir()
+    storage = JournalStorage(JournalFileBackend(str(path / "optuna.journal")))
+    sampler = open_study(
+        "screen",
+        storage,
+        seed,
+        2,
+        knobs,
+        [{"batch_size": 8, "precision": "fp32", "loader": "dataloader"}],
+        lambda: said["now"],
+    )
+    searcher = ScreenSearcher(sampler)
+    running = []
+    for n, speed in enumerate(speeds):
+        if n == 2 and fails_from is not None:
+            said["now"] = FailsFrom(fails_from)
+        searcher.suggest(f"t{n}")
+        running.append((f"t{n}", speed))
+        if len(running) == 2:
+            tid, value = running.pop(0)
+            searcher.on_trial_complete(tid, result={"tokens_per_s": value})
+    for tid, value in running:
+        searcher.on_trial_complete(tid, result={"tokens_per_s": value})
+    (path / "state.json").write_text(json.dumps({"config": {"search": {"seed": seed, "trials": TRIALS}}}))
+    summary = {
+        "trials": [BASELINE],
+        "loss_limit": {"baseline_loss": 2.0123, "tolerance": 0.05, "mode": "absolute", "limit": 2.0623},
+        "baseline": {"tokens_per_s": 600.0},
+        "best": None,
+    }
+    (path / "summary.json").write_text(json.dumps(summary))
+    return path
+
+
+def test_a_loss_aware_screen_replays_by_its_own_rule_with_the_constraints_it_saw(tmp_path):
+    """Each proposal of a loss-aware screen draws again from what it was drawn from, the verdicts it was
+    told included; a screen that was told other verdicts proposes otherwise, and its own replay still holds."""
+    speeds = [700.0, 900.0, 800.0, 650.0, 720.0, 880.0]
+    a = make_loss_aware_out(tmp_path / "a", speeds, fails_from=32)
+    b = make_loss_aware_out(tmp_path / "b", speeds, fails_from=32)
+    same = diff(a, b)
+    assert same.returncode == 0, same.stdout
+    assert "same  A: loss-aware TPE (seed 0, 2 startup trials) fed A's own results proposes 6 of 6" in marked(
+        same.stdout, "same"
+    )
+    told_otherwise = make_loss_aware_out(tmp_path / "c", speeds, fails_from=None)
+    other = diff(a, told_otherwise)
+    assert other.returncode == 0, "other verdicts, other proposals: no rule changed"
+    assert (
+        "batch_size=32, loader=device, precision=fp32 [refused, 0 tok/s]  |  batch_size=32, loader=device, "
+        in (other.stdout)
+    )
+    assert any(
+        line.endswith("(TPE had seen other results or loss verdicts)")
+        for line in marked(other.stdout, "speed")
+    )
+    assert "same  B: loss-aware TPE (seed 0, 2 startup trials) fed B's own results proposes 6 of 6" in marked(
+        other.stdout, "same"
+    )

@@ -13,8 +13,9 @@ from tests.test_train import REPO
 from trainables.config import make_config
 from trainables.preflight import preflight
 from tuner.config import load_search_config
-from tuner.space.domains import start_point, to_tune
+from tuner.space.domains import start_point
 from tuner.space.knobs import loss_key
+from tuner.space.sampler import distributions
 
 CONFIG = REPO / "configs" / "hybrid-100m.yaml"
 
@@ -66,7 +67,7 @@ def test_the_space_holds_the_knobs_of_this_size(search):
     )  # 5+ min cold
     assert {"kernels": "fused"}.items() <= search.search.start_points[-1].items()  # fused timed at this size
     assert space["activation_checkpointing"] == [0, 1, 2]
-    assert set(to_tune(space)) == set(space)
+    assert set(distributions(space)) == set(space)
 
 
 def test_every_batch_and_micro_batch_of_the_space_combine(search):

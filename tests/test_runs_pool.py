@@ -7,12 +7,9 @@ from __future__ import annotations
 import json
 from types import SimpleNamespace
 
-import optuna
 import pytest
-from optuna.distributions import CategoricalDistribution
 from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
-from ray import tune
 from toy_workload import TOY
 
 from trainables.spec import TrialSpec
@@ -22,6 +19,8 @@ from tuner.runs.phase_progress import trial_spec
 from tuner.runs.pool import RunPool
 from tuner.runs.request import Placement, Role, RunRequest, TpeSearch, TrialInputs, spec_key
 from tuner.runs.tasks import start_loss_run
+from tuner.runs.tune import tpe_searcher
+from tuner.space.sampler import replayed
 from tuner.state.records import AHEAD_PHASE, BESIDE_PHASE
 
 ONE_WORKER = Placement({"cpu": 1}, 1, reuse_actors=True)
@@ -73,26 +72,25 @@ def test_a_run_trained_as_a_task_is_recorded_in_its_roles_ledger_and_told_to_the
 
 
 def test_a_searchers_proposals_come_from_the_tpe_search_its_phase_planned(tmp_path, shared_cpu_ray):
-    # The phase plans the searcher (a TpeSearch: study, seed, startup trials, start points) and the pool
-    # builds Tune's OptunaSearch from it: the start point first, then the seeded TPE's draws, in the study.
+    # The phase plans the searcher (a TpeSearch: study, seed, startup trials, space, start points) and the
+    # pool builds the loss-aware TPE from it: the start point first, then the seeded TPE's draws, each one
+    # in the study with what it was drawn from, so a fresh draw from that proposes it again.
     storage = JournalStorage(JournalFileBackend(str(tmp_path / "optuna.journal")))
-    searcher = TpeSearch("screen", storage, seed=5, startup_trials=3, points=({"seed": 3},))
-    seeds = list(range(100))
+    space = {"seed": list(range(100))}
+    searcher = TpeSearch("screen", storage, seed=5, startup_trials=3, space=space, points=({"seed": 3},))
     rows = RunPool(pool_context(tmp_path)).proposals(
         "screen",
         RunRequest(TrialSpec.of(TOY), Role.SPEED),
-        {"seed": tune.choice(seeds)},
         ONE_WORKER,
         trials=3,
         searcher=searcher,
         stopper_ratio=0.0,
         clock=None,
     )
-    proposed = [t.params["seed"] for t in optuna.load_study(study_name="screen", storage=storage).trials]
-    replay = optuna.create_study(sampler=optuna.samplers.TPESampler(seed=5, n_startup_trials=3))
-    replay.enqueue_trial({"seed": 3})
-    expected = [replay.ask({"seed": CategoricalDistribution(seeds)}).params["seed"] for _ in range(3)]
-    assert proposed == expected and proposed[0] == 3, "the start point, then TPE's draws at seed 5"
+    sampler = tpe_searcher(searcher)
+    proposed = [t.params["seed"] for t in sampler.study.trials]
+    assert len(proposed) == 3 and proposed[0] == 3, "the start point first"
+    assert replayed(sampler) == [True, True, True], "each, the seeded TPE's draw from what it saw"
     assert sorted(r.config["seed"] for r in rows) == sorted(proposed)
 
 

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import optuna
-from ray import tune
-from ray.tune.search.optuna import OptunaSearch
 from toy_workload import TOY
 
+from tests.test_searcher import tpe
 from trainables.spec import TrialSpec
 from tuner.runs.ledger import Ledger
 from tuner.runs.placement import room_now
@@ -95,15 +93,10 @@ def test_a_budget_shorter_than_a_first_step_still_measures_every_start_point(tmp
     rows = run_proposals(
         "screen",
         tmp_path,
-        {**TrialSpec.of(slow_start).as_tune(), "seed": tune.choice([1, 2, 3, 4, 5, 6])},
+        TrialSpec.of(slow_start).as_tune(),
         Placement({"cpu": 1}, 1, reuse_actors=True),
         trials=6,
-        make_searcher=lambda: OptunaSearch(
-            points_to_evaluate=[dict(p) for p in START],
-            metric="tokens_per_s",
-            mode="max",
-            sampler=optuna.samplers.RandomSampler(seed=0),
-        ),
+        make_searcher=lambda: tpe({"seed": [1, 2, 3, 4, 5, 6]}, list(START)),
         stopper_ratio=0.0,
         clock=ScreenClock(0.5, 120.0, frozenset(map(freeze, START))),
     )

@@ -1,13 +1,14 @@
 """The search space: knobs that do not apply here are dropped with a notice; batch bounds; Tune domains."""
 
 import pytest
-from ray.tune.search.sample import Categorical, Float, Integer
+from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
 from trainables.config import ConfigError, TrainConfig
 from tuner.config import Range, SearchSection, load_search_config, parse_duration
 from tuner.context import Notices, SearchContext
 from tuner.pipeline import fit_to_hardware
-from tuner.space.domains import applicable, bound_batch, to_tune
+from tuner.space.domains import applicable, bound_batch
+from tuner.space.sampler import distributions
 from tuner.state.hardware import Hardware
 from tuner.state.search_state import State
 
@@ -71,16 +72,17 @@ def test_batch_bound():
     assert bound_batch({"batch_size": [8, 64]}, 4)[0]["batch_size"] == [8]  # the smallest stays
 
 
-def test_tune_domains():
-    tuned = to_tune(
+def test_the_samplers_distributions():
+    found = distributions(
         {
             "precision": ["fp32", "bf16"],
             "lr": Range(low=1e-4, high=1e-2, log=True),
             "grad_accum": Range(low=1, high=4, integer=True),
         }
     )
-    assert isinstance(tuned["precision"], Categorical)
-    assert isinstance(tuned["lr"], Float) and isinstance(tuned["grad_accum"], Integer)
+    assert found["precision"] == CategoricalDistribution(["fp32", "bf16"])
+    assert found["lr"] == FloatDistribution(1e-4, 1e-2, log=True)
+    assert found["grad_accum"] == IntDistribution(1, 4), "both ends drawn"
 
 
 @pytest.mark.parametrize(

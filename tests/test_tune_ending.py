@@ -10,12 +10,10 @@ import threading
 import time
 from pathlib import Path
 
-import optuna
 import pytest
-from ray import tune
-from ray.tune.search.optuna import OptunaSearch
 from toy_workload import TOY
 
+from tests.test_searcher import tpe
 from trainables.spec import TrialSpec
 from tuner.runs.ledger import Ledger
 from tuner.runs.request import Placement
@@ -44,12 +42,10 @@ def test_tune_failing_a_trial_on_its_own_is_a_failure_that_names_it_not_an_inter
         run_proposals(
             "screen",
             tmp_path,
-            {**TrialSpec.of(slow_shutdown).as_tune(), "seed": tune.choice([1, 2, 3, 4, 5, 6])},
+            TrialSpec.of(slow_shutdown).as_tune(),
             ONE_WORKER,
             trials=3,
-            make_searcher=lambda: OptunaSearch(
-                metric="tokens_per_s", mode="max", sampler=optuna.samplers.RandomSampler(seed=0)
-            ),
+            make_searcher=lambda: tpe({"seed": [1, 2, 3, 4, 5, 6]}, []),
             stopper_ratio=0.5,
             clock=None,
         )

@@ -22,6 +22,7 @@ from tuner.context import Notices, SearchContext
 from tuner.decide.loss_plan import LossCheck
 from tuner.decide.select import with_feasibility
 from tuner.measure import baseline, eta
+from tuner.measure.loss_so_far import LossSoFar
 from tuner.phases import finish, loss_check, probe, remeasure, screen
 from tuner.runs import observe
 from tuner.runs.ahead import pending
@@ -63,11 +64,24 @@ def _pipeline(ctx: SearchContext, fresh: bool, kept: Path) -> int:
     room = baseline.Beside(ctx.shapes, ctx.placement, RunPool(ctx), s.start_points, loss_checked, ctx.notice)
     beside = baseline.start_beside(room, space)  # the baseline's loss run, in the screen's idle GPU time
     seeds_beside = baseline.start_seeds_beside(room, beside)  # at a loss horizon: its second seed's, too
-    ahead = loss_check.start_ahead(checking)  # the candidates' loss runs, as the screen finds them
     besides = [beside, *seeds_beside] if beside is not None else []
+    # what the loss runs beside the screen say so far: the screen's sampler and the runs ahead read it
+    so_far = LossSoFar(baseline.BaselineLoss(ctx.shapes, ctx.cfg.quality, ctx.notice), room.pool, besides)
+    ahead = loss_check.start_ahead(checking, so_far)  # the candidates' loss runs, as the screen finds them
+    so_far.ahead = ahead
     pool = RunPool(ctx, listeners=[ahead.consider] if ahead is not None else [])  # told the screen's rows
     looking = screen.ScreenInputs(
-        s, ctx.resume, ctx.base, ctx.hw.gpus, ctx.shapes, ctx.placement, ctx.probed, ctx.out, pool, ctx.notice
+        s,
+        ctx.resume,
+        ctx.base,
+        ctx.hw.gpus,
+        ctx.shapes,
+        ctx.placement,
+        ctx.probed,
+        ctx.out,
+        pool,
+        ctx.notice,
+        verdicts=so_far,
     )
     screened = ctx.phase("screen", lambda: screen.time_proposals(looking, space), list[TrialRow])
     remaining = eta.Remaining(ctx.shapes, s, ctx.hw.gpus, again.confirming, loss_checked)

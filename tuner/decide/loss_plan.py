@@ -10,6 +10,8 @@ timed at 4-5x were never checked):
 - first, the fastest candidate at the baseline's (effective batch, peak lr), execution and precision changed
   only, the likeliest to pass; the rest round robin over the (batch, lr) points, each point's candidates
   fastest first, points ordered by their fastest; after a failure at a point, other points first;
+- never a loss run for a config the loss runs so far rule out: a larger batch at the peak lr of one that failed
+  (tuner/decide/verdicts.py; issue 54: nanoGPT's loss check trained batch 128 and 256 at one lr, both failed);
 - `max_loss_checks` caps the runs once a config faster than the baseline passed; until one has, the check
   goes on past the cap while the estimated time of its runs (tokens / screened speed + the warm-up the
   screen saw) fits `loss_check_time`.
@@ -25,6 +27,7 @@ from typing import Any
 from pydantic import Field, model_validator
 
 from tuner.decide.select import Candidate, could_be_remeasured, loss_check_candidates
+from tuner.decide.verdicts import LossVerdicts
 from tuner.rules.record_base import Record
 from tuner.space.knobs import knob_diff, train_point
 from tuner.space.recipe import in_reach
@@ -81,6 +84,7 @@ class LossPlan:
     base: dict
     reference: frozenset[str] = frozenset()  # the recipe's screen runs (tuner/space/recipe.py)
     failed_points: set[tuple[int, float]] = field(default_factory=set)
+    ruled_out: list[Candidate] = field(default_factory=list)  # by a failure (tuner/decide/verdicts.py)
     runs: int = 0
     spent_s: float = 0.0
     ended_by: str | None = None
@@ -112,10 +116,6 @@ class LossPlan:
         """Whether a config screened faster than the baseline passed (any, where its speed is not known)."""
         return any(speed(p.row) > (self.base_speed or -math.inf) for p in self.passed)
 
-    def estimate_s(self, pick: Candidate) -> float:
-        """A loss run's time: its tokens at its screened speed, plus the compile and warm-up the screen saw."""
-        return self.limits.tokens / speed(pick.row) + (pick.row.warmup_s or 0.0)
-
     def next_round(self, take: int) -> list[Candidate]:
         """Up to `take` candidates to train now; none (and `ended_by` set) when the check is over. A slower
         candidate the re-measure could not time if the round's faster picks passed waits for a later round."""
@@ -137,8 +137,18 @@ class LossPlan:
             self.ended_by = "all_checked"
         self.queue = [c for c in self.queue if c not in batch]
         self.runs += len(batch)
-        self.spent_s += sum(self.estimate_s(p) for p in batch)
+        self.spent_s += sum(estimate_s(self.limits, p) for p in batch)
         return batch
+
+    def judge(self, verdicts: LossVerdicts | None) -> None:
+        """Takes out of the queue the candidates the loss runs so far rule out (a larger batch at the peak lr
+        of a failure): their runs could only fail. One whose own loss run has ended (ahead of the round)
+        stays: the round takes its row."""
+        if verdicts is None:
+            return
+        out = [c for c in self.queue if verdicts.rules_out(c.config)]
+        self.ruled_out += out
+        self.queue = [c for c in self.queue if c not in out]
 
     def record(self, pick: Candidate, passed: bool) -> None:
         if passed:
@@ -161,20 +171,15 @@ class LossPlan:
             estimated_s=round(self.spent_s, 1),
             time_budget_s=round(self.limits.time_s, 1),
             unchecked_faster=[r.id for r in sorted(rows, key=lambda r: (-speed(r), r.id))],
+            ruled_out=[r.id for c in self.ruled_out for r in c.rows],
         )
 
     def _drop_slower(self) -> None:
         floor = self.floor
-        self.queue = [c for c in self.queue if speed(c.row) > floor or self._reference_in_reach(c, floor)]
+        self.queue = [c for c in self.queue if speed(c.row) > floor or _in_reach(self, c, floor)]
 
     def _is_reference(self, pick: Candidate) -> bool:
         return bool(self.reference & set(pick.covers))
-
-    def _reference_in_reach(self, pick: Candidate, floor: float) -> bool:
-        """The recipe's group, while its screen figure beats the baseline's and is in reach of the floor."""
-        mine = [speed(r) for r in pick.rows if r.id in self.reference]
-        fastest = max(mine, default=-math.inf)
-        return fastest > (self.base_speed or 0.0) and in_reach(fastest, floor)
 
     def _preferred(self) -> list[Candidate]:
         """The queue with the candidates at a (batch, lr) point that failed last."""
@@ -186,7 +191,19 @@ class LossPlan:
             return True
         if self.passed_faster:
             return False
-        return self.spent_s + sum(self.estimate_s(p) for p in picks) <= self.limits.time_s
+        return self.spent_s + sum(estimate_s(self.limits, p) for p in picks) <= self.limits.time_s
+
+
+def estimate_s(limits: Limits, pick: Candidate) -> float:
+    """A loss run's time: its tokens at its screened speed, plus the compile and warm-up the screen saw."""
+    return limits.tokens / speed(pick.row) + (pick.row.warmup_s or 0.0)
+
+
+def _in_reach(plan: LossPlan, pick: Candidate, floor: float) -> bool:
+    """The recipe's group, while its screen figure beats the baseline's and is in reach of the floor."""
+    mine = [speed(r) for r in pick.rows if r.id in plan.reference]
+    fastest = max(mine, default=-math.inf)
+    return fastest > (plan.base_speed or 0.0) and in_reach(fastest, floor)
 
 
 class LossCheck(Record):

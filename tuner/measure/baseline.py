@@ -22,6 +22,7 @@ from trainables.progress import log
 from trainables.spec import TrialSpec
 from tuner.config import Knob, QualitySection
 from tuner.rules.horizon import LossHorizon
+from tuner.rules.loss_limit import LossRun
 from tuner.runs.placement import PlacementPolicy
 from tuner.runs.pool import RunPool
 from tuner.runs.request import Role, RunRequest
@@ -114,12 +115,12 @@ def start_run_beside(pool: RunPool, spec: TrialSpec, who: str, point: dict[str, 
 def _start_or_kept(pool: RunPool, spec: TrialSpec, who: str, point: dict[str, Any]) -> TaskRun:
     """The run beside the screen at the spec's seed: started, or (its row in the ledger from before a
     resume) a run with no task whose row `beside_row` reads back."""
-    if _kept(pool, spec.train.seed):
+    if kept_rows(pool, spec.train.seed):
         return TaskRun(None, spec, point, time.time())
     return start_run_beside(pool, spec, who, point)
 
 
-def _kept(pool: RunPool, seed: int) -> list[TrialRow]:
+def kept_rows(pool: RunPool, seed: int) -> list[TrialRow]:
     """The rows the ledger of runs beside the screen holds for the baseline's run at `seed`."""
     return [r for r in pool.rows(Role.BESIDE) if r.train.get("seed") == seed]
 
@@ -146,7 +147,7 @@ def beside_row(
     the pool; None when it failed, and the loss check trains it itself."""
     seed = run.spec.train.seed
     what = "the baseline's loss run" + ("" if seed == base.seed else f" at seed {seed}")
-    kept = _kept(pool, seed)[:1]  # recorded before a resume
+    kept = kept_rows(pool, seed)[:1]  # recorded before a resume
     row = pool.record(Role.BESIDE, kept)[0] if kept else pool.task_row(run, what)
     if row.status != "ok":
         notice(f"{what} beside the screen failed ({row.error}): it trains again now")
@@ -213,7 +214,7 @@ def as_baseline(row: TrialRow, twin: TrialRow | None, nth_seed: int = 0) -> Tria
 
 
 def loss_limit_of(
-    quality: QualitySection, horizon: LossHorizon, baseline: TrialRow, seeds: list[TrialRow]
+    quality: QualitySection, horizon: LossHorizon, baseline: LossRun, seeds: Sequence[LossRun]
 ) -> LossLimit:
     """The loss limit the baseline's loss run and its other seeds' runs set at the loss horizon (a failed seed
     run leaves the noise unmeasured)."""

@@ -26,6 +26,7 @@ from trainables.spec import TrialSpec
 from tuner.config import QualitySection, SearchSection
 from tuner.decide.loss_plan import Limits, LossCheck, LossPlan, baseline_speed
 from tuner.decide.select import Candidate
+from tuner.decide.verdicts import LossVerdicts, lr_scaling_advice
 from tuner.measure import baseline
 from tuner.runs.ahead import RunsAhead
 from tuner.runs.placement import PlacementPolicy, spread
@@ -36,9 +37,12 @@ from tuner.runs.tasks import TaskRun
 from tuner.space.knobs import execution, loss_key
 from tuner.space.recipe import as_run_here, row_ids, times_baseline
 from tuner.state.hardware import Hardware
+from tuner.state.loss_outcome import LossCheckOutcome
 from tuner.state.records import LossLimit, TrialRow
 from tuner.state.search_state import SearchFailed
 
+# What the loss runs beside the screen say so far (tuner/measure/loss_so_far.py:LossSoFar); None: not yet.
+VerdictsSoFar = Callable[[], LossVerdicts | None]
 # The shortest default of search.loss_check_time: a baseline whose loss run takes seconds still leaves time
 # to check a few fast candidates past max_loss_checks while none has passed.
 MIN_LOSS_CHECK_S = 120.0
@@ -120,10 +124,28 @@ def check_losses(
             plan.record(pick, bool(row.feasible))
         feasible += sum(bool(row.feasible) for row in new)
         rows += new
+        plan.judge(_verdicts(inputs, loss_limit, [base_row, *rows], ahead))
+    outcome = _ended(inputs, plan, _verdicts(inputs, loss_limit, [base_row, *rows], ahead))
+    return LossCheck(baseline=base_row, seeds=seed_rows, candidates=rows, outcome=outcome)
+
+
+def _ended(inputs: LossCheckInputs, plan: LossPlan, verdicts: LossVerdicts) -> LossCheckOutcome:
+    """How the check ended, said where a cap left faster configs unchecked or where larger batches failed
+    at one lr that the space could scale."""
     outcome = plan.outcome()
     if line := outcome.line():
         inputs.notice(line)
-    return LossCheck(baseline=base_row, seeds=seed_rows, candidates=rows, outcome=outcome)
+    if advice := lr_scaling_advice(verdicts, inputs.search.space):
+        inputs.notice(advice)
+    return outcome
+
+
+def _verdicts(
+    inputs: LossCheckInputs, loss_limit: LossLimit, rows: list[TrialRow], ahead: RunsAhead | None
+) -> LossVerdicts:
+    """What every loss run so far says: this check's rows and the runs ahead that ended (not yet taken)."""
+    seen = [(row.config, row) for row in rows] + [(s.knobs, s) for s in (ahead.finished() if ahead else [])]
+    return LossVerdicts.of(inputs.base.model_dump(), loss_limit, seen)
 
 
 def recipe_runs(inputs: LossCheckInputs, screen: list[TrialRow]) -> frozenset[str]:
@@ -190,12 +212,13 @@ def _rows_ahead(
     return rows
 
 
-def start_ahead(inputs: LossCheckInputs) -> RunsAhead | None:
+def start_ahead(inputs: LossCheckInputs, verdicts: VerdictsSoFar | None = None) -> RunsAhead | None:
     """Loss runs ahead of the rounds, on GPUs with places to spare beside the screen (as the baseline's):
-    those of the candidates round 0 would take if the screen ended now (tuner/runs/ahead.py runs them)."""
+    those of the candidates round 0 would take if the screen ended now, less those the loss runs so far
+    (`verdicts`) rule out (tuner/runs/ahead.py runs them)."""
     if inputs.loss_checked or not inputs.placement.room_beside():
         return None
-    plan = _AheadPlan.of(inputs)
+    plan = _AheadPlan.of(inputs, verdicts)
     return RunsAhead(
         inputs.pool(),
         plan=plan.wanted,
@@ -217,12 +240,13 @@ class _AheadPlan:
     # four H100s batch 512 fp16 fails it, and a second round trains batch 16 tf32 for 58.5 s)
     top: int
     baseline_screened: bool  # the screen times the baseline (its recipe is in the space)
+    verdicts: VerdictsSoFar | None = None  # what the loss runs beside the screen say so far
 
     @classmethod
-    def of(cls, inputs: LossCheckInputs) -> _AheadPlan:
+    def of(cls, inputs: LossCheckInputs, verdicts: VerdictsSoFar | None = None) -> _AheadPlan:
         s = inputs.search
         screened = times_baseline(s.space, inputs.base)
-        return cls(inputs, inputs.base.model_dump(), limits(inputs), s.loss_check_top + 1, screened)
+        return cls(inputs, inputs.base.model_dump(), limits(inputs), s.loss_check_top + 1, screened, verdicts)
 
     def wanted(self, screen: list[TrialRow]) -> list[RunRequest]:
         """The loss runs of the fastest candidates so far that need one of their own, fastest first, each to
@@ -231,7 +255,9 @@ class _AheadPlan:
         if self.baseline_screened and baseline_speed(screen, self.base) is None:
             return []  # until the screen has timed the baseline, "slower than the baseline" cannot be told
         inputs = self.inputs
-        picks = LossPlan.of(screen, self.base, self.limits, recipe_runs(inputs, screen)).queue[: self.top]
+        plan = LossPlan.of(screen, self.base, self.limits, recipe_runs(inputs, screen))
+        plan.judge(self.verdicts() if self.verdicts is not None else None)
+        picks = plan.queue[: self.top]
         return [RunRequest(_beside_screen(inputs, _spec(inputs, pick)), Role.AHEAD) for pick in picks]
 
 

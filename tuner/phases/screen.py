@@ -1,8 +1,9 @@
-"""The speed screen: Optuna (TPE, through Ray Tune's OptunaSearch) proposes configs, never one twice; each
-runs briefly, several per GPU so their compile and warm-up overlap, and is timed alone on its GPU (the
-timing gate); clearly slow ones are stopped early. The study lives in OUT/optuna.journal (or an RDB URL), so
-a resumed search goes on with what TPE already learned. The screen plans its searcher (`TpeSearch`: seed,
-start points, study); the pool builds it where Tune runs (tuner/runs/tune.py)."""
+"""The speed screen: Optuna's TPE proposes configs, never one twice, told each one's speed and, as the loss
+runs beside the screen finish, which configs' loss cannot pass (tuner/space/sampler.py); each runs briefly,
+several per GPU so their compile and warm-up overlap, and is timed alone on its GPU (the timing gate);
+clearly slow ones are stopped early. The study lives in OUT/optuna.journal (or an RDB URL), so a resumed
+search goes on with what TPE already learned. The screen plans its searcher (`TpeSearch`: seed, space, start
+points, study, the loss verdicts so far); the pool builds it where Tune runs (tuner/runs/tune.py)."""
 
 from __future__ import annotations
 
@@ -26,8 +27,8 @@ from tuner.runs.pool import RunPool
 from tuner.runs.request import Role, RunRequest, TpeSearch
 from tuner.runs.shapes import RunShapes
 from tuner.space.batch_fit import BatchFit
-from tuner.space.domains import to_tune
 from tuner.space.recipe import start_points
+from tuner.space.sampler import VerdictsNow
 from tuner.state.hardware import ProbedBatch
 from tuner.state.records import TrialRow
 
@@ -52,6 +53,7 @@ class ScreenInputs:
     out: Path
     pool: RunPool
     notice: Callable[[str], None]
+    verdicts: VerdictsNow | None = None
 
 
 def time_proposals(inputs: ScreenInputs, space: dict[str, Knob]) -> list[TrialRow]:
@@ -65,13 +67,18 @@ def time_proposals(inputs: ScreenInputs, space: dict[str, Knob]) -> list[TrialRo
     clock = screen_clock(s, budget_s, points)
 
     searcher = TpeSearch(
-        STUDY, storage, s.seed, startup_trials=max(2, min(8, s.trials // 3)), points=tuple(points)
+        STUDY,
+        storage,
+        s.seed,
+        startup_trials=max(2, min(8, s.trials // 3)),
+        space=space,
+        points=tuple(points),
+        verdicts=inputs.verdicts,
     )
     short_run = TrialSpec.of({**inputs.shapes.case(Role.SPEED), "compile_deadline_s": s.compile_deadline_s})
     rows = inputs.pool.proposals(
         "screen",
         RunRequest(short_run, Role.SPEED),  # the searcher's knobs go over it
-        to_tune(space),
         inputs.placement.speed(),
         trials=s.trials,
         searcher=searcher,

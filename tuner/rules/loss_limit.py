@@ -108,6 +108,15 @@ class LossLimit(Record):
         """A loss run's verdict: it trained without failing, to a loss that passes."""
         return run.status == "ok" and self.passes(run.val_loss)
 
+    def over(self, run: LossRun) -> float | None:
+        """How far a loss run's val loss is over the limit (<= 0: it passes; inf: its loss diverged), or None
+        where the run says nothing of the loss (out of memory, an error: its config did not train)."""
+        if run.status == "nan":
+            return math.inf
+        if run.status != "ok" or not isinstance(run.val_loss, int | float):
+            return None
+        return run.val_loss - self.limit if math.isfinite(run.val_loss) else math.inf
+
     def sentence(self, seeds: bool = True) -> str:
         """The rule with its numbers, as every output says it: 'limit 1.7912 = baseline 1.7412 + 0.05, the
         absolute tolerance set in the config', 'limit 0.0643 = baseline 0.0612 x (1 + 0.05), the relative

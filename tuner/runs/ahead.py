@@ -19,7 +19,7 @@ from typing import Any
 from trainables.progress import log
 from tuner.runs.pool import RunPool
 from tuner.runs.request import Role, RunRequest
-from tuner.runs.tasks import Pending, PendingRun, TaskRun
+from tuner.runs.tasks import LossSeen, Pending, PendingRun, TaskRun
 from tuner.state.records import TrialRow
 
 CANCEL_WAIT_S = 10.0  # how long cancel_rest waits for its stopped runs' processes to end
@@ -105,6 +105,13 @@ class RunsAhead:
             task.wait(max(0.0, deadline - time.monotonic()))
         if left:
             log(f"[loss_check] {len(left)} loss run(s) ahead no round needed: stopped")
+
+    def finished(self) -> list[LossSeen]:
+        """What its runs that have ended say of their configs' loss: those recorded (before a resume, or taken
+        by a round) and those finished since, not yet taken."""
+        kept = [LossSeen.of_row(row) for row in self.pool.rows(Role.AHEAD)]
+        fresh = [LossSeen.of(run.task) for run in self.runs.values() if run.task is not None]
+        return kept + [seen for seen in fresh if seen is not None]
 
     def pending(self) -> list[PendingRun]:
         """Its runs as the ETA reads them: each key's, done or still training."""

@@ -89,7 +89,6 @@ class RunPool:
         self,
         phase: str,
         request: RunRequest,
-        space: dict[str, Any],
         placement: Placement,
         *,
         trials: int,
@@ -98,14 +97,14 @@ class RunPool:
         clock: ScreenClock | None,
         fit: BatchFit | None = None,
     ) -> list[TrialRow]:
-        """Up to `trials` runs of the request's spec with the knobs `searcher` proposes from `space` over it
+        """Up to `trials` runs of the request's spec with the knobs `searcher` proposes from its space over it
         (tune.run_proposals; `fit`: the batch rules its proposals obey); the listeners hear of each as it
         finishes."""
         _one_role([request])
         rows = run_proposals(
             phase,
             self.ctx.out,
-            {**request.spec.as_tune(), **space},
+            request.spec.as_tune(),
             placement,
             trials=trials,
             make_searcher=lambda: tpe_searcher(searcher),

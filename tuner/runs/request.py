@@ -7,7 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any
 
@@ -15,7 +15,9 @@ from optuna.storages import BaseStorage
 
 from trainables.data import Corpus
 from trainables.spec import TrialSpec
+from tuner.config import Knob
 from tuner.space.knobs import PLACEMENT_FIELDS
+from tuner.space.sampler import VerdictsNow
 
 
 class Role(str, Enum):
@@ -108,13 +110,17 @@ class TrialInputs:
 @dataclass(frozen=True)
 class TpeSearch:
     """The searcher a phase's proposals come from, as the phase plans it (tuner/runs/tune.py:tpe_searcher
-    builds it, Ray Tune's OptunaSearch): Optuna's TPE seeded with `seed`, its first `startup_trials`
-    proposals random, over the study `study` in `storage` (so a resumed search goes on with what it
-    learned), trying `points` first; it proposes toward the largest `metric`."""
+    builds it: tuner/space/sampler.py's loss-aware TPE behind tuner/space/searcher.py's Tune searcher):
+    Optuna's TPE over `space`, seeded with `seed`, its first `startup_trials` proposals random, over the
+    study `study` in `storage` (so a resumed search goes on with what it learned), trying `points` first,
+    each finished trial constrained by what `verdicts` say of its loss then; it proposes toward the largest
+    `metric`."""
 
     study: str
     storage: BaseStorage
     seed: int
     startup_trials: int
+    space: dict[str, Knob] = field(default_factory=dict)
     points: tuple[dict[str, Any], ...] = ()
+    verdicts: VerdictsNow | None = None
     metric: str = "tokens_per_s"

@@ -94,7 +94,7 @@ class ScreenClock:
 
 class ScreenEnd(Stopper):
     """Ends the screen's Tune experiment when the clock says so, from the searcher's running and measured
-    configs (tuner.space.distinct.DistinctConfigs keeps both, frozen)."""
+    configs (tuner.space.searcher.ScreenSearcher keeps both, frozen)."""
 
     def __init__(self, clock: ScreenClock, searcher: Any):
         self.clock, self.searcher = clock, searcher
@@ -120,6 +120,6 @@ class ScreenStarts(Callback):
 
 
 def seen_by(searcher: Any) -> tuple[Collection[Hashable], Collection[Hashable]]:
-    """(running, seen): the frozen configs a DistinctConfigs searcher is running, and those plus the measured."""
+    """(running, seen): the frozen configs a ScreenSearcher is running, and those plus the measured."""
     running = set(searcher.running.values())
     return running, running | set(searcher.measured)

@@ -17,6 +17,7 @@ from trainables.trainable import run_beside
 from tuner.runs.request import Role, RunRequest, TrialInputs
 from tuner.space.batch_finder import max_batch
 from tuner.state.hardware import ProbedBatch
+from tuner.state.records import TrialRow
 
 
 @dataclass
@@ -45,12 +46,45 @@ class TaskRun:
         except Exception as err:  # noqa: BLE001
             return None, err
 
+    def finished(self) -> tuple[dict[str, Any] | None, BaseException | None] | None:
+        """Its metrics or its error once it has ended (None: still training, or its row was in the ledger
+        before a resume); a look that leaves the run for the pool to record."""
+        if self.ref is None or not self.done():
+            return None
+        return self.result()
+
     def cancel(self) -> None:
         if self.ref is not None:
             ray.cancel(self.ref, force=True)
 
     def pending(self) -> PendingRun:
         return PendingRun(self.role, self.spec.labels.knobs, self.done())
+
+
+@dataclass(frozen=True)
+class LossSeen:
+    """What a finished loss run says of the loss of the config it stands for (a tuner.rules LossRun)."""
+
+    knobs: dict[str, Any]
+    status: str
+    val_loss: float | None
+    seed: int | None = None
+
+    @classmethod
+    def of(cls, run: TaskRun) -> LossSeen | None:
+        """A task's, once it has ended (None: still training, or its row was in the ledger before)."""
+        ended = run.finished()
+        if ended is None:
+            return None
+        metrics, _ = ended
+        status, loss = (
+            (metrics.get("status", "error"), metrics.get("val_loss")) if metrics else ("error", None)
+        )
+        return cls(run.spec.labels.knobs, status, loss, run.spec.train.seed)
+
+    @classmethod
+    def of_row(cls, row: TrialRow) -> LossSeen:
+        return cls(row.config, row.status, row.val_loss, row.train.get("seed"))
 
 
 @dataclass(frozen=True)

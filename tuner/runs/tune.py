@@ -13,10 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import optuna
 from ray import tune
 from ray.tune import Stopper
-from ray.tune.search.optuna import OptunaSearch
 from ray.tune.stopper import CombinedStopper
 
 from trainables.progress import log
@@ -30,8 +28,9 @@ from tuner.session.node_loss import NODE_LOSS_RERUNS
 from tuner.session.ray_noise import quiet_trial_failures
 from tuner.session.stop_signals import TuneSigint
 from tuner.space.batch_fit import BatchFit
-from tuner.space.distinct import DistinctConfigs
 from tuner.space.knobs import freeze
+from tuner.space.sampler import LossAwareTpe, open_study
+from tuner.space.searcher import ScreenSearcher
 from tuner.state.records import TrialRow
 
 
@@ -288,12 +287,16 @@ def run_proposals(
 
 
 def _distinct(
-    searcher: Any, done: list[TrialRow], fit: BatchFit | None, clock: ScreenClock | None, placement: Placement
-) -> DistinctConfigs:
+    tpe: LossAwareTpe,
+    done: list[TrialRow],
+    fit: BatchFit | None,
+    clock: ScreenClock | None,
+    placement: Placement,
+) -> ScreenSearcher:
     """The searcher that never proposes a config measured (`done`) or one that cannot fit (`fit`:
     tuner/space/batch_fit.py's rules), and proposes only while the clock and the cluster's room allow."""
     measured = {freeze(r.config): r.tokens_per_s or 0.0 for r in done}
-    distinct = DistinctConfigs(searcher, measured, fit)
+    distinct = ScreenSearcher(tpe, measured, fit)
     if clock is not None:
         distinct.may_propose = lambda s=distinct: clock.proposing(seen_by(s)[1], placement.room, s.running)
     return distinct
@@ -309,16 +312,17 @@ def _all_or_why(
     return rows
 
 
-def tpe_searcher(search: TpeSearch) -> OptunaSearch:
-    """A fresh searcher for one experiment of `run_proposals` (a rerun after a node loss gets another, its
-    sampler seeded alike: the study carries what the first learned)."""
-    return OptunaSearch(
-        points_to_evaluate=[dict(p) for p in search.points] or None,
-        metric=search.metric,
-        mode="max",
-        sampler=optuna.samplers.TPESampler(seed=search.seed, n_startup_trials=search.startup_trials),
-        study_name=search.study,
-        storage=search.storage,
+def tpe_searcher(search: TpeSearch) -> LossAwareTpe:
+    """A fresh sampler for one experiment of `run_proposals` (a rerun after a node loss gets another, seeded
+    alike: the study carries what the first learned)."""
+    return open_study(
+        search.study,
+        search.storage,
+        search.seed,
+        search.startup_trials,
+        search.space,
+        search.points,
+        search.verdicts,
     )
 
 

@@ -5,7 +5,7 @@ only the setting that keeps the most and the one that keeps the least; another s
 we know of it without interpolating: activation_checkpointing k recomputes the k-th, 2k-th, ... of n equal
 blocks, floor(n / k) of them, so a smaller k > 0 never keeps more, and a batch that did not fit where fewer
 activations are kept does not fit here either. Read by the space's bounds (tuner/space/domains.py) and the screen's
-proposal filter (tuner/space/distinct.py)."""
+proposal filter (tuner/space/searcher.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The search space: knobs from the YAML, trimmed to what applies on this hardware, as Ray Tune domains."""
+"""The search space: knobs from the YAML, trimmed to what applies on this hardware (the screen's sampler
+reads them as Optuna distributions: tuner/space/sampler.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from ray import tune
 
 from model.ops import available_backends, tuning
 from trainables.config import TrainConfig, is_file_spec
@@ -140,20 +140,6 @@ def bound_batch(
 def _kept(choices: list[Any], fits: Callable[[Any], bool]) -> list[Any]:
     """The choices that fit, or the smallest one when none does."""
     return [c for c in choices if fits(c)] or [min(c for c in choices if c is not None)]
-
-
-def to_tune(space: dict[str, Knob]) -> dict[str, Any]:
-    """Ray Tune domains, which OptunaSearch turns into Optuna distributions."""
-    out: dict[str, Any] = {}
-    for name, knob in space.items():
-        if isinstance(knob, Range):
-            if knob.integer:
-                out[name] = (tune.lograndint if knob.log else tune.randint)(int(knob.low), int(knob.high) + 1)
-            else:
-                out[name] = (tune.loguniform if knob.log else tune.uniform)(knob.low, knob.high)
-        else:
-            out[name] = tune.choice(knob)
-    return out
 
 
 def autotune_notice(space: dict[str, Knob], hw: dict[str, Any]) -> str | None:

@@ -32,6 +32,11 @@ class LossCheckOutcome(Record):
         description="screen configs faster than the best passing one (or the baseline) whose loss no run "
         "checked, fastest first",
     )
+    ruled_out: list[str] = Field(
+        default_factory=list,
+        description="screen configs no loss run checked because a failure ruled them out: a larger batch at "
+        "the peak lr of a config that failed the limit",
+    )
 
     def line(self) -> str | None:
         """One line where a cap or the time budget ended the check with faster configs unchecked."""
