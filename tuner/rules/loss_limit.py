@@ -25,8 +25,12 @@ from tuner.rules.record_base import Record
 class LossRun(Protocol):
     """What a verdict reads of a loss run (a TrialRow has it): whether it trained, and its val loss."""
 
-    status: str
-    val_loss: float | None
+    # read-only: a TrialRow's status is a Literal of str, which a writable str member would refuse
+    @property
+    def status(self) -> str: ...
+
+    @property
+    def val_loss(self) -> float | None: ...
 
 
 Mode = Literal["absolute", "relative"]
