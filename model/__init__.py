@@ -8,7 +8,11 @@ package through trainables/__init__.py, and most of them never build a model.
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # what the type checker reads; at run time __getattr__ below loads them on first use
+    from model.config import KERNELS, HybridConfig
+    from model.hybrid import HybridBlock, HybridLM, Mamba2Mixer, RMSNorm, RWKV6TimeMix
 
 __all__ = ["KERNELS", "HybridBlock", "HybridConfig", "HybridLM", "Mamba2Mixer", "RMSNorm", "RWKV6TimeMix"]
 

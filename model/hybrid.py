@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Iterator
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -221,7 +222,7 @@ class HybridLM(nn.Module):
         for module in self.modules():
             if isinstance(module, (nn.Linear, nn.Embedding)):
                 nn.init.normal_(module.weight, mean=0.0, std=0.02)
-        for block in self.blocks:
+        for block in self.block_list():
             nn.init.normal_(block.ffn.fc_out.weight, mean=0.0, std=0.02 / math.sqrt(2 * cfg.n_layers))
 
     def forward(
@@ -253,14 +254,18 @@ class HybridLM(nn.Module):
         if kernels not in KERNELS:
             raise ValueError(f"kernels must be one of {', '.join(KERNELS)}, got {kernels!r}")
         rwkv, ssd, conv = OP_BACKENDS[kernels]
-        saved = [(b.rwkv.backend, b.mamba.ssd_backend, b.mamba.conv_backend) for b in self.blocks]
-        for b in self.blocks:
+        saved = [(b.rwkv.backend, b.mamba.ssd_backend, b.mamba.conv_backend) for b in self.block_list()]
+        for b in self.block_list():
             b.rwkv.backend, b.mamba.ssd_backend, b.mamba.conv_backend = rwkv, ssd, conv
         try:
             yield
         finally:
-            for b, (r, s, c) in zip(self.blocks, saved):
+            for b, (r, s, c) in zip(self.block_list(), saved):
                 b.rwkv.backend, b.mamba.ssd_backend, b.mamba.conv_backend = r, s, c
+
+    def block_list(self) -> list[HybridBlock]:
+        """The blocks, typed as what they are (an nn.ModuleList's items are typed nn.Module)."""
+        return cast("list[HybridBlock]", list(self.blocks))
 
     def no_weight_decay(self) -> set[str]:
         """Names of parameters with ndim >= 2 that are not weight matrices (RWKV's per-channel mixes and
@@ -277,7 +282,7 @@ class HybridLM(nn.Module):
         def count(modules) -> int:
             return sum(p.numel() for m in modules for p in m.parameters())
 
-        blocks = list(self.blocks)
+        blocks = self.block_list()
         block_norms_and_gains = sum(
             b.norm.weight.numel() + b.rwkv_out_norm.weight.numel() + b.mamba_out_norm.weight.numel()
             + b.gain_rwkv.numel() + b.gain_mamba.numel()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import copy
 import difflib
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -204,7 +204,9 @@ def with_workload_paths(values: dict[str, Any], base: Path) -> dict[str, Any]:
     return out
 
 
-def load_config(path: str | Path | None, overrides: list[str] = (), data: str | None = None) -> TrainConfig:
+def load_config(
+    path: str | Path | None, overrides: Sequence[str] = (), data: str | None = None
+) -> TrainConfig:
     values = with_workload_paths(training_section(read_yaml(path)), Path(path).parent) if path else {}
     values = with_workload_paths(apply_overrides(values, list(overrides)), Path.cwd())
     if data is not None:

@@ -219,7 +219,7 @@ def _embedded_text_and_source(max_chars: int = EMBEDDED_MAX_CHARS) -> tuple[str,
 
 
 def _stdlib_sources(stdlib: Path) -> list[Path]:
-    found = []
+    found: list[Path] = []
     for folder, subfolders, files in os.walk(stdlib):
         subfolders[:] = [name for name in subfolders if name not in _STDLIB_SKIP_DIRS]
         found.extend(Path(folder, name) for name in files if name.endswith(".py"))

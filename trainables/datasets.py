@@ -21,8 +21,8 @@ A dataset neither fits (too large, or examples that are not tensors) is not offe
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
-from typing import Any, Protocol, runtime_checkable
+from collections.abc import Iterator, Sized
+from typing import Any, Protocol, cast, runtime_checkable
 
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler, TensorDataset
@@ -84,9 +84,15 @@ class StepSampler(Sampler[list[int]]):
             step += 1
 
 
+def example_count(dataset: Dataset) -> int:
+    """How many examples a map-style dataset holds (torch's Dataset declares no __len__; a workload's
+    datasets are checked for one when it is loaded: trainables/workload.py)."""
+    return len(cast(Sized, dataset))
+
+
 def train_size(dataset: Dataset, held_out: bool) -> int:
     """How many examples (the first ones) training draws from."""
-    n = len(dataset)
+    n = example_count(dataset)
     return n - max(1, int(n * HOLDOUT_FRAC)) if held_out else n
 
 
@@ -146,10 +152,11 @@ def device_loadable(dataset: Dataset) -> str | None:
     if example_bytes is None:
         kind = type(dataset[0]).__name__
         return f"its examples ({kind}) are not tensors, numbers or tuples/lists/dicts of them"
-    size = len(dataset) * example_bytes
+    n = example_count(dataset)
+    size = n * example_bytes
     if size > MATERIALISE_MAX_BYTES:
         return (
-            f"a copy of its {len(dataset):,} examples would take {_size(size)}, over "
+            f"a copy of its {n:,} examples would take {_size(size)}, over "
             f"{_size(MATERIALISE_MAX_BYTES)} (give the dataset to(device) and gather(indices), as "
             "trainables.data.CharWindows does)"
         )
@@ -173,7 +180,8 @@ def _example_bytes(example: Any) -> int | None:
     if not isinstance(example, dict | list | tuple) or not example:
         return None
     sizes = [_example_bytes(part) for part in (example.values() if isinstance(example, dict) else example)]
-    return None if None in sizes else sum(sizes)
+    known = [size for size in sizes if size is not None]
+    return sum(known) if len(known) == len(sizes) else None
 
 
 def on_the_device(dataset: Dataset, device: torch.device) -> Gatherable:
@@ -186,7 +194,7 @@ def on_the_device(dataset: Dataset, device: torch.device) -> Gatherable:
     if isinstance(dataset, TensorDataset):
         return Collated(list(dataset.tensors)).to(device)  # a list, as default_collate makes of tuples
     try:
-        collated = default_collate([dataset[i] for i in range(len(dataset))])
+        collated = default_collate([dataset[i] for i in range(example_count(dataset))])
     except RuntimeError as err:  # examples of different shapes do not stack
         line = str(err).splitlines()[0]
         raise ValueError(
@@ -198,11 +206,11 @@ def on_the_device(dataset: Dataset, device: torch.device) -> Gatherable:
 def val_example_batches(dataset: Dataset, cfg, device: torch.device, held_out: bool = False) -> list[Any]:
     """The fixed val set: at most eval_tokens // example_units examples (eval_tokens counts the workload's
     units), in batches of eval_batch_size."""
-    want = max(1, cfg.eval_tokens // cfg.example_units)
+    want, n = max(1, cfg.eval_tokens // cfg.example_units), example_count(dataset)
     if held_out:
         start = train_size(dataset, True)
-        idx = torch.linspace(start, len(dataset) - 1, min(want, len(dataset) - start)).round().long().unique()
+        idx = torch.linspace(start, n - 1, min(want, n - start)).round().long().unique()
     else:
-        idx = torch.arange(min(want, len(dataset)))
+        idx = torch.arange(min(want, n))
     chunks = idx.split(cfg.eval_batch_size)
     return [to_device(default_collate([dataset[int(i)] for i in chunk]), device) for chunk in chunks]

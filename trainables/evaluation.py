@@ -21,7 +21,8 @@ def eval_figures(model: torch.nn.Module, workload: Job, batches) -> tuple[float,
     workload's `evaluation` scope where it has one: the hybrid LM's reference ops)."""
     was_training = model.training
     model.eval()
-    total, count, sums = 0.0, 0, {}
+    total, count = 0.0, 0
+    sums: dict[str, float] = {}
     own = getattr(workload, "metrics", None)
     # force_eager: blocks compiled in place (compile_scope: blocks) run eagerly too, as the whole model does
     with torch.compiler.set_stance("force_eager"), workload.evaluation(model):

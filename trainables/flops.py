@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 import torch
 
@@ -101,12 +101,12 @@ def counted(per_token: tuple[float, str], device: torch.device, precision: str, 
 
 def mfu(tokens_per_s: float | None, flops_per_token: float | None, peak: float | None) -> float | None:
     """tokens/s x FLOPs per token / peak FLOP/s (0..1 on a sound count); None where any figure is missing."""
-    if not all(positive(x) for x in (tokens_per_s, flops_per_token, peak)):
-        return None
-    return tokens_per_s * flops_per_token / peak
+    if positive(tokens_per_s) and positive(flops_per_token) and positive(peak):
+        return tokens_per_s * flops_per_token / peak
+    return None
 
 
-def positive(x: object) -> bool:
+def positive(x: object) -> TypeGuard[float]:
     """A finite number above 0 (a bool is no count)."""
     return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x) and x > 0
 
@@ -118,7 +118,7 @@ def six_times_parameters(model: torch.nn.Module) -> float:
 
 def mfu_line(run: RunResult, precision: str) -> str:
     """The run's closing log line on its MFU ("" where it has none)."""
-    if run.mfu is None:
+    if run.mfu is None or run.peak_flops is None:  # an MFU has its peak
         return ""
     return (
         f"MFU {run.mfu:.1%}: {run.flops_per_token:.3g} training FLOPs per {one_of(run.unit)} "

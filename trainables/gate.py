@@ -176,7 +176,8 @@ def _gate(node_id: str, gpu: int | str):
     trial may be the first to ask for its GPU's gate; owned by that trial, the gate died with its worker and
     took every other trial of the GPU with it (ActorDiedError: 7 of 9 re-measure runs of the 94M search on
     GPU 1 of a 2x H200 host, twice). Two searches on one cluster share it, as they share the GPU."""
-    return TimingGate.options(
+    # mypy keeps a decorated class's own type: @ray.remote made TimingGate an ActorClass, which has options
+    return TimingGate.options(  # type: ignore[attr-defined]
         name=gate_name(node_id, gpu),
         namespace=NAMESPACE,
         get_if_exists=True,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, nullcontext
+from typing import cast
 
 import torch
 from torch import nn
@@ -73,11 +74,11 @@ class HybridLMWorkload:
 
     def compile_regions(self, model: nn.Module) -> list[nn.Module]:
         # The repeated blocks: compiled one by one they share one graph (HybridLM.blocks are all alike).
-        return list(model.blocks)
+        return list(cast(HybridLM, model).block_list())
 
     def flops_per_token(self, model: nn.Module) -> float:
         # its matmuls and the mixers' state updates, counted from its config (model/hybrid.py)
-        return model.config.flops_per_token()
+        return cast(HybridLM, model).config.flops_per_token()
 
     def lr_multiplier(self, param_name: str) -> float:
         # The seed trains Mamba parameters at twice the base learning rate.

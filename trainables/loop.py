@@ -260,7 +260,8 @@ class _Training:
     def __init__(self, cfg: TrainConfig, workload: Job, device: torch.device, log, result: RunResult):
         self.cfg, self.workload, self.device, self.log, self.result = cfg, workload, device, log, result
         self.history: list[dict[str, Any]] = []
-        self.done, self.timing = 0, {}
+        self.done = 0
+        self.timing: dict[str, Any] = {}
 
     def measured(self) -> RunResult:
         tokens = self.done * self.cfg.tokens_per_step

@@ -61,7 +61,8 @@ class MemoryCap:
     """`memory_cap_mb`: a hard cap that turns over-use into an OOM (CUDA: allocator fraction; CPU: rlimit)."""
 
     def __init__(self, cfg: TrainConfig, device: torch.device):
-        self.cfg, self.device, self.saved = cfg, device, None
+        self.cfg, self.device = cfg, device
+        self.saved: tuple[int, int] | None = None  # the address-space rlimit it replaced (CPU)
 
     def __enter__(self):
         cap, frac = self.cfg.memory_cap_mb, self.cfg.gpu_memory_fraction

@@ -90,7 +90,9 @@ def check_cuda(cfg: TrainConfig, section: str, has_cuda: bool) -> None:
         )
     if wants:
         name, value, instead = wants[0]
-        why = TrainConfig.knob_classes()[name].why
+        knob = TrainConfig.knob_classes()[name]
+        assert knob is not None  # cuda_only_values names only declared knobs
+        why = knob.why
         raise EnvironmentFault(
             f"config key {_key(section, name)!r}: {value!r} needs CUDA ({why}) and this machine has none "
             f"(use {instead!r} here, or run it on a GPU machine)"

@@ -108,7 +108,7 @@ class RunResult:
 
 
 def _plain(value: Any) -> Any:
-    return asdict(value) if is_dataclass(value) else value
+    return asdict(value) if is_dataclass(value) and not isinstance(value, type) else value
 
 
 INTERIM_FIELDS = tuple(f.name for f in fields(RunResult) if f.metadata["interim"])

@@ -8,7 +8,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterator
 from contextlib import nullcontext
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.utils.checkpoint
@@ -70,7 +70,8 @@ def _compiled(cfg: TrainConfig, workload: Job, model: torch.nn.Module) -> torch.
     torch._dynamo.reset()
     mode = None if cfg.compile == "default" else cfg.compile
     if cfg.compile_scope == "model":
-        return torch.compile(model, mode=mode, dynamic=False)
+        # an OptimizedModule (torch types what torch.compile returns as a bare callable)
+        return cast(torch.nn.Module, torch.compile(model, mode=mode, dynamic=False))
     for region in workload.compile_regions(model):
         region.compile(mode=mode, dynamic=False)
     return model
@@ -86,6 +87,7 @@ def _checkpoint_blocks(regions: list[torch.nn.Module], every: int, around_compil
     check_checkpointing(every, len(regions))
     for region in regions[every - 1 :: every]:
         if around_compiled:  # what Module.compile set: the call Module.__call__ makes of a compiled block
+            assert region._compiled_call_impl is not None, "a block of compile_scope: blocks not compiled"
             region._compiled_call_impl = _recomputed(region._compiled_call_impl)
         else:
             region.forward = _recomputed(region.forward)

@@ -47,7 +47,7 @@ class StepTimes:
             begin.record()
         started = self.clock()
         yield
-        if begin is not None:
+        if begin is not None and self.new_event is not None:  # begin is an event only where new_event is
             end = self.new_event()
             end.record()
             self._events.append((begin, end))

@@ -39,7 +39,13 @@ class WorkloadSpec:
         package or module lives (what a run elsewhere must have on its path)."""
         if self.file is not None:
             return self.file.parent
-        return _module_root(self.module, self.text)
+        return _module_root(self.module_name, self.text)
+
+    @property
+    def module_name(self) -> str:
+        """The module a spec without a file names (parse_spec gives a spec one or the other)."""
+        assert self.module is not None, self.text
+        return self.module
 
 
 def parse_spec(text: str, key: str = "workload") -> WorkloadSpec:
@@ -59,7 +65,7 @@ def parse_spec(text: str, key: str = "workload") -> WorkloadSpec:
 
 def load_factory(spec: WorkloadSpec, key: str = "workload") -> Callable:
     """The factory the spec names; ConfigError (one line, with the fix where there is one) if it cannot be."""
-    module = _load_file(spec, key) if spec.file is not None else _load_module(spec, key)
+    module = _load_file(spec, spec.file, key) if spec.file is not None else _load_module(spec, key)
     factory = getattr(module, spec.attr, None)
     if factory is None:
         where = spec.file or spec.module
@@ -69,8 +75,7 @@ def load_factory(spec: WorkloadSpec, key: str = "workload") -> Callable:
     return factory
 
 
-def _load_file(spec: WorkloadSpec, key: str) -> ModuleType:
-    path = spec.file
+def _load_file(spec: WorkloadSpec, path: Path, key: str) -> ModuleType:
     if not path.is_file():
         raise ConfigError(f"config key {key!r}: file not found: {path} (in {spec.text!r})")
     if not path.stem.isidentifier():
@@ -84,17 +89,18 @@ def _load_file(spec: WorkloadSpec, key: str) -> ModuleType:
 def _load_module(spec: WorkloadSpec, key: str) -> ModuleType:
     """A module by name, where the path finds it; from a folder that holds a file named like one of this
     project's packages, privately, as a file is (trainables/user_folder.py)."""
-    top = spec.module.partition(".")[0]
+    module = spec.module_name
+    top = module.partition(".")[0]
     if top in PROJECT_PACKAGES:
         raise ConfigError(
-            f"config key {key!r}: {spec.module!r} is a name of this project's own packages "
+            f"config key {key!r}: {module!r} is a name of this project's own packages "
             f"({', '.join(PROJECT_PACKAGES)}); rename it, or name the file: 'path/to/{top}.py:{spec.attr}'"
         )
-    root = _module_root(spec.module, spec.text, key)
+    root = _module_root(module, spec.text, key)
     try:
         if _clashes(root):
-            return user_folder.import_in(root, spec.module)
-        return importlib.import_module(spec.module)
+            return user_folder.import_in(root, module)
+        return importlib.import_module(module)
     except Exception as err:  # noqa: BLE001 - whatever the user's import raised becomes one line
         raise ConfigError(_import_failed(key, spec, err, root)) from None
 
@@ -105,13 +111,13 @@ def _module_root(module: str, text: str, key: str = "workload") -> Path:
         found = importlib.util.find_spec(top)
     except (ImportError, ValueError):
         found = None
-    if found is None or not (found.origin or found.submodule_search_locations):
+    if found is not None and found.submodule_search_locations:  # a package: its folder's parent
+        return Path(list(found.submodule_search_locations)[0]).resolve().parent
+    if found is None or not found.origin:
         raise ConfigError(
             f"config key {key!r}: no module named {top!r} (in {text!r}); put its folder on PYTHONPATH "
             f"or name the file: 'path/to/{top}.py:{text.rpartition(':')[2]}'"
         )
-    if found.submodule_search_locations:  # a package: its folder's parent
-        return Path(list(found.submodule_search_locations)[0]).resolve().parent
     return Path(found.origin).resolve().parent
 
 

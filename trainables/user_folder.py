@@ -57,7 +57,7 @@ class _FolderLoader(importlib.machinery.SourceFileLoader):
     """A source file of the user's folder, run with the folder's own `__import__`."""
 
     def exec_module(self, module: ModuleType) -> None:
-        module.__builtins__ = _builtins_for(module.__name__.partition(".")[0])
+        module.__dict__["__builtins__"] = _builtins_for(module.__name__.partition(".")[0])
         super().exec_module(module)
 
 
@@ -84,7 +84,11 @@ class _FolderFinder(importlib.abc.MetaPathFinder):
             spec.submodule_search_locations = [str(folder)]
             return spec
         found = importlib.machinery.PathFinder.find_spec(fullname, path)
-        if found is None or not isinstance(found.loader, importlib.machinery.SourceFileLoader):
+        if (
+            found is None
+            or found.origin is None
+            or not isinstance(found.loader, importlib.machinery.SourceFileLoader)
+        ):
             return found
         found.loader = _FolderLoader(fullname, found.origin)
         return found

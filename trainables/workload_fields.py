@@ -49,6 +49,6 @@ def fields_markdown() -> str:
         default = "{}" if field.default_factory is dict else repr(field.default)
         what = (field.description or "").replace("|", "\\|")
         who = WORKLOAD_READS.get(name, "the loop")
-        kind = classes[name].kind if classes[name] else ""
+        kind = knob.kind if (knob := classes[name]) else ""
         lines.append(f"| `{name}` | {_type_name(field.annotation)} | `{default}` | {kind} | {who} | {what} |")
     return "\n".join(lines) + "\n"

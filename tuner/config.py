@@ -6,6 +6,7 @@ Validated with pydantic before Ray starts; every mistake is one line naming the 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -20,6 +21,7 @@ from pydantic import (
     model_serializer,
     model_validator,
 )
+from pydantic_core import ErrorDetails
 
 from trainables.config import (
     ConfigError,
@@ -364,7 +366,7 @@ def _one_line(err: ValidationError) -> str:
     return f"config key {key!r}: {first['msg'].removeprefix('Value error, ')}"
 
 
-def _reported(errors: list[dict]) -> dict:
+def _reported(errors: list[ErrorDetails]) -> ErrorDetails:
     """The error to report: for a knob written as a mapping, what its range found wrong, not 'not a list'."""
     for error in errors:
         if any("Range" in str(p) for p in error["loc"]) and error["type"] != "model_type":
@@ -372,7 +374,7 @@ def _reported(errors: list[dict]) -> dict:
     return errors[0]
 
 
-def load_search_config(path: str, overrides: list[str] = (), data: str | None = None) -> SearchConfig:
+def load_search_config(path: str, overrides: Sequence[str] = (), data: str | None = None) -> SearchConfig:
     """Read and validate; `--set` keys address sections: search.trials=8, train.batch_size=16."""
     values = read_yaml(path)
     if isinstance(values.get("train"), dict):

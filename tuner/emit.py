@@ -153,7 +153,7 @@ def shipped_workload(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def _on_volume(path: str | None) -> bool:
-    return bool(path) and Path(path).is_relative_to(RESULTS)
+    return bool(path and Path(path).is_relative_to(RESULTS))
 
 
 def _search_gpus(best: Path) -> int:

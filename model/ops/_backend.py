@@ -58,12 +58,21 @@ def load_fused(op: str) -> tuple[Callable | None, str]:
     return _loaded[op]
 
 
+def fused_kernel(op: str) -> Callable:
+    """The fused kernel of ``op`` where resolve() chose "fused" (it chooses it only once the kernel loaded)."""
+    kernel, why = load_fused(op)
+    if kernel is None:
+        raise RuntimeError(f"{op}: the fused kernel was chosen but {why}")
+    return kernel
+
+
 class _BareInits(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     """A finder ahead of the others for the packages in `names`: each is found as a bare package of its own
     directory, whose __init__ never runs. The import system makes and registers it; `made` lists them."""
 
     def __init__(self, names: tuple[str, ...]):
-        self.names, self.made = set(names), []
+        self.names = set(names)
+        self.made: list[str] = []
 
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> ModuleSpec | None:
         if fullname not in self.names:
@@ -80,7 +89,8 @@ class _BareInits(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return None  # the default module
 
     def exec_module(self, module: types.ModuleType) -> None:
-        module.__version__ = _version_of(module.__name__)  # fla.utils reads `from fla import __version__`
+        # fla.utils reads `from fla import __version__`
+        module.__dict__["__version__"] = _version_of(module.__name__)
 
 
 @contextmanager

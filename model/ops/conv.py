@@ -2,7 +2,7 @@
 
 import torch.nn.functional as F
 
-from model.ops._backend import load_fused, resolve
+from model.ops._backend import fused_kernel, resolve
 
 ACTIVATIONS = (None, "silu")
 
@@ -26,7 +26,7 @@ def causal_conv1d_torch(x, weight, bias=None, activation=None):
 
 def _causal_conv1d_fused(x, weight, bias=None, activation=None):
     # model.ops.conv_fused: the kernel as custom ops; the channel-last / contiguous choice is made inside them
-    return load_fused("causal_conv1d")[0](x, weight, bias, activation)
+    return fused_kernel("causal_conv1d")(x, weight, bias, activation)
 
 
 def causal_conv1d(x, weight, bias=None, activation=None, backend="torch"):

@@ -68,7 +68,7 @@ def causal_conv1d_bwd(
         xt, weight.contiguous(), bias_c, _like_layout(dout, channel_last), None, None, None, dx, dweight, dbias,
         None, silu,
     )  # fmt: skip
-    dbias = dbias.to(bias.dtype) if bias is not None else weight.new_empty(0)
+    dbias = dbias.to(bias.dtype) if dbias is not None and bias is not None else weight.new_empty(0)
     return dx.transpose(1, 2).contiguous(), dweight.to(weight.dtype), dbias
 
 

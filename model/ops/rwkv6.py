@@ -4,7 +4,7 @@ fla's fused chunk kernel."""
 import torch
 import torch.nn.functional as F
 
-from model.ops._backend import load_fused, resolve, run_upcast
+from model.ops._backend import fused_kernel, resolve, run_upcast
 from model.ops.ssd import chunk_decays
 
 # Chunk length of the torch version: it holds a [C, C] decay per channel, so work per token grows
@@ -59,4 +59,4 @@ def rwkv6(r, k, v, w, u, backend="torch"):
         return run_upcast(rwkv6_naive, v.dtype, r, k, v, w, u)
     if impl == "torch":
         return run_upcast(rwkv6_torch, v.dtype, r, k, v, w, u)
-    return load_fused("rwkv6")[0](r, k, v, w, u)
+    return fused_kernel("rwkv6")(r, k, v, w, u)

@@ -5,7 +5,7 @@ import functools
 import torch
 import torch.nn.functional as F
 
-from model.ops._backend import load_fused, resolve, run_upcast
+from model.ops._backend import fused_kernel, resolve, run_upcast
 
 
 def ssd_naive(x, dt, A, B, C, D=None):
@@ -82,4 +82,4 @@ def ssd(x, dt, A, B, C, D=None, backend="torch", chunk_size=64):
         return run_upcast(ssd_naive, x.dtype, x, dt, A, B, C, D)
     if impl == "torch":
         return run_upcast(functools.partial(ssd_torch, chunk_size=chunk_size), x.dtype, x, dt, A, B, C, D)
-    return load_fused("ssd")[0](x, dt, A, B, C, chunk_size, D=D)
+    return fused_kernel("ssd")(x, dt, A, B, C, chunk_size, D=D)

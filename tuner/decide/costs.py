@@ -45,11 +45,11 @@ def warm_warmup(
     if rows:
         key = graph_key(rows[0].config, baseline)
         hits = [r for r in hits if graph_key(r.config, baseline) == key]
-    measured = [r for r in [*rows, *hits] if r.status == "ok" and r.warmup_s is not None]
+    measured = [(r.warmup_s, r) for r in [*rows, *hits] if r.status == "ok" and r.warmup_s is not None]
     if not measured:
         return None
-    shortest = min(measured, key=lambda r: r.warmup_s)
-    return WarmUp(round(shortest.warmup_s, 1), warmups_beside(shortest, everyone))
+    warmup_s, shortest = min(measured, key=lambda timed: timed[0])
+    return WarmUp(round(warmup_s, 1), warmups_beside(shortest, everyone))
 
 
 def warmups_beside(row: TrialRow, everyone: Sequence[TrialRow]) -> int | None:
@@ -116,17 +116,19 @@ def break_even(screen: list[TrialRow], finalists: list[Finalist], baseline: dict
     """Per compile mode and scope (the whole model, or its blocks one by one): its fastest feasible screened
     config against the fastest feasible eager one, or against the baseline when it is eager and no eager
     config got through the screen (the early stopper stops slow eager runs before their loss is known)."""
-    feasible = [r for r in screen if r.feasible and r.status == "ok" and r.tokens_per_s]
-    fastest: dict[tuple[str, str | None], TrialRow] = {}
-    for row in sorted(feasible, key=lambda r: -r.tokens_per_s):
-        fastest.setdefault(_compiled_how(row), row)
+    feasible = [(r, r.tokens_per_s) for r in screen if r.feasible and r.status == "ok" and r.tokens_per_s]
+    fastest: dict[tuple[str, str | None], tuple[TrialRow, float]] = {}  # its row and tok/s
+    for row, speed in sorted(feasible, key=lambda fed: -fed[1]):
+        fastest.setdefault(_compiled_how(row), (row, speed))
     warm = {f.id: f.warmup_s for f in finalists}
     versus = _eager_reference(fastest.pop(("none", None), None), finalists, baseline, warm)
     if versus is None:
         return []
     versus_id, versus_tps, versus_cold, versus_warm = versus
     out = []
-    for (mode, scope), row in sorted(fastest.items(), key=lambda item: (item[0][0], item[0][1] or "")):
+    for (mode, scope), (row, speed) in sorted(
+        fastest.items(), key=lambda item: (item[0][0], item[0][1] or "")
+    ):
         cold, warm_s = cold_warmup(row, screen, baseline), warm.get(row.id)
         out.append(
             BreakEven(
@@ -134,12 +136,12 @@ def break_even(screen: list[TrialRow], finalists: list[Finalist], baseline: dict
                 compile_scope=scope,
                 config_id=row.id,
                 versus_id=versus_id,
-                tokens_per_s=row.tokens_per_s,
+                tokens_per_s=speed,
                 versus_tokens_per_s=versus_tps,
                 warmup_cold_s=cold,
                 warmup_warm_s=warm_s,
-                tokens_cold=break_even_tokens(cold, row.tokens_per_s, versus_cold, versus_tps),
-                tokens_warm=break_even_tokens(warm_s, row.tokens_per_s, versus_warm, versus_tps),
+                tokens_cold=break_even_tokens(cold, speed, versus_cold, versus_tps),
+                tokens_warm=break_even_tokens(warm_s, speed, versus_warm, versus_tps),
             )
         )
     return out
@@ -152,11 +154,16 @@ def _compiled_how(row: TrialRow) -> tuple[str, str | None]:
 
 
 def _eager_reference(
-    eager: TrialRow | None, finalists: list[Finalist], baseline: dict, warm: dict[str, float | None]
+    eager: tuple[TrialRow, float] | None,
+    finalists: list[Finalist],
+    baseline: dict,
+    warm: dict[str, float | None],
 ) -> tuple[str, float, float | None, float | None] | None:
-    """(id, tok/s, cold warm-up, warm warm-up) of the eager config compiled modes are weighed against."""
+    """(id, tok/s, cold warm-up, warm warm-up) of the eager config compiled modes are weighed against
+    (`eager`: the fastest feasible screened one, and its tok/s)."""
     if eager is not None:
-        return eager.id, eager.tokens_per_s, eager.warmup_s, warm.get(eager.id)
+        row, speed = eager
+        return row.id, speed, row.warmup_s, warm.get(row.id)
     base = next((f for f in finalists if f.id == BASELINE_ID and f.runs), None)
     if base is None or baseline.get("compile", "none") != "none":
         return None

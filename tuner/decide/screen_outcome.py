@@ -6,12 +6,12 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 from tuner.state.records import FAILED_STATUSES, TrialRow
 
 
-def finite(x: Any) -> bool:
+def finite(x: Any) -> TypeGuard[float]:
     """A measured figure: a number, not None or NaN (a run that never reached a steady step)."""
     return isinstance(x, int | float) and math.isfinite(x)
 

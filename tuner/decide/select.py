@@ -241,11 +241,7 @@ def pick_winner(finalists: list[Finalist], baseline_knobs: dict) -> Selection:
     ids = ", ".join(r.id for r in contenders[:-1]) + f" and {contenders[-1].id}"
     ranges = "; ".join(r.describe() for r in contenders)
     if efficient is not None:
-        saving = 1 - efficient.jpt / simplest.jpt
-        why = (
-            f"{saving:.1%} lower J/token than {simplest.id}, the simplest "
-            f"({efficient.jpt:.4g} vs {simplest.jpt:.4g})"
-        )
+        why = _energy_reason(efficient, simplest)
     elif winner is lead:
         why = "the fastest, with no more non-default knobs than the others"
     else:
@@ -263,12 +259,20 @@ def pick_winner(finalists: list[Finalist], baseline_knobs: dict) -> Selection:
 def _more_efficient(contenders: list[_Ranked], simplest: _Ranked) -> _Ranked | None:
     """Lower J/token wins among tied configs when it saves at least ENERGY_MARGIN over the pick that speed
     and simplicity alone would make (None: it does not, or not every contender has J/token)."""
-    if len(contenders) < 2 or any(r.jpt is None for r in contenders):
+    energies = [(r.jpt, r) for r in contenders if r.jpt is not None]
+    if len(contenders) < 2 or len(energies) < len(contenders) or simplest.jpt is None:
         return None
-    lowest = min(contenders, key=lambda r: (r.jpt, -r.median, r.id))
-    if lowest is not simplest and lowest.jpt <= simplest.jpt * (1 - ENERGY_MARGIN):
+    lowest_jpt, lowest = min(energies, key=lambda e: (e[0], -e[1].median, e[1].id))
+    if lowest is not simplest and lowest_jpt <= simplest.jpt * (1 - ENERGY_MARGIN):
         return lowest
     return None
+
+
+def _energy_reason(efficient: _Ranked, simplest: _Ranked) -> str:
+    """Why the lower J/token won (_more_efficient picks one only where every contender has J/token)."""
+    low, high = efficient.jpt, simplest.jpt
+    assert low is not None and high is not None
+    return f"{1 - low / high:.1%} lower J/token than {simplest.id}, the simplest ({low:.4g} vs {high:.4g})"
 
 
 def _reject_tied(sel: Selection, contenders: list[_Ranked], winner: _Ranked, by_energy: bool) -> None:

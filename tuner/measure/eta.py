@@ -60,12 +60,12 @@ def loss_check_s(remaining: Remaining, screen: list[TrialRow], pending: Pending 
     picks = [c.row for c in order[:top] if loss_key(c.config, base) not in ahead]  # in the loss check's order
     twin = baseline.twin(remaining.shapes.base, screen)
     left = max(0, len(baseline.loss_seeds(remaining.shapes)) - beside_done)
-    runs = [r for r in [*picks, *[twin] * left] if r is not None and r.tokens_per_s]
+    runs = [(r, r.tokens_per_s) for r in [*picks, *[twin] * left] if r is not None and r.tokens_per_s]
     if not runs:
         return 0.0
-    compile_s = max(cached_warmup(r, screen, base) or 0.0 for r in runs)
-    gpu_work = sum(tokens / r.tokens_per_s for r in runs) / max(1, remaining.gpus)
-    return compile_s + max(max(tokens / r.tokens_per_s for r in runs), gpu_work)
+    compile_s = max(cached_warmup(r, screen, base) or 0.0 for r, _ in runs)
+    gpu_work = sum(tokens / speed for _, speed in runs) / max(1, remaining.gpus)
+    return compile_s + max(max(tokens / speed for _, speed in runs), gpu_work)
 
 
 def remeasure_s(remaining: Remaining, screen: list[TrialRow]) -> float:
@@ -101,7 +101,9 @@ def _baseline_step_s(base: TrainConfig, screen: list[TrialRow]) -> float | None:
 
 
 def _fastest(screen: list[TrialRow]) -> list[TrialRow]:
-    return sorted((r for r in screen if r.status == "ok" and r.tokens_per_s), key=lambda r: -r.tokens_per_s)
+    return sorted(
+        (r for r in screen if r.status == "ok" and r.tokens_per_s), key=lambda r: -(r.tokens_per_s or 0.0)
+    )
 
 
 def _run_overhead_s(screen: list[TrialRow]) -> float:
@@ -109,7 +111,10 @@ def _run_overhead_s(screen: list[TrialRow]) -> float:
     spent = [
         r.wall_s - r.warmup_s - (r.gate_wait_s or 0.0) - (r.window_t1 - r.window_t0)
         for r in screen
-        if None not in (r.wall_s, r.warmup_s, r.window_t0, r.window_t1)
+        if r.wall_s is not None
+        and r.warmup_s is not None
+        and r.window_t0 is not None
+        and r.window_t1 is not None
     ]
     return statistics.median(spent) if spent else 0.0
 

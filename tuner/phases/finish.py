@@ -180,7 +180,7 @@ def write(inputs: FinishInputs, summary: Summary) -> int:
     if baseline_won and not inputs.on_gpu:
         log(CPU_BASELINE_NOTE_NO_KERNELS if "kernels" in inputs.knobs_left_out else CPU_BASELINE_NOTE)
     # absolute: best.yaml names the workload by absolute path too, so the command runs from any folder
-    log(f"run it: python -m trainables.train --config {Path(summary.best_yaml).resolve()}")
+    log(f"run it: python -m trainables.train --config {(inputs.out / 'best.yaml').resolve()}")
     return code
 
 
@@ -231,17 +231,19 @@ def _finalists(
     tokens: int,
     loss_runs: Sequence[TrialRow] = (),
 ) -> list[Finalist]:
-    runs: dict[str, list[TrialRow]] = {}
+    by_finalist: dict[str, list[TrialRow]] = {}
     for row in remeasure:
-        runs.setdefault(row.finalist, []).append(row)
+        assert row.finalist is not None  # a re-measure run names the finalist it timed
+        by_finalist.setdefault(row.finalist, []).append(row)
     screened = {t.id: t for t in screen}
     loaded = any(r.contended for r in remeasure)  # the re-measure saw load: an unjudged window says nothing
     out = []
-    for fid, rows in runs.items():
+    for fid, rows in by_finalist.items():
         src = screened.get(fid, baseline)
-        timed = [r for r in rows if r.status == "ok" and r.tokens_per_s]
-        clean = [r.tokens_per_s for r in timed if not r.contended]
-        contended = [r.tokens_per_s for r in timed if r.contended]
+        speeds = [(r, r.tokens_per_s) for r in rows if r.status == "ok" and r.tokens_per_s]
+        timed = [r for r, _ in speeds]
+        clean = [tps for r, tps in speeds if not r.contended]
+        contended = [tps for r, tps in speeds if r.contended]
         runs = clean or contended  # contended figures only where no others were had
         rows = [r for r in rows if not r.contended] if clean else rows  # the runs its figures come from
         joules = [r.joules_per_token for r in rows if r.joules_per_token]
@@ -312,9 +314,10 @@ def _timelines(remeasure: list[TrialRow], best_id: str | None) -> dict[str, list
     """The GPU timeline of one exclusive run of the baseline and of the winner (for the report's plots)."""
     out = {}
     for fid in (BASELINE_ID, best_id):
-        run = next((r for r in remeasure if r.finalist == fid and r.timeline), None)
-        if run:
-            out[run.id] = run.timeline.get("points", [])
+        found = next(((r.id, r.timeline) for r in remeasure if r.finalist == fid and r.timeline), None)
+        if found:
+            trial_id, timeline = found
+            out[trial_id] = timeline.get("points", [])
     return out
 
 

@@ -43,7 +43,8 @@ def largest_batches(inputs: ProbeInputs, space: dict[str, Knob]) -> dict[str, Pr
     if not inputs.on_gpu and not inputs.base.memory_cap_mb:
         inputs.notice("batch probe skipped on CPU without memory_cap_mb (the OS swaps rather than OOMs)")
         return {}
-    precisions = space.get("precision", [inputs.base.precision])
+    searched = space.get("precision")
+    precisions: list[str] = searched if isinstance(searched, list) else [inputs.base.precision]
     classes = sorted({SAME_MEMORY.get(p, p) for p in precisions})
     batches = space.get("batch_size")
     largest = max(batches) if isinstance(batches, list) else inputs.base.batch_size  # no forward is larger

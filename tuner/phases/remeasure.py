@@ -66,7 +66,8 @@ def time_finalists(
     feasible.sort(key=lambda t: -(t.tokens_per_s or 0))
     finalists: list[tuple[str, dict]] = [(BASELINE_ID, {})]
     shapes = inputs.shapes
-    cases, peaks = [shapes.case(Role.REMEASURE)], [None]  # the baseline is not screened (its twin is)
+    cases = [shapes.case(Role.REMEASURE)]
+    peaks: list[float | None] = [None]  # the baseline is not screened (its twin is)
     for t in feasible:  # distinct configs only
         case = shapes.case(Role.REMEASURE, t.config)
         if case not in cases and len(finalists) <= inputs.search.remeasure_top:
@@ -213,7 +214,8 @@ def more_runs(rows: list[TrialRow], asked: Sequence[int]) -> list[int]:
 
 def _timed(row: TrialRow) -> bool:
     """The run timed a window (finish._finalists takes its figure)."""
-    return row.status == "ok" and bool(row.tokens_per_s) and math.isfinite(row.tokens_per_s)
+    tps = row.tokens_per_s
+    return row.status == "ok" and tps is not None and bool(tps) and math.isfinite(tps)
 
 
 def _clean(rows: Sequence[TrialRow]) -> list[TrialRow]:

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import matplotlib
 from markupsafe import Markup, escape
@@ -24,7 +24,11 @@ from matplotlib.text import Annotation
 matplotlib.use("Agg")  # no display: the search runs headless and only ever writes files
 import matplotlib.pyplot as plt  # noqa: E402  (pyplot picks its backend when first imported)
 
-RC = {
+if TYPE_CHECKING:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.typing import RcKeyType
+
+RC: dict[RcKeyType, Any] = {
     "svg.fonttype": "none",  # text stays text: small, selectable, escaped by matplotlib
     "text.parse_math": False,  # a "$" in a config value is text, not TeX
     "font.family": "DejaVu Sans",  # the font matplotlib measures with; the page asks for it too
@@ -53,9 +57,16 @@ class Canvas:
     or a tooltip in it."""
 
     def __init__(self, name: str, fig: Figure, ax: Axes | None):
-        self.name, self.fig, self.ax = name, fig, ax
+        self.name, self.fig, self._ax = name, fig, ax
         self._tips: dict[str, str] = {}  # group id -> tooltip
         self._labels: list[tuple[Annotation, list[Spot]]] = []
+
+    @property
+    def ax(self) -> Axes:
+        """The plot's axes; a canvas made with axes=False has none to draw on."""
+        if self._ax is None:
+            raise ValueError(f"chart {self.name!r} was made without axes")
+        return self._ax
 
     def mark(self, artist: Artist, key: str) -> str:
         """`artist`'s group gets the id "<name>-<key>" (a hook for the page's script and tests)."""
@@ -66,10 +77,10 @@ class Canvas:
     def tip(self, artist: Artist, text: str) -> None:
         self._tips[self.mark(artist, f"tip{len(self._tips)}")] = text
 
-    def legend(self, rows: list[list[Artist]]) -> None:
+    def legend(self, rows: Sequence[Sequence[Artist]]) -> None:
         """A legend below the plot that reads row by row (matplotlib fills a legend column by column)."""
         columns = max(len(row) for row in rows)
-        grid = [row + [_blank()] * (columns - len(row)) for row in rows]
+        grid = [[*row, *[_blank()] * (columns - len(row))] for row in rows]
         handles = [row[col] for col in range(columns) for row in grid]
         self.fig.legend(handles=handles, loc="outside lower center", ncols=columns)
 
@@ -88,7 +99,8 @@ class Canvas:
         if not self._labels:
             return
         self.fig.canvas.draw()  # settles the layout: positions on screen are final from here
-        renderer, pad = self.fig.canvas.get_renderer(), 7 * self.fig.dpi / 72
+        renderer = cast("FigureCanvasAgg", self.fig.canvas).get_renderer()  # Agg: the backend set above
+        pad = 7 * self.fig.dpi / 72
         dots = self.ax.transData.transform(points)
         notes = [note for note, _ in self._labels]
         taken = [t.get_window_extent(renderer) for t in self.ax.texts if t not in notes]

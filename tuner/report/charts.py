@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from markupsafe import Markup
@@ -17,7 +17,7 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, MaxNLocator, NullLocator
 
 from tuner.report import units
-from tuner.report.canvas import Canvas, canvas, si
+from tuner.report.canvas import Canvas, Spot, canvas, si
 from tuner.report.entry import Entry
 from tuner.report.fmt import DASH, fmt_jpt, fmt_loss, fmt_tps, is_num
 from tuner.report.measured import Facts
@@ -126,7 +126,7 @@ def in_unit(text: str, entries: list[Entry]) -> str:
 
 
 def plot_batch(entries: list[Entry], styles: Styles, facts: Facts) -> Plot:
-    fast = [e for e in entries if e.tps is not None and is_num(e.config.get("batch_size"))]
+    fast = [(e, e.tps) for e in entries if e.tps is not None and is_num(e.config.get("batch_size"))]
     failed = [e for e in entries if e.failed and e.tps is None and is_num(e.config.get("batch_size"))]
     title = in_unit("Tokens/s against batch size", entries)
     plot = Plot("plot-batch", title, "No config has both a batch size and a speed.")
@@ -142,17 +142,19 @@ def plot_batch(entries: list[Entry], styles: Styles, facts: Facts) -> Plot:
     return plot
 
 
-def _draw_batch(fast: list[Entry], failed: list[Entry], styles: Styles, plot: Plot) -> Markup:
+def _draw_batch(fast: list[tuple[Entry, float]], failed: list[Entry], styles: Styles, plot: Plot) -> Markup:
+    """`fast`: each config with a speed, and that speed."""
+    timed = [e for e, _ in fast]
     with canvas(plot.id, 560, 400) as c:
-        _batch_axes(c.ax, sorted({float(e.config["batch_size"]) for e in fast + failed}))
-        c.ax.set(ylabel=in_unit("tokens/s", fast))
-        c.ax.set_ylim(0, max(e.tps for e in fast) * 1.15)
+        _batch_axes(c.ax, sorted({float(e.config["batch_size"]) for e in timed + failed}))
+        c.ax.set(ylabel=in_unit("tokens/s", timed))
+        c.ax.set_ylim(0, max(tps for _, tps in fast) * 1.15)
         _fastest_lines(c.ax, fast, styles)
-        for e in fast:
-            styles.draw(c, e, float(e.config["batch_size"]), e.tps)
+        for e, tps in fast:
+            styles.draw(c, e, float(e.config["batch_size"]), tps)
         _failed_crosses(c, failed)
         styles.legend(c, *([_marker("X", FAILED, FAILED, "failed (oom / nan / error)")] if failed else []))
-        c.place_labels([(float(e.config["batch_size"]), e.tps or 0.0) for e in fast + failed])
+        c.place_labels([(float(e.config["batch_size"]), e.tps or 0.0) for e in timed + failed])
         return c.svg(plot.title)
 
 
@@ -181,13 +183,13 @@ def _batch_axes(ax: Axes, batches: list[float]) -> None:
     ax.set(xlabel="batch size", ylabel="tokens/s")
 
 
-def _fastest_lines(ax: Axes, fast: list[Entry], styles: Styles) -> None:
+def _fastest_lines(ax: Axes, fast: list[tuple[Entry, float]], styles: Styles) -> None:
     """A faint line per precision and compile mode through its fastest config at each batch size."""
     groups: dict[tuple[str, str], dict[float, float]] = {}
-    for e in fast:
+    for e, tps in fast:
         group = groups.setdefault((str(e.config.get("precision")), str(e.config.get("compile"))), {})
         batch = float(e.config["batch_size"])
-        group[batch] = max(group.get(batch, 0.0), e.tps)
+        group[batch] = max(group.get(batch, 0.0), tps)
     for (precision, _), best_at in groups.items():
         if len(best_at) > 1:
             xs, ys = zip(*sorted(best_at.items()))
@@ -205,7 +207,7 @@ def _pareto_front(points: list[tuple[float, float]]) -> list[tuple[float, float]
 
 
 def plot_pareto(entries: list[Entry], styles: Styles, facts: Facts) -> Plot:
-    shown = [e for e in entries if e.tps is not None and e.loss is not None]
+    shown = [(e, e.tps, e.loss) for e in entries if e.tps is not None and e.loss is not None]
     title = in_unit("Validation loss against tokens/s (the Pareto view)", entries)
     plot = Plot("plot-pareto", title, "No config has both a speed and a checked loss.")
     if shown:
@@ -222,16 +224,17 @@ def plot_pareto(entries: list[Entry], styles: Styles, facts: Facts) -> Plot:
     return plot
 
 
-def _draw_pareto(shown: list[Entry], styles: Styles, facts: Facts, plot: Plot) -> Markup:
+def _draw_pareto(shown: list[tuple[Entry, float, float]], styles: Styles, facts: Facts, plot: Plot) -> Markup:
+    """`shown`: each config with both figures, and its speed and loss."""
     with canvas(plot.id, 560, 400) as c:
         _limit_band(c, [v for v in (facts.base_loss, facts.limit) if is_num(v)], facts)
-        _front_line(c, _pareto_front([(e.tps, e.loss) for e in shown]))
-        for e in shown:
-            styles.draw(c, e, e.tps, e.loss)
-        _pareto_axes(c.ax, [e.tps for e in shown])
-        c.ax.set(xlabel=in_unit("tokens/s", shown))
+        _front_line(c, _pareto_front([(tps, loss) for _, tps, loss in shown]))
+        for e, tps, loss in shown:
+            styles.draw(c, e, tps, loss)
+        _pareto_axes(c.ax, [tps for _, tps, _ in shown])
+        c.ax.set(xlabel=in_unit("tokens/s", [e for e, _, _ in shown]))
         styles.legend(c)
-        c.place_labels([(e.tps, e.loss) for e in shown])
+        c.place_labels([(tps, loss) for _, tps, loss in shown])
         return c.svg(plot.title)
 
 
@@ -260,7 +263,7 @@ def _limit_band(c: Canvas, band: list[float], facts: Facts) -> None:
     c.mark(c.ax.axhspan(min(band), max(band), color="#d3f9d8", lw=0, zorder=0), "band")
     c.mark(c.ax.axhline(max(band), color=GREEN, lw=1.4, ls=(0, (5, 3)), zorder=1), "limit")
     top = max(band)  # its label on the line, at the right end unless a point sits there
-    spots = [((1, top), -4, 4, "right"), ((0, top), 4, 4, "left"), ((1, top), -4, -13, "right")]
+    spots: list[Spot] = [((1, top), -4, 4, "right"), ((0, top), 4, 4, "left"), ((1, top), -4, -13, "right")]
     c.label(f"limit {fmt_loss(facts.limit)}", spots, ("axes fraction", "data"), color=GREEN)
 
 
@@ -270,7 +273,8 @@ def _limit_band(c: Canvas, band: list[float], facts: Facts) -> None:
 def role_color(entry: Entry) -> str:
     if entry.failed:
         return FAILED
-    return ROLE_COLORS.get(entry.role) or {True: FEASIBLE, False: INFEASIBLE}.get(entry.feasible, UNKNOWN)
+    by_verdict: dict[bool | None, str] = {True: FEASIBLE, False: INFEASIBLE}
+    return ROLE_COLORS.get(entry.role) or by_verdict.get(entry.feasible, UNKNOWN)
 
 
 ROLE_LEGEND = {
@@ -297,7 +301,9 @@ class _BarAxis:
     reference: float | None  # a dashed line at 1× or at the baseline's value
 
 
-def _hbars(rows: list[tuple[Entry, float | None]], show: Callable[[float], str], axis: _BarAxis) -> Markup:
+def _hbars(
+    rows: Sequence[tuple[Entry, float | None]], show: Callable[[float], str], axis: _BarAxis
+) -> Markup:
     """Horizontal bars, one per config, labelled with its id and main knobs."""
     values = [v for _, v in rows if v is not None] + [axis.reference or 0.0]
     with canvas(axis.plot.id, 1120, 70 + 22 * len(rows)) as c:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeGuard
 
 from trainables.progress import fmt_seconds
 from tuner.space.knobs import RUN_ONLY_FIELDS, knob_diff
@@ -15,7 +15,7 @@ DASH = "—"
 NODE_ID = re.compile(r"\b[0-9a-f]{56}\b")  # a Ray node id, as notices from before short ids spell it
 
 
-def is_num(x: Any) -> bool:
+def is_num(x: Any) -> TypeGuard[float]:
     return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
 
 

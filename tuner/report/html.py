@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 import re
 import statistics
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -246,7 +246,7 @@ def _timelines(summary: Summary) -> list[timelines.Timeline]:
     ]
 
 
-def _since_first(points: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def _since_first(points: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return [{**p, "t": p["t"] - points[0]["t"]} for p in points]
 
 

@@ -162,7 +162,7 @@ def _gate(runs: list[TrialRow]) -> str:
     gated = [r for r in runs if r.gate_wait_s is not None]
     if not gated:
         return ""
-    waited = sum(r.gate_wait_s for r in gated)
+    waited = sum(r.gate_wait_s or 0.0 for r in gated)
     text = "no other run timed on its GPU at the same time (timing gate"
     text += (
         f"; waited {fmt_warmup(waited)}{' in all' if len(gated) > 1 else ''} for its turn)" if waited else ")"
@@ -283,7 +283,7 @@ def _gate_note(runs: list[TrialRow]) -> str:
     """What the gate recorded over a phase: the waits and the compiles beside timed windows."""
     if not runs:
         return ""
-    waits = [r.gate_wait_s for r in runs]
+    waits = [r.gate_wait_s for r in runs if r.gate_wait_s is not None]  # _phase_runs: all of them
     median = fmt_warmup(statistics.median(waits))
     parts = [
         f"a run waited {fmt_warmup(max(waits))} at most for its turn at the gate, {median} at the median"

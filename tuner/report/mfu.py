@@ -57,7 +57,7 @@ def _gpu_name(summary: Summary) -> str | None:
 def how(runs: list[TrialRow], tps_how: str) -> str:
     """How one config's MFU was found (the table cell's explanation)."""
     run = counted(runs)
-    if run is None:
+    if run is None or not is_num(run.peak_flops):  # counted's has a peak
         return "no MFU: its runs recorded no GPU peak (a CPU, or a GPU not in trainables/flops.py's table)"
     precision = (run.train or {}).get("precision", "its precision")
     return (

@@ -31,7 +31,7 @@ def answer_line(summary: Summary) -> str:
     answer = answer_id(summary)
     runs = finalist_runs(summary, answer)
     run = profiled_run(runs)
-    if run is None:
+    if run is None or run.profile is None:  # profiled_run's has one
         return ""
     found = run.profile
     tps = summary.best.tokens_per_s if summary.best else summary.baseline.tokens_per_s

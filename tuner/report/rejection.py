@@ -32,7 +32,7 @@ def rejection(row: ConfigRow, summary: Summary) -> str:
     via = f" (loss run of {row.checked_by})" if row.checked_by and row.checked_by not in row.ids else ""
     if row.feasible is False:
         loss = row.val_loss
-        if over_limit(loss, loss_limit):
+        if loss is not None and loss_limit is not None and over_limit(loss, loss_limit):
             over = f"{fmt_loss(loss_limit.limit)} by {loss - loss_limit.limit:.4f}"
             return f"val loss {fmt_loss(loss)} over the limit {over}{via}"
         return f"loss check failed{via}"

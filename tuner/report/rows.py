@@ -133,7 +133,8 @@ class ConfigRow:
 
     @property
     def peak_mem_mb(self) -> float | None:
-        return max((t.peak_mem_mb for t in self._measured("peak_mem_mb", PHASES)), default=None)
+        peaks = (t.peak_mem_mb for t in self._measured("peak_mem_mb", PHASES) if t.peak_mem_mb is not None)
+        return max(peaks, default=None)
 
 
 def _identity(config: dict[str, Any], baseline: dict[str, Any]) -> Any:

@@ -37,7 +37,7 @@ def batch_pairs(
     for i, point in enumerate(start_points):
         pair = {"batch_size": train.batch_size, "micro_batch": train.micro_batch}
         if all(k in point or k not in space for k in pair):  # else the space fills it in (space.start_point)
-            b, m = (point.get(k, v) for k, v in pair.items())
+            b, m = point.get("batch_size", train.batch_size), point.get("micro_batch", train.micro_batch)
             if not splits(b, m):
                 return (
                     f"config key 'search.start_points[{i}]': micro_batch {m} must divide batch_size {b} "

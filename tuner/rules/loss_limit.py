@@ -14,7 +14,7 @@ and sees it. tuner/state/records.py re-exports LossLimit, a field of summary.jso
 from __future__ import annotations
 
 import math
-from typing import Literal, Protocol
+from typing import Literal, Protocol, cast
 
 from pydantic import Field
 
@@ -25,8 +25,12 @@ from tuner.rules.record_base import Record
 class LossRun(Protocol):
     """What a verdict reads of a loss run (a TrialRow has it): whether it trained, and its val loss."""
 
-    status: str
-    val_loss: float | None
+    # read-only: a TrialRow's status is a Literal of str, which a writable str member would refuse
+    @property
+    def status(self) -> str: ...
+
+    @property
+    def val_loss(self) -> float | None: ...
 
 
 Mode = Literal["absolute", "relative"]
@@ -150,7 +154,8 @@ class LossLimit(Record):
 
 def _limit_of(seed_losses: list[float], tolerance: float, mode: str) -> float:
     """The limit this rule gives seeds' losses (a recorded validation is judged again by it)."""
-    return LossLimit.of(seed_losses[0], tolerance, mode, None, seed_losses[1:]).limit  # type: ignore[arg-type]
+    # `mode` as the bench's recorded JSON spells it: the record (a pydantic model) validates it
+    return LossLimit.of(seed_losses[0], tolerance, cast(Mode, mode), None, seed_losses[1:]).limit
 
 
 def allowance(baseline_loss: float, tolerance: float, mode: Mode) -> float:

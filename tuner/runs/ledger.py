@@ -134,7 +134,8 @@ class LedgerRecorder(Callback):
 
     def _retell(self) -> None:
         self.last_told = time.time()
-        self.on_row(self.ledger.rows())
+        if self.on_row is not None:  # on_step_begin calls it only then
+            self.on_row(self.ledger.rows())
 
     def on_trial_complete(self, iteration, trials, trial, **info):
         self._guarded(lambda: self._finish(trials, trial, None))

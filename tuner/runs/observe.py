@@ -66,7 +66,7 @@ def annotate(ctx: Observed, rows: list[TrialRow], role: Role) -> list[TrialRow]:
     # loss runs share the machine by design and their speed is never used
     flagged = [r for r in out if r.cpu_shared] if role.timed else []
     if flagged:
-        worst = max(r.cpu_others_cores for r in flagged)
+        worst = max(r.cpu_others_cores or 0.0 for r in flagged)  # a cpu_shared row has it
         ctx.notice(
             f"{flagged[0].phase}: {len(flagged)} of {len(out)} timed runs shared the CPU with other "
             f"processes (up to {worst:.1f} cores busy elsewhere); their speed figures are not trusted"
@@ -110,7 +110,7 @@ def _flag_cpu(row: TrialRow) -> TrialRow:
 
 def _with_timeline(ctx: Observed, row: TrialRow) -> TrialRow:
     """The trial's GPU timeline into TensorBoard, next to Ray's curves for that trial, and onto the row."""
-    actor = ctx.telemetry.actors.get(row.node_id)
+    actor = None if row.node_id is None else ctx.telemetry.actors.get(row.node_id)
     if actor is None or not row.path:
         return row
     try:

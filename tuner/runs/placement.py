@@ -85,7 +85,9 @@ class PlacementPolicy:
 
         def resources(config: dict[str, Any]) -> dict[str, float]:
             spec = TrialSpec.as_asked(config)  # sizing only: the trial itself refuses a bad config
-            peak = peaks_mb[spec.labels.case]  # None: the baseline, not screened
+            case = spec.labels.case
+            assert case is not None  # each re-measure config names its case
+            peak = peaks_mb[case]  # None: the baseline, not screened
             need = self.memory.memory_need(peak) if peak else None
             if even:
                 share = 1 / per_gpu
@@ -163,9 +165,10 @@ class MemoryShares:
         waited ~55 s for a place while the runs on the GPU needed 0.47 of its memory at most."""
         base = self.probed_need(self.base.forward_batch, self.base.precision)
         needs = [self.memory_need(p) if p else base for p in peaks_mb]  # no peak: the unscreened baseline
-        if any(n is None for n in needs):
+        known = [n for n in needs if n is not None]
+        if len(known) < len(needs):
             return False
-        runs = sorted((n for n, count in zip(needs, asked, strict=True) for _ in range(count)), reverse=True)
+        runs = sorted((n for n, count in zip(known, asked, strict=True) for _ in range(count)), reverse=True)
         return sum(runs[:per_gpu]) <= 1.0
 
     def spec_share(self, spec: TrialSpec, per_gpu: int) -> float:
@@ -178,8 +181,8 @@ class MemoryShares:
         against the GPU's memory; without a peak, the batch against the probe's largest. A screen on 4
         H200s that sized shares by batch / 512 (everything fitted) gave batch 512 a whole GPU, and 14 runs
         fitted where 24 were asked for."""
-        probed = self.probed.get(precision)
-        if probed is None or not probed.batch:
+        probed = None if precision is None else self.probed.get(precision)
+        if precision is None or probed is None or not probed.batch:
             return _share(0.0, per_gpu)
         need = self.probed_need(batch, precision)
         return _share(need if need is not None else batch / probed.batch, per_gpu)

@@ -22,7 +22,8 @@ from trainables.compile_cache import ROOTS, Manifest, manifest, read_files, safe
 from trainables.gate import NAMESPACE
 
 
-@ray.remote(num_cpus=0, max_concurrency=8)
+# Ray's typing of ray.remote(...) lists the task options only, not an actor's (max_concurrency)
+@ray.remote(num_cpus=0, max_concurrency=8)  # type: ignore[call-overload]
 class CacheServer:
     """Reads and writes the driver's cache root for trials elsewhere; only files, matched by path. A dir is
     named by its path in the root ("<key>/inductor"), as NodeCache names it."""
@@ -68,7 +69,8 @@ def serve(env: dict[str, str], name: str):
     if not root:
         return None
     # no mkdir here: the dirs appear with their first entry (write_files makes them)
-    return CacheServer.options(
+    # mypy keeps a decorated class's own type: @ray.remote made CacheServer an ActorClass, which has options
+    return CacheServer.options(  # type: ignore[attr-defined]
         name=name,
         namespace=NAMESPACE,
         scheduling_strategy=NodeAffinitySchedulingStrategy(

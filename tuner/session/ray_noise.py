@@ -52,7 +52,7 @@ def drop_raylet_notices() -> bool:
     Should a later Ray move or rename it, nothing is patched and the notices show again; nothing fails."""
     worker = getattr(getattr(ray, "_private", None), "worker", None)
     show = getattr(worker, "print_to_stdstream", None)
-    if show is None:
+    if worker is None or show is None:
         return False
     if not getattr(show, "quiet_worker_deaths", False):
         worker.print_to_stdstream = _without_notices(show)
@@ -66,5 +66,5 @@ def _without_notices(show: Callable[[dict, bool], None]) -> Callable[[dict, bool
             return
         show(data, ignore_prefix)
 
-    print_to_stdstream.quiet_worker_deaths = True  # a second call leaves it wrapped once
+    print_to_stdstream.__dict__["quiet_worker_deaths"] = True  # a second call leaves it wrapped once
     return print_to_stdstream

@@ -11,6 +11,7 @@ address is checked first, within a deadline, so an unreachable one is one line i
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import select
 import signal
@@ -115,10 +116,11 @@ def _auto(where: str = "--address") -> RayTarget:
 def check_reachable(target: RayTarget, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
     """A Ray GCS answers at the target's address within `timeout_s`, else EnvironmentFault in one line.
     A ray:// (client) address is left to ray.init."""
-    if not target.joins or target.address.startswith("ray://"):
+    address = target.address  # None: not joining
+    if address is None or address.startswith("ray://"):
         return
     deadline = time.monotonic() + timeout_s
-    why = _tcp_fault(target.address, timeout_s) or _gcs_fault(target.address, deadline - time.monotonic())
+    why = _tcp_fault(address, timeout_s) or _gcs_fault(address, deadline - time.monotonic())
     if why == ASKS_TOKEN:
         if _has_token(target):
             return
@@ -155,7 +157,9 @@ def _gcs_fault(address: str, timeout_s: float) -> str | None:
     with grpc.insecure_channel(address) as channel:
         stub = gcs_service_pb2_grpc.NodeInfoGcsServiceStub(channel)
         try:
-            stub.GetClusterId(gcs_service_pb2.GetClusterIdRequest(), timeout=max(timeout_s, 1.0))
+            # protobuf makes the module's message classes when it is imported: mypy sees none of them
+            request = gcs_service_pb2.GetClusterIdRequest()  # type: ignore[attr-defined]
+            stub.GetClusterId(request, timeout=max(timeout_s, 1.0))
         except grpc.RpcError as err:
             if err.code() == grpc.StatusCode.UNAUTHENTICATED:
                 return ASKS_TOKEN
@@ -185,8 +189,8 @@ def connect(target: RayTarget, env: dict[str, str], dashboard: bool = False) -> 
             address=target.init_address,
             runtime_env={"env_vars": env},
             log_to_driver=False,
-            logging_level="ERROR",
-            **({} if target.joins else {"include_dashboard": dashboard}),
+            logging_level=logging.ERROR,
+            include_dashboard=None if target.joins else dashboard,  # None: Ray's default
         )
     except SystemExit as stop:
         if stop.code == signal.SIGTERM:
@@ -236,9 +240,12 @@ class RaySession:
         if self.lifeline is not None:
             os.close(self.lifeline)  # the reaper finds nothing left, and ends
             self.lifeline = None
+        if self.reaper is not None:  # None also where the pipe was made but the reaper did not start
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.reaper.wait(timeout=10)
-            self.reaper.stdout.close()
+            if self.reaper.stdout is not None:
+                self.reaper.stdout.close()
+            self.reaper = None
 
     def _start_reaper(self) -> None:
         """Start the reaper and wait until it watches: a Ray process started before would outlive a SIGKILL."""
@@ -250,8 +257,10 @@ class RaySession:
             start_new_session=True,
         )
         os.close(read)
-        ready, _, _ = select.select([self.reaper.stdout], [], [], REAPER_START_S)
-        if not ready or self.reaper.stdout.readline().strip() != b"ready":
+        said = self.reaper.stdout
+        assert said is not None  # stdout=PIPE
+        ready, _, _ = select.select([said], [], [], REAPER_START_S)
+        if not ready or said.readline().strip() != b"ready":
             raise EnvironmentFault(
                 f"the reaper (tuner/session/reaper.py) did not start in {REAPER_START_S:.0f} s"
             )

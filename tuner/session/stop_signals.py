@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import signal
 import threading
+from typing import Any
 
-from ray.tune import Callback
+from ray.tune import Callback, Stopper
 
 _received: list[str] = []  # the stop signals this process received, by name, in order
 
@@ -37,7 +38,13 @@ class TuneSigint(Callback):
         self.tune_handler = None  # what Tune installed for this experiment (None: it installed nothing)
         self.caught = False
 
-    def setup(self, **info) -> None:
+    def setup(
+        self,
+        stop: Stopper | None = None,
+        num_samples: int | None = None,
+        total_num_samples: int | None = None,
+        **info: Any,
+    ) -> None:
         now = signal.getsignal(signal.SIGINT)
         if now is not self.before:
             self.tune_handler = now

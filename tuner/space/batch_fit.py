@@ -78,7 +78,8 @@ class BatchFit:
             return (
                 f"refused compile={values['compile']}: {why}"  # TrainConfig's rule: the trial would refuse it
             )
-        found = self.probed.get(values.get("precision"))
+        precision = values.get("precision")
+        found = None if precision is None else self.probed.get(precision)
         if found is None:
             return None
         k = int(values.get("activation_checkpointing") or 0)

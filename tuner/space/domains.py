@@ -119,22 +119,23 @@ def bound_batch(
     setting (tuner/space/batch_fit.py): micro_batch choices up to it (None, the whole batch, stays), and batch
     sizes up to it or above it where a micro_batch that fits divides it (`base_micro` where micro_batch is
     not searched). A knob left without any keeps its smallest. Which configs fit is the screen's to refuse."""
+    kept: dict[str, list[Any]] = {}  # each list knob's choices left
     micro = space.get("micro_batch")
     if isinstance(micro, list):
-        space = {**space, "micro_batch": _kept(micro, lambda m: m is None or m <= largest)}
-        splitters = [m for m in space["micro_batch"] if m is not None and m <= largest]
+        kept["micro_batch"] = _kept(micro, lambda m: m is None or m <= largest)
+        splitters = [m for m in kept["micro_batch"] if m is not None and m <= largest]
     else:
         splitters = [base_micro] if base_micro and base_micro <= largest else []
     batch = space.get("batch_size")
     if isinstance(batch, list):
         can_split = lambda b: any(m < b and b % m == 0 for m in splitters)
-        space = {**space, "batch_size": _kept(batch, lambda b: b <= largest or can_split(b))}
+        kept["batch_size"] = _kept(batch, lambda b: b <= largest or can_split(b))
     notices = [
-        f"{name} bounded by the memory probe (largest forward batch {largest}): {space[name]}"
+        f"{name} bounded by the memory probe (largest forward batch {largest}): {kept[name]}"
         for name, knob in (("micro_batch", micro), ("batch_size", batch))
-        if isinstance(knob, list) and len(space[name]) < len(knob)
+        if isinstance(knob, list) and len(kept[name]) < len(knob)
     ]
-    return space, notices
+    return {**space, **kept}, notices
 
 
 def _kept(choices: list[Any], fits: Callable[[Any], bool]) -> list[Any]:

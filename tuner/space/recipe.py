@@ -102,7 +102,7 @@ def result(
         return None
     ids = row_ids(screen, knobs, base)
     row = next((r for r in screen if r.id in ids), None)
-    found = {} if row is None else {
+    found: dict[str, Any] = {} if row is None else {
         "trial": row.id, "tokens_per_s": row.tokens_per_s, "val_loss": row.val_loss, "feasible": row.feasible
     }  # fmt: skip
     return RecipeResult(knobs=knobs, yaml=yaml, **found)

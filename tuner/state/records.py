@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Literal
+from typing import Any, Literal, overload
 
 from pydantic import ConfigDict, Field, model_validator
 
@@ -27,6 +27,14 @@ BASELINE_ID = "baseline"
 BESIDE_PHASE = "loss_check_beside"  # the ledger of the baseline's loss run trained beside the screen
 AHEAD_PHASE = "loss_check_ahead"  # the ledger of candidates' loss runs trained beside the screen
 NODE_ID_SHOWN = 8  # a Ray node id is 56 hex digits; its first 8 tell a cluster's nodes apart
+
+
+@overload
+def short_node_id(node_id: str) -> str: ...
+@overload
+def short_node_id(node_id: None) -> None: ...
+@overload
+def short_node_id(node_id: str | None) -> str | None: ...
 
 
 def short_node_id(node_id: str | None) -> str | None:

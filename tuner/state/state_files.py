@@ -85,7 +85,9 @@ def _journal_record(line: bytes) -> bool:
         return False
 
 
-def rebuild_state(out: Path, asked: SearchConfig, data_sha256: str, say: Callable[[str], None]) -> bool:
+def rebuild_state(
+    out: Path, asked: SearchConfig, data_sha256: str | None, say: Callable[[str], None]
+) -> bool:
     """OUT/state.json rebuilt where it is damaged: its config kept where it still reads, else `asked` (this
     command's, with the corpus the trials trained on), no phase marked finished. Returns whether it rebuilt;
     ConfigError (one line, nothing changed) where the trials in OUT were trained by other settings."""
@@ -144,7 +146,7 @@ def _all_rows(out: Path) -> list[TrialRow]:
 
 
 def _config_of_trials(
-    asked: SearchConfig, rows: list[TrialRow], data_sha256: str, path: Path, problem: str
+    asked: SearchConfig, rows: list[TrialRow], data_sha256: str | None, path: Path, problem: str
 ) -> dict:
     """`asked` (this command's config) pinned to the corpus it trains on, once the trials in OUT are seen to
     share its settings; else ConfigError saying how to go on."""

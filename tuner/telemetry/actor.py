@@ -57,7 +57,8 @@ class TelemetryActor:
         energy_hz: float = 1.0,
     ):
         node_id = ray.get_runtime_context().get_node_id()
-        exporter, export_error = None, None
+        exporter = None
+        export_error: str | None = None
         if export_metrics:
             try:
                 exporter = RayMetricsExporter()
@@ -120,7 +121,8 @@ def start_telemetry(
     """
     actors = {}
     for node_id in telemetry_nodes(ray.nodes(), all_nodes):
-        actors[node_id] = TelemetryActor.options(
+        # mypy keeps a decorated class's own type: @ray.remote made it an ActorClass, which has options
+        actors[node_id] = TelemetryActor.options(  # type: ignore[attr-defined]
             name=telemetry_actor_name(node_id),
             get_if_exists=True,
             scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
@@ -139,7 +141,7 @@ def fetch_window(actors: Mapping[str, Any], trial_metrics: Mapping, timeout_s: f
     `sibling_pids`); never raises."""
     node, gpu = trial_metrics.get("node"), trial_metrics.get("gpu")
     t0, t1 = trial_metrics.get("window_t0"), trial_metrics.get("window_t1")
-    if None in (gpu, t0, t1):
+    if gpu is None or t0 is None or t1 is None:
         return empty_window("trial reported no gpu/window_t0/window_t1", node=node, gpu=gpu)
     actor = actors.get(node) if node is not None else None
     if actor is None and node is None and len(actors) == 1:

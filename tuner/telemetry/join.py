@@ -86,7 +86,7 @@ def describe_unavailable(info: Mapping) -> str | None:
             f"GPU telemetry unavailable on node {node}: {info.get('reason') or 'unknown reason'}; "
             "carrying on without power, energy and throttle data."
         )
-    missing = {}
+    missing: dict[str, list[str]] = {}
     for gpu, fields in (info.get("unsupported") or {}).items():
         for name, reason in fields.items():
             missing.setdefault(f"{name} ({reason})", []).append(str(gpu))

@@ -60,7 +60,8 @@ class _Export:
 
     def __init__(self, exporter: Any, hz: float):
         self.exporter, self.period_s = exporter, 1.0 / hz if hz > 0 else math.inf
-        self.count, self.error = 0, None
+        self.count = 0
+        self.error: str | None = None
         self._last = -math.inf
 
     def __call__(self, node_id: str | None, readings: list[tuple[GpuReader, GpuSample]]) -> None:
@@ -82,7 +83,9 @@ class _Rings:
     def __init__(self, gpus: Sequence[GpuReader], maxlen: int):
         self.gpus = gpus
         self._lock = threading.Lock()
-        self._buffers = {g.index: collections.deque(maxlen=maxlen) for g in gpus}
+        self._buffers: dict[int, collections.deque[GpuSample]] = {
+            g.index: collections.deque(maxlen=maxlen) for g in gpus
+        }
 
     def append(self, readings: list[tuple[GpuReader, GpuSample]]) -> None:
         with self._lock:
@@ -200,7 +203,7 @@ class GpuSampler:
         return self._rings.samples(gpu)
 
     def _query(self, gpu: int | str, answer: Callable[[list[GpuSample]], dict]) -> dict:
-        where = {"node": self.node_id, "gpu": gpu}
+        where: dict[str, Any] = {"node": self.node_id, "gpu": gpu}
         if not self.available and not self._sweeps.count:
             return empty_window(self.reason or "telemetry unavailable", **where)
         try:

@@ -14,7 +14,8 @@ from typing import Any
 import numpy as np
 
 # numpy 2 renamed trapz to trapezoid; the declared floor (1.24) has only trapz.
-_trapezoid = getattr(np, "trapezoid", None) or np.trapz
+# (the installed numpy 2's typing has no trapz: the one ignore, which numpy 1 would find unused)
+_trapezoid = getattr(np, "trapezoid", None) or np.trapz  # type: ignore[attr-defined, unused-ignore]
 
 # NVML clock-event reason bits (stable across the Throttle/ClocksEvent renames).
 SW_POWER_CAP = 0x04
@@ -207,7 +208,9 @@ def summarize_window(
     inside = _inside(samples, t0, t1)
     if not inside:
         return empty_window("no samples in the window", available=True)
-    stats = {name: reduce(_column(inside, field)) for name, (field, reduce) in _READINGS.items()}
+    stats: dict[str, Any] = {
+        name: reduce(_column(inside, field)) for name, (field, reduce) in _READINGS.items()
+    }
     stats.update((name, _mean(_flags(inside, bits))) for name, bits in _SHARES.items())
     stats["energy_j"], stats["energy_source"] = _energy(samples, t0, t1)
     stats["covered_s"] = inside[-1].t - inside[0].t
