@@ -31,7 +31,7 @@ from tuner.decide.verdicts import LossVerdicts
 from tuner.rules.record_base import Record
 from tuner.space.knobs import knob_diff, train_point
 from tuner.space.recipe import in_reach
-from tuner.state.loss_outcome import LossCheckOutcome
+from tuner.state.loss_outcome import LossCheckEnd, LossCheckOutcome
 from tuner.state.records import BASELINE_ID, TrialRow
 
 
@@ -87,7 +87,7 @@ class LossPlan:
     ruled_out: list[Candidate] = field(default_factory=list)  # by a failure (tuner/decide/verdicts.py)
     runs: int = 0
     spent_s: float = 0.0
-    ended_by: str | None = None
+    ended_by: LossCheckEnd | None = None
 
     @classmethod
     def of(
@@ -156,7 +156,7 @@ class LossPlan:
         else:
             self.failed_points.add(train_point(pick.config, self.base))
 
-    def stop(self, why: str) -> None:
+    def stop(self, why: LossCheckEnd) -> None:
         self.ended_by = why
 
     def outcome(self) -> LossCheckOutcome:

@@ -163,7 +163,7 @@ def twins(base: TrainConfig, screen: list[TrialRow]) -> dict[tuple, TrialRow]:
         if row.status not in PROVEN or not row.tokens_per_s:
             continue
         key = loss_key(row.config, values)
-        if key not in fastest or row.tokens_per_s > fastest[key].tokens_per_s:
+        if key not in fastest or row.tokens_per_s > (fastest[key].tokens_per_s or 0.0):
             fastest[key] = row
     return fastest
 
@@ -219,6 +219,8 @@ def loss_limit_of(
     """The loss limit the baseline's loss run and its other seeds' runs set at the loss horizon (a failed seed
     run leaves the noise unmeasured)."""
     more = [s.val_loss for s in seeds if s.status == "ok" and s.val_loss is not None]
+    if baseline.val_loss is None:
+        raise ValueError("the baseline's loss run has no val loss: it sets no loss limit")
     return quality.loss_limit(baseline.val_loss, horizon, more)
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from trainables.config import TrainConfig
@@ -89,7 +90,11 @@ def check_losses(
     # less those trained beside the screen (asked for again only if they failed there)
     besides = [beside, *seeds_beside] if beside is not None else []
     base_specs, twin = _baseline_specs(inputs, screen, _seeds_to_train(inputs, beside, seeds_beside))
-    base_row, loss_limit, rows, seed_rows, round_no = None, None, [], [], 0
+    base_row: TrialRow | None = None
+    loss_limit: LossLimit | None = None
+    rows: list[TrialRow] = []
+    seed_rows: list[TrialRow] = []
+    round_no = 0
     while base_row is None or plan.ended_by is None:
         extra = len(base_specs) if base_row is None else 0  # round 0 also trains the baseline
         # a round of at most loss_check_top less those passed (at least one: a config faster than every
@@ -105,9 +110,7 @@ def check_losses(
         training += ahead.training() if ahead is not None else 0
         new = (
             inputs.phase(
-                f"loss_check_{round_no}",
-                lambda r=round_no, c=cases, b=training: _round(inputs, r, c, b),
-                list[TrialRow],
+                f"loss_check_{round_no}", partial(_round, inputs, round_no, cases, training), list[TrialRow]
             )
             if cases
             else []
@@ -117,6 +120,7 @@ def check_losses(
             own_base, new = new[: len(base_specs)], new[len(base_specs) :]
             base_row, seed_rows, loss_limit = _baseline_checked(inputs, screen, besides, own_base, twin)
             plan.limits = limits(inputs, base_row)  # its default time budget: the baseline's loss run's time
+        assert loss_limit is not None  # round 0 set it with the baseline's row
         trained = iter(new)
         new = [done_ahead[p.id] if p.id in done_ahead else next(trained) for p in batch]
         new = [row.with_verdict(loss_limit) for row in new]  # in case order: the batch's order
@@ -125,6 +129,7 @@ def check_losses(
         feasible += sum(bool(row.feasible) for row in new)
         rows += new
         plan.judge(_verdicts(inputs, loss_limit, [base_row, *rows], ahead))
+    assert loss_limit is not None  # the loop ran round 0 at least
     outcome = _ended(inputs, plan, _verdicts(inputs, loss_limit, [base_row, *rows], ahead))
     return LossCheck(baseline=base_row, seeds=seed_rows, candidates=rows, outcome=outcome)
 
@@ -189,9 +194,11 @@ def _baseline_checked(
     did not train."""
     pairs = _beside_or_own(inputs, screen, besides) + [(row, twin) for row in own]
     (row, row_twin), *others = pairs
+    if row is None:  # its run beside the screen failed, and so did its round's (no row for its seed)
+        raise SearchFailed("the baseline run failed: neither its run beside the screen nor its retry trained")
     if row.status != "ok" or row.val_loss is None:
         raise SearchFailed(f"the baseline run failed ({row.status}: {row.error})")
-    seed_rows = [baseline.as_baseline(r, t, nth_seed=1) for r, t in others]
+    seed_rows = [baseline.as_baseline(r, t, nth_seed=1) for r, t in others if r is not None]
     rule = baseline.BaselineLoss(inputs.shapes, inputs.quality, inputs.notice)
     base_row, loss_limit = baseline.checked(rule, baseline.as_baseline(row, row_twin), seed_rows)
     return base_row, seed_rows, loss_limit
@@ -288,9 +295,10 @@ def _baseline_specs(
 
 def _beside_or_own(
     inputs: LossCheckInputs, screen: list[TrialRow], besides: list[TaskRun]
-) -> list[tuple[TrialRow, TrialRow | None]]:
+) -> list[tuple[TrialRow | None, TrialRow | None]]:
     """The rows of the baseline's runs beside the screen, each with the twin whose execution it took: from
-    the run (the twin: its start point's screen run), or, where it failed, from a round of their own."""
+    the run (the twin: its start point's screen run), or, where it failed, from a round of their own (None
+    where that round gave no row for its seed)."""
     found = [baseline.beside_row(inputs.pool(), run, inputs.base, inputs.notice) for run in besides]
     failed = [run.spec.train.seed for run, row in zip(besides, found, strict=True) if row is None]
     again: dict[int, TrialRow] = {}

@@ -110,7 +110,7 @@ class Pending:
 
 
 def start_loss_run(
-    request: RunRequest, who: str, point: dict[str, Any], cpus: int, inputs: TrialInputs
+    request: RunRequest, who: str, point: dict[str, Any], cpus: float, inputs: TrialInputs
 ) -> TaskRun:
     """The request's spec as a Ray task on its GPU share (its placement's), `who` at its GPU's gate
     (a run beside the screen yields the GPU to every timed window: the only gate policy a task knows)."""

@@ -152,7 +152,9 @@ def _fit(
     stoppers = [s for s in (tune_kwargs.pop("stopper", None), LedgerFailed(record)) if s is not None]
     sigint = TuneSigint()  # made now: the SIGINT handler Tune will replace is the one in place
     tuner = tune.Tuner(
-        tune.with_resources(_trainable(ledger.phase, exp.role, exp.inputs), placement.resources),
+        # a callable's resource dict is made a placement group by Tune (experiment/trial.py), though
+        # with_resources' annotation names only factories for callables
+        tune.with_resources(_trainable(ledger.phase, exp.role, exp.inputs), placement.resources),  # type: ignore[arg-type]
         param_space=param_space,
         tune_config=tune.TuneConfig(
             trial_dirname_creator=lambda trial: f"{name}_{trial.trial_id}",

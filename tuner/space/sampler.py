@@ -59,10 +59,10 @@ def distributions(space: dict[str, Knob]) -> dict[str, BaseDistribution]:
     """The space's knobs as Optuna distributions (a choice list: categorical; a range: int or float)."""
     out: dict[str, BaseDistribution] = {}
     for name, knob in space.items():
-        if isinstance(knob, Range):
-            kind = IntDistribution if knob.integer else FloatDistribution
-            low, high = (int(knob.low), int(knob.high)) if knob.integer else (knob.low, knob.high)
-            out[name] = kind(low, high, log=knob.log)
+        if isinstance(knob, Range) and knob.integer:
+            out[name] = IntDistribution(int(knob.low), int(knob.high), log=knob.log)
+        elif isinstance(knob, Range):
+            out[name] = FloatDistribution(knob.low, knob.high, log=knob.log)
         else:
             out[name] = CategoricalDistribution(list(knob))
     return out
@@ -236,10 +236,15 @@ def replayed(tpe: LossAwareTpe, normalize: Callable = dict) -> list[bool]:
         in_draw = [t for t in trials[drawn["trials"] : trial.number] if REFUSED in t.user_attrs]
         known = {freeze(t.params): constraints[t.number] for t in then if t.number in constraints}
         known.update((freeze(t.params), t.constraints[CONSTRAINT]) for t in in_draw if t.constraints)
-        draw = mirror(tpe, then, running, constraints, lambda config, k=known: k.get(freeze(config)))
+        draw = mirror(tpe, then, running, constraints, _lookup(known))
         answer = _answers(then, running, {freeze(t.params) for t in in_draw})
         same.append(draw.first_new(tpe.space, normalize, answer) == normalize(trial.params))
     return same
+
+
+def _lookup(known: dict[Hashable, float]) -> Callable[[dict[str, Any]], float | None]:
+    """The constraints a replayed draw was told, by config."""
+    return lambda config: known.get(freeze(config))
 
 
 def _answers(trials: Sequence[FrozenTrial], running: tuple[int, ...], refused: set[Hashable]) -> Answer:

@@ -51,7 +51,8 @@ class ScreenSearcher(Searcher):
     def set_search_properties(self, metric, mode, config, **spec) -> bool:
         return True  # the space is the sampler's (tuner/space/sampler.py:distributions)
 
-    def suggest(self, trial_id: str) -> dict | str | None:
+    # Ray's searchers answer Searcher.FINISHED (a str) when done, by Tune's own contract; its annotation omits it
+    def suggest(self, trial_id: str) -> dict | str | None:  # type: ignore[override]
         if self.may_propose is not None and not self.may_propose():
             return None
         draw = self.tpe.draw()
