@@ -97,24 +97,13 @@ def check_losses(
     round_no = 0
     while base_row is None or plan.ended_by is None:
         extra = len(base_specs) if base_row is None else 0  # round 0 also trains the baseline
-        # a round of at most loss_check_top less those passed (at least one: a config faster than every
-        # passing one is still worth its run)
-        take = max(
-            0, min(inputs.placement.loss_round().concurrent - extra, max(1, s.loss_check_top - feasible))
-        )
-        batch = plan.next_round(take) if plan.ended_by is None else []
+        batch = plan.next_round(_round_size(inputs, extra, feasible)) if plan.ended_by is None else []
         done_ahead = _rows_ahead(inputs, batch, ahead)  # first: a resumed round then sees the same cases
         own = [p for p in batch if p.id not in done_ahead]
         cases = (base_specs if extra else []) + [_spec(inputs, p) for p in own]
         training = sum(not run.done() for run in besides) if base_row is None else 0
         training += ahead.training() if ahead is not None else 0
-        new = (
-            inputs.phase(
-                f"loss_check_{round_no}", partial(_round, inputs, round_no, cases, training), list[TrialRow]
-            )
-            if cases
-            else []
-        )
+        new = _train_round(inputs, round_no, cases, training)
         round_no += 1
         if base_row is None:
             own_base, new = new[: len(base_specs)], new[len(base_specs) :]
@@ -132,6 +121,24 @@ def check_losses(
     assert loss_limit is not None  # the loop ran round 0 at least
     outcome = _ended(inputs, plan, _verdicts(inputs, loss_limit, [base_row, *rows], ahead))
     return LossCheck(baseline=base_row, seeds=seed_rows, candidates=rows, outcome=outcome)
+
+
+def _round_size(inputs: LossCheckInputs, extra: int, feasible: int) -> int:
+    """A round of at most loss_check_top less those passed (at least one: a config faster than every passing
+    one is still worth its run), in the places a round has beside `extra` baseline runs."""
+    top = inputs.search.loss_check_top
+    return max(0, min(inputs.placement.loss_round().concurrent - extra, max(1, top - feasible)))
+
+
+def _train_round(
+    inputs: LossCheckInputs, round_no: int, cases: list[TrialSpec], beside: int
+) -> list[TrialRow]:
+    """A round's runs, recorded as its phase in OUT/state.json (none: no cases)."""
+    if not cases:
+        return []
+    return inputs.phase(
+        f"loss_check_{round_no}", partial(_round, inputs, round_no, cases, beside), list[TrialRow]
+    )
 
 
 def _ended(inputs: LossCheckInputs, plan: LossPlan, verdicts: LossVerdicts) -> LossCheckOutcome:
