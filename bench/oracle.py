@@ -26,10 +26,13 @@ before any run; 5 the machine cannot run the baseline's config.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
+import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +54,7 @@ from oracle_runs import say, train_alone  # noqa: E402
 from oracle_sitting import Sitting  # noqa: E402
 
 from trainables.cli import OneLineParser  # noqa: E402
-from trainables.config import ConfigError, TrainConfig, load_config  # noqa: E402
+from trainables.config import ConfigError, TrainConfig, load_config, make_config  # noqa: E402
 from trainables.errors import EnvironmentFault  # noqa: E402
 from trainables.exit_codes import Exit  # noqa: E402
 
@@ -81,6 +84,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         metavar="KNOB=V1,V2",
         help=f"narrow a point knob ({', '.join(POINT_KNOBS)}) to these values of the space; repeatable",
+    )
+    p.add_argument(
+        "--compile-cache",
+        metavar="DIR",
+        help="the compile cache root every run uses (train.compile_cache; the search's is trainables."
+        "compile_cache.default_root()): its runs then compile as warm as best.yaml's; default: torch's own",
     )
     p.add_argument("--sample", type=int, default=0, metavar="N", help="N random configs of the whole space")
     p.add_argument("--seed", type=int, default=0, help="the random configs' seed")
@@ -148,15 +157,21 @@ def commit() -> str | None:
         return gitrev.read_text().strip() if gitrev.exists() else None
 
 
-def read_answer(args: argparse.Namespace, base: TrainConfig) -> TrainConfig:
-    """The search's best.yaml as a training config (with --data, on that corpus, as every other run)."""
+def read_answer(args: argparse.Namespace, base: dict[str, Any]) -> TrainConfig:
+    """The search's best.yaml as a training config. With --data, on that corpus pinned as every other run's,
+    so a best.yaml that is a config of the sample (the baseline, where the search kept it) is that run."""
     try:
-        answer = load_config(args.answer, data=base.data if args.data else None)
+        answer = load_config(args.answer, data=base.get("data") if args.data else None)
+        if args.data and answer.data_sha256 is None and "data_sha256" in base:
+            answer = make_config(
+                {**answer.model_dump(exclude_unset=True), "data_sha256": base["data_sha256"]}
+            )
     except ConfigError as err:
         raise ConfigError(f"--answer: {err}") from None
-    if answer.tokens != base.tokens:
+    planned = make_config(base, section="train").tokens
+    if answer.tokens != planned:
         say(
-            f"--answer trains {answer.tokens:,} tokens, the baseline {base.tokens:,}: its loss is judged "
+            f"--answer trains {answer.tokens:,} tokens, the baseline {planned:,}: its loss is judged "
             "against a limit set at another budget"
         )
     return answer
@@ -172,7 +187,9 @@ def prepare(args: argparse.Namespace, train) -> Sitting:
     base_values = cfg.train.model_dump(exclude_unset=True)
     if corpus is not None:  # every run trains on the text resolved here, as the search's trials do
         base_values["data_sha256"] = corpus.sha256
-    answer = read_answer(args, cfg.train) if args.answer else None
+    if args.compile_cache:
+        base_values["compile_cache"] = str(Path(args.compile_cache).expanduser().resolve())
+    answer = read_answer(args, base_values) if args.answer else None
     out = Path(args.out)
     prior = read_runs(out / "oracle.json")
     hardware = probe()
@@ -232,6 +249,20 @@ def _not_offered(space: FittedSpace, knobs: list[str]) -> list[Skipped]:
     return out
 
 
+@contextlib.contextmanager
+def run_ends_with_the_sitting():
+    """SIGTERM (a kill, a lease's end) exits as Ctrl-C does, through the run's kill (oracle_runs.py): a
+    training run left behind would hold the GPU from the next sitting's runs."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
 def main(argv: list[str] | None = None, train=train_alone) -> int:
     """`train`: how one run trains (a test counts or refuses runs through it)."""
     args = build_parser().parse_args(argv)
@@ -244,7 +275,8 @@ def main(argv: list[str] | None = None, train=train_alone) -> int:
         print(f"error: {err}", file=sys.stderr)
         return Exit.ENVIRONMENT
     say(f"{args.config} on {sitting.record.card}: writing {Path(args.out) / 'oracle.json'} after every run")
-    code = sitting.sit()
+    with run_ends_with_the_sitting():
+        code = sitting.sit()
     print((Path(args.out) / "oracle.md").read_text(), flush=True)
     return code
 

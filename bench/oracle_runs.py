@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import collections
 import json
+import signal
 import subprocess
 import sys
 import threading
@@ -65,6 +66,8 @@ def recorded(done: RunOutput, *, key: str, role: Role, knobs: dict[str, Any], co
     result = done.result or {}
     status = result.get("status") or "error"
     failed = None if status == "ok" else done.last_line or f"exit {done.exit_code}"
+    if done.exit_code < 0 and not done.result:  # the sitting's end took it: a rerun trains it again
+        failed = f"killed by {signal.Signals(-done.exit_code).name} after {done.wall_s:.0f} s"
     return OracleRun(
         key=key,
         roles=[role],

@@ -110,6 +110,7 @@ class Sitting:
                 cfg = make_config({**self.base_values, **self.space.execution, **knobs}, section="train")
             except ConfigError as err:
                 self.record.points.append(PointRecord(**at, run=None, passed=False, why=str(err)))
+                self.save()
                 continue
             say(f"point {i}/{len(planned)}: {label(knobs)} at {label(self.space.execution)}")
             run = self.trained(cfg, "point")
@@ -144,7 +145,7 @@ class Sitting:
             run = self.runs[key]
             say(f"{role}: the config of {', '.join(run.roles)} run {key}: trained already")
             run = run.model_copy(update={"roles": [*run.roles, role] if role not in run.roles else run.roles})
-        elif key in self.prior:
+        elif key in self.prior and self.prior[key].exit_code >= 0:  # a killed run is no result: again
             say(f"{role}: {key} recorded already ({self.prior[key].status}): not trained again")
             run = self.prior[key].model_copy(update={"roles": [role]})
         else:

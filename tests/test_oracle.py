@@ -146,37 +146,78 @@ def fake_run(calls, val_loss, tokens_per_s=1000.0):
     return train
 
 
+def replay(record, calls):
+    """A train function that answers each config with its run in `record` (its file is named by its key)."""
+    from oracle_runs import RunOutput
+
+    runs = {r["key"]: r for r in record["runs"]}
+
+    def train(config_file, label):
+        calls.append(Path(config_file).stem)
+        run = runs[Path(config_file).stem]
+        result = {k: run[k] for k in ("status", "tokens_per_s", "val_loss", "unit", "compile_s")}
+        return RunOutput(0, result, run["wall_s"], "")
+
+    return train
+
+
 def test_a_rerun_trains_only_what_its_out_did_not_record(sat, script, tmp_path):
+    """As if the sitting was killed during the batch-64 point's run, after a signal took the batch-16
+    point's (a killed run is no result): the rerun trains those two, the rest it takes from oracle.json."""
     out, record, _ = sat
     again = tmp_path / "again"
     shutil.copytree(out, again)
-    point64 = next(p["run"] for p in record["points"] if p["batch"] == 64)
-    cut = {**record, "runs": [r for r in record["runs"] if r["key"] != point64]}
-    (again / "oracle.json").write_text(json.dumps(cut))  # as if the sitting was killed during that run
+    point16, point64 = (next(p["run"] for p in record["points"] if p["batch"] == b) for b in (16, 64))
+    runs = [r for r in record["runs"] if r["key"] != point64]
+    runs = [{**r, "exit_code": -15, "status": "error"} if r["key"] == point16 else r for r in runs]
+    (again / "oracle.json").write_text(json.dumps({**record, "runs": runs}))
     calls = []
-    assert script.main(["--config", SMOKE, "--out", str(again), *ARGS], train=fake_run(calls, 9.0)) == 0
-    assert [c["batch_size"] for c in calls] == [64]
+    assert script.main(["--config", SMOKE, "--out", str(again), *ARGS], train=replay(record, calls)) == 0
+    assert calls == [point16, point64]
     resumed = json.loads((again / "oracle.json").read_text())
     assert [r["key"] for r in resumed["runs"]] == [r["key"] for r in record["runs"]]
-    assert resumed["oracle"] == record["oracle"]
+    assert resumed["oracle"]["key"] == record["oracle"]["key"] and resumed["points"] == record["points"]
     calls.clear()  # everything recorded: nothing trains
-    assert script.main(["--config", SMOKE, "--out", str(again), *ARGS], train=fake_run(calls, 9.0)) == 0
+    assert script.main(["--config", SMOKE, "--out", str(again), *ARGS], train=replay(record, calls)) == 0
     assert calls == []
+
+
+def write_best(path, *knobs):
+    """A best.yaml as the search writes one: the tiny smoke baseline with `knobs` (KEY=VALUE) set."""
+    dump_config(load_config(SMOKE, [kv.removeprefix("train.") for kv in TINY] + list(knobs)), path)
+    return path
 
 
 def test_the_answer_is_trained_alone_and_held_against_the_oracle(sat, script, tmp_path):
     out, record, _ = sat
     again = tmp_path / "with-answer"
     shutil.copytree(out, again)
-    best = tmp_path / "best.yaml"
-    dump_config(load_config(SMOKE, [kv.removeprefix("train.") for kv in TINY] + ["fused_adamw=true"]), best)
+    best = write_best(tmp_path / "best.yaml", "fused_adamw=true", "loader=device")  # in no run of the sample
     calls, loss = [], record["limit"]["limit"] - 0.01
     args = ["--config", SMOKE, "--out", str(again), *ARGS, "--answer", str(best)]
     assert script.main(args, train=fake_run(calls, loss, tokens_per_s=500.0)) == 0
-    assert len(calls) == 1 and calls[0]["fused_adamw"] is True  # best.yaml, as written, the only new run
+    assert [(c["fused_adamw"], c["loader"]) for c in calls] == [(True, "device")]  # best.yaml, the one run
     answer = json.loads((again / "oracle.json").read_text())["answer"]
     assert answer["passed"] is True and answer["run"]["roles"] == ["answer"]
     assert answer["answer_over_oracle"] == pytest.approx(500.0 / record["oracle"]["tokens_per_s"])
+
+
+@pytest.mark.skipif(not DATA, reason="a best.yaml's corpus is pinned as the oracle's where --data names it")
+def test_an_answer_that_is_the_oracles_config_is_its_run(sat, script, tmp_path):
+    """The search's answer is often a config the sample trained (the baseline, where it kept it): that run,
+    held against the oracle, is 1x it where it is the oracle, not the spread of two runs of one config."""
+    out, record, _ = sat
+    again = tmp_path / "answer-is-oracle"
+    shutil.copytree(out, again)
+    best = write_best(tmp_path / "best.yaml", *(f"{k}={v}" for k, v in record["oracle"]["knobs"].items()))
+    calls = []
+    args = ["--config", SMOKE, "--out", str(again), *ARGS, "--answer", str(best)]
+    assert script.main(args, train=fake_run(calls, 9.0)) == 0
+    answer = json.loads((again / "oracle.json").read_text())["answer"]
+    assert (
+        calls == [] and answer["run"]["key"] == record["oracle"]["key"] and "answer" in answer["run"]["roles"]
+    )
+    assert answer["answer_over_oracle"] == 1.0 and answer["passed"] is True
 
 
 @pytest.mark.parametrize(
