@@ -39,9 +39,12 @@ from typing import Any
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "bench")]  # run from anywhere; its sibling modules, however loaded
+# Run from anywhere; bench/ itself off the path (Python puts a script's folder first): its kernels.py would
+# pass for Hugging Face's `kernels` package in this process, which builds the workload. The oracle's own
+# modules are bench.oracle_* (a namespace package of the checkout).
+sys.path[:] = [str(ROOT), *(p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench")]
 
-from oracle_plan import (  # noqa: E402 - after the path insert
+from bench.oracle_plan import (  # noqa: E402 - after the path insert
     DEFAULT_KNOBS,
     POINT_KNOBS,
     FittedSpace,
@@ -49,10 +52,9 @@ from oracle_plan import (  # noqa: E402 - after the path insert
     knob_values,
     point_values,
 )
-from oracle_record import OracleRecord, SampleStatement, Skipped, WorkloadRecord, read_runs  # noqa: E402
-from oracle_runs import say, train_alone  # noqa: E402
-from oracle_sitting import Sitting  # noqa: E402
-
+from bench.oracle_record import OracleRecord, SampleStatement, Skipped, WorkloadRecord, read_runs  # noqa: E402
+from bench.oracle_runs import say, train_alone  # noqa: E402
+from bench.oracle_sitting import Sitting  # noqa: E402
 from trainables.cli import OneLineParser  # noqa: E402
 from trainables.config import ConfigError, TrainConfig, load_config, make_config  # noqa: E402
 from trainables.errors import EnvironmentFault  # noqa: E402

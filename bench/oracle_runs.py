@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from oracle_record import OracleRun, Role
+from bench.oracle_record import OracleRun, Role
 
 ROOT = Path(__file__).resolve().parents[1]
 HEARTBEAT_S = 30.0

@@ -11,10 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from oracle_plan import FittedSpace, points, product, random_configs
-from oracle_record import AnswerRecord, OracleRecord, OracleRun, PointRecord, Role, Skipped, write
-from oracle_runs import RunOutput, recorded, say
-
+from bench.oracle_plan import FittedSpace, points, product, random_configs
+from bench.oracle_record import AnswerRecord, OracleRecord, OracleRun, PointRecord, Role, Skipped, write
+from bench.oracle_runs import RunOutput, recorded, say
 from trainables.config import ConfigError, TrainConfig, dump_config, make_config
 from tuner.config import QualitySection
 from tuner.rules.loss_limit import LossLimit

@@ -122,8 +122,8 @@ def test_the_oracle_is_the_fastest_passing_run(sat):
 
 
 def test_the_oracle_passes_over_a_faster_run_that_fails_and_the_answers_own_run(script):
-    from oracle_record import OracleRun
-    from oracle_sitting import fastest_passing
+    from bench.oracle_record import OracleRun
+    from bench.oracle_sitting import fastest_passing
 
     def run(key, tps, passed=True, status="ok", roles=("sample",)):
         return OracleRun(key=key, roles=list(roles), knobs={}, config_file="x", status=status, exit_code=0,
@@ -136,7 +136,7 @@ def test_the_oracle_passes_over_a_faster_run_that_fails_and_the_answers_own_run(
 
 def fake_run(calls, val_loss, tokens_per_s=1000.0):
     """A train function that records the config it was given and answers as a run that trained."""
-    from oracle_runs import RunOutput
+    from bench.oracle_runs import RunOutput
 
     def train(config_file, label):
         calls.append(yaml.safe_load(Path(config_file).read_text()))
@@ -148,7 +148,7 @@ def fake_run(calls, val_loss, tokens_per_s=1000.0):
 
 def replay(record, calls):
     """A train function that answers each config with its run in `record` (its file is named by its key)."""
-    from oracle_runs import RunOutput
+    from bench.oracle_runs import RunOutput
 
     runs = {r["key"]: r for r in record["runs"]}
 
@@ -250,7 +250,7 @@ def test_a_damaged_record_is_refused_not_overwritten(script, tmp_path, capsys):
 
 
 def test_a_long_run_says_it_is_running(script, monkeypatch, capsys):
-    import oracle_runs
+    from bench import oracle_runs
 
     monkeypatch.setattr(oracle_runs, "HEARTBEAT_S", 0.2)
     started = time.monotonic()
