@@ -99,7 +99,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def parse_points(items: list[str]) -> dict[str, list[Any]]:
-    """--points batch_size=64,128 -> {"batch_size": [64, 128]} (each value read as YAML: 3e-4, sqrt)."""
+    """--points batch_size=64,128 -> {"batch_size": [64, 128]}: each value read as YAML (sqrt, 64), and
+    as a number where YAML leaves it a string (PyYAML reads 3e-4 as one)."""
     out: dict[str, list[Any]] = {}
     for item in items:
         name, sep, raw = item.partition("=")
@@ -107,8 +108,16 @@ def parse_points(items: list[str]) -> dict[str, list[Any]]:
             raise ConfigError(
                 f"--points: expected KNOB=V1,V2 with KNOB one of {', '.join(POINT_KNOBS)}, got {item!r}"
             )
-        out[name] = [yaml.safe_load(v) for v in raw.split(",")]
+        out[name] = [_value(v) for v in raw.split(",")]
     return out
+
+
+def _value(text: str) -> Any:
+    value = yaml.safe_load(text)
+    try:
+        return float(value) if isinstance(value, str) else value
+    except ValueError:
+        return value
 
 
 def read_search(args: argparse.Namespace) -> tuple[Any, Any, Any]:

@@ -249,6 +249,14 @@ def test_a_damaged_record_is_refused_not_overwritten(script, tmp_path, capsys):
     assert (tmp_path / "oracle.json").read_text() == "{not json"
 
 
+def test_points_are_read_as_the_spaces_values(script):
+    assert script.parse_points(["lr=3e-4,6.0e-4", "lr_scaling=none,sqrt", "batch_size=64"]) == {
+        "lr": [3e-4, 6e-4],
+        "lr_scaling": ["none", "sqrt"],
+        "batch_size": [64],
+    }
+
+
 def test_a_long_run_says_it_is_running(script, monkeypatch, capsys):
     from bench import oracle_runs
 
