@@ -83,3 +83,17 @@ def test_the_plan_names_what_a_user_can_add_where_larger_batches_failed_at_one_l
     assert "add `lr_scaling: [none, sqrt, linear]`" in advice
     assert lr_scaling_advice(v, {"batch_size": [32, 64], "lr_scaling": ["none", "sqrt"]}) is None
     assert lr_scaling_advice(verdicts(loss_run("b32", 1.90, batch_size=32, **BF16)), {}) is None
+
+
+def test_the_recipes_group_at_the_baselines_batch_and_lr_is_queued_once():
+    """On an H100 the recipe (bf16, compile default, fused AdamW) shared its loss group with the fastest
+    config at the baseline's batch and lr (bf16 under CUDA graphs): the plan queued that group first and
+    again as the recipe's, and the loss check counted its one run twice (summary.json listed it twice)."""
+    screen = [
+        row("graphs", 1_640_000.0, precision="bf16", compile="reduce-overhead", lr_scaling="sqrt"),
+        row("recipe", 800_000.0, precision="bf16", compile="default", fused_adamw=True),
+        row("b128", 2_800_000.0, batch_size=128, precision="fp16", compile="reduce-overhead"),
+    ]
+    plan = LossPlan.of(screen, BASE, LOOSE, reference=frozenset({"recipe"}))
+    assert [c.id for c in plan.queue] == ["graphs", "b128"]
+    assert [p.id for p in plan.next_round(3)] == ["graphs", "b128"] and plan.runs == 2

@@ -99,7 +99,7 @@ class LossPlan:
         picks = loss_check_candidates(screen, base, len(screen))
         passed = [p for p in picks if p.inherits]
         queue = ordered(picks, base)
-        mine = [c for c in queue if reference & set(c.covers)]
+        mine = [c for c in queue[1:] if reference & set(c.covers)]  # the first may be the recipe's own group
         queue = queue[:1] + mine + [c for c in queue[1:] if c not in mine]
         plan = cls(limits, queue, passed, baseline_speed(screen, base), base, reference)
         plan._drop_slower()
