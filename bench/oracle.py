@@ -150,7 +150,12 @@ def probe() -> dict[str, Any]:
 
 
 def commit() -> str | None:
-    """The code measured: git's short hash (-dirty with tracked edits), else the staged copy's gitrev file."""
+    """The code measured: the staged copy's gitrev file (bench/device/stage.sh writes the commit measured;
+    the device's own git repository holds another commit, under the synced tree: an H100 sitting at 0c676c7
+    recorded 62b0de3-dirty), else git's short hash (-dirty with tracked edits)."""
+    gitrev = ROOT / "gitrev"
+    if gitrev.exists():
+        return gitrev.read_text().strip()
     try:
         git = ["git", "-C", str(ROOT)]
         rev = subprocess.run(
@@ -164,8 +169,7 @@ def commit() -> str | None:
         ).stdout.strip()
         return rev.stdout.strip() + ("-dirty" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
-        gitrev = ROOT / "gitrev"
-        return gitrev.read_text().strip() if gitrev.exists() else None
+        return None
 
 
 def read_answer(args: argparse.Namespace, base: dict[str, Any]) -> TrainConfig:
