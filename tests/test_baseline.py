@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
@@ -18,6 +19,7 @@ from tuner.measure.baseline import (
     BaselineLoss,
     _execution_of,
     _twin_point,
+    beside_point,
     loss_case,
     start_beside,
     start_seeds_beside,
@@ -101,12 +103,44 @@ def test_no_loss_run_beside_the_screen_on_cpus_without_a_twin_start_point_or_aft
     # one screen run at a time: the loss run would take the screen's only place
     ctx = replace(ctx, cluster_cpus=2)
     assert start_beside(beside_screen(ctx), to_space(ctx)) is None
-    ctx = search_context(tmp_path / "none", gpus=1, start_points="[{batch_size: 64}]")
-    # no start point trains what the baseline trains
-    assert start_beside(beside_screen(ctx), to_space(ctx)) is None
     ctx = search_context(tmp_path / "resumed", gpus=1)
     ctx.state.finish("loss_check", [], 1.0)
     assert start_beside(beside_screen(ctx), to_space(ctx)) is None
+
+
+def test_without_a_twin_start_point_the_baselines_loss_run_trains_beside_the_screen_as_configured(tmp_path):
+    """nanoGPT's GPU config names no start point that trains what the baseline trains: its loss run trained
+    only in the loss check, after the screen, so no loss limit reached the screen's sampler (one H100,
+    2026-12-07). Now the baseline's own point lends it its execution; a given twin start point still wins."""
+    ctx = search_context(tmp_path / "none", gpus=1, start_points="[{batch_size: 64}]")
+    point = beside_point(beside_screen(ctx), to_space(ctx))
+    assert point is not None and {k: point[k] for k in ("batch_size", "precision", "compile")} == {
+        "batch_size": 8,
+        "precision": "fp32",
+        "compile": "none",
+    }, "the baseline as the screen runs it"
+    ctx = search_context(tmp_path / "given", gpus=1)
+    assert beside_point(beside_screen(ctx), to_space(ctx))["compile"] == "reduce-overhead"
+
+
+def test_a_slow_run_beside_the_screen_gives_way_to_its_fast_twin_only_where_that_ends_sooner():
+    shapes = RunShapes(TrainConfig(**BASE), 8, horizon_for(TrainConfig(**BASE), {}, None))
+    rule = BaselineLoss(shapes, QualitySection(), print)
+    eager = make_row(
+        "screen-0", "screen", {}, tokens_per_s=15_000.0
+    )  # the baseline's own point, as configured
+    graphs = make_row(
+        "screen-1", "screen", {"compile": "reduce-overhead"}, tokens_per_s=150_000.0, warmup_s=60.0
+    )
+    started = time.time() - 30.0  # 30 s of an eager run of ~680 s: anew ends at ~68 + 60 s
+    running = SimpleNamespace(done=lambda: False, point={}, started=started)
+    assert baseline.sooner_anew(rule, running, [eager, graphs])
+    late = SimpleNamespace(done=lambda: False, point={}, started=time.time() - 600.0)  # ~80 s left: keep it
+    assert not baseline.sooner_anew(rule, late, [eager, graphs])
+    assert not baseline.sooner_anew(
+        rule, SimpleNamespace(done=lambda: True, point={}, started=started), [eager, graphs]
+    )
+    assert not baseline.sooner_anew(rule, running, [eager]), "no faster twin screened"
 
 
 def beside_screen(ctx: SearchContext) -> baseline.Beside:

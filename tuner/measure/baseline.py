@@ -69,12 +69,12 @@ class BaselineLoss:
 
 def start_beside(b: Beside, space: dict[str, Knob]) -> TaskRun | None:
     """Starts the baseline's loss run beside the screen, on one speed-run place of a GPU (None: on CPUs,
-    where a run takes every core; with one place in all, which it would take from the screen; when no start
-    point shares the baseline's loss knobs; or when the loss check is done already)."""
+    where a run takes every core; with one place in all, which it would take from the screen; when not even
+    the baseline's own point is in the space; or when the loss check is done already)."""
     if b.loss_checked or not b.placement.room_beside():
         return None
     base = b.shapes.base
-    point = _twin_point(b.start_points, space, base, b.notice)
+    point = beside_point(b, space)
     if point is None:
         return None
     case = b.shapes.case(Role.BESIDE, _execution_of(base, point))
@@ -123,6 +123,32 @@ def _start_or_kept(pool: RunPool, spec: TrialSpec, who: str, point: dict[str, An
 def kept_rows(pool: RunPool, seed: int) -> list[TrialRow]:
     """The rows the ledger of runs beside the screen holds for the baseline's run at `seed`."""
     return [r for r in pool.rows(Role.BESIDE) if r.train.get("seed") == seed]
+
+
+def beside_point(b: Beside, space: dict[str, Knob]) -> dict[str, Any] | None:
+    """The execution the baseline's loss run beside the screen takes: the first given start point that shares
+    its loss knobs (the default config's: the baseline under CUDA graphs), else the baseline's own point as
+    the screen runs it. Without it, a config that names no such start point (nanoGPT's, the HF Llama's)
+    knew no loss limit until the screen had ended, so nothing the loss runs learn reached the screen's sampler
+    (issue 54; one H100, 2026-12-07). Where the screen then finds a much faster twin, the loss check trains it
+    anew with that twin's execution if that ends sooner (`sooner_anew`)."""
+    return _twin_point([*b.start_points, {}], space, b.shapes.base, b.notice)
+
+
+def sooner_anew(b: BaselineLoss, run: TaskRun, screen: list[TrialRow]) -> bool:
+    """Whether the baseline's loss run beside the screen, still training, would end later than a run of it
+    trained anew now with the execution of its fastest twin (tokens at the twin's screened speed plus its
+    warm-up): by its own screened speed since it started, which overstates how far it got, since it yielded
+    every timed window to the screen."""
+    if run.done():
+        return False
+    own = next((r.tokens_per_s for r in screen if r.config == run.point and r.tokens_per_s), None)
+    fastest = twin(b.shapes.base, screen)
+    if own is None or fastest is None or not fastest.tokens_per_s or fastest.tokens_per_s <= own:
+        return False
+    tokens = b.shapes.horizon.tokens
+    left_s = tokens / own - (time.time() - run.started)
+    return tokens / fastest.tokens_per_s + (fastest.warmup_s or 0.0) < left_s
 
 
 def _twin_point(

@@ -306,7 +306,7 @@ def _beside_or_own(
     """The rows of the baseline's runs beside the screen, each with the twin whose execution it took: from
     the run (the twin: its start point's screen run), or, where it failed, from a round of their own (None
     where that round gave no row for its seed)."""
-    found = [baseline.beside_row(inputs.pool(), run, inputs.base, inputs.notice) for run in besides]
+    found = [_beside_kept(inputs, screen, run) for run in besides]
     failed = [run.spec.train.seed for run, row in zip(besides, found, strict=True) if row is None]
     again: dict[int, TrialRow] = {}
     specs, twin = _baseline_specs(inputs, screen, failed)
@@ -319,6 +319,19 @@ def _beside_or_own(
     pairs = [(row, point_twin) if row is not None else (again.get(run.spec.train.seed), twin)
              for run, row in zip(besides, found, strict=True)]  # fmt: skip
     return pairs[:1] + [(row, t) for row, t in pairs[1:] if row is not None]  # a seed's row lost: no noise
+
+
+def _beside_kept(inputs: LossCheckInputs, screen: list[TrialRow], run: TaskRun) -> TrialRow | None:
+    """A baseline's run beside the screen: its row, or None where it failed, or where a run trained anew
+    with its fastest twin's execution ends sooner (then it is stopped, and a round trains that one)."""
+    if baseline.sooner_anew(baseline.BaselineLoss(inputs.shapes, inputs.quality, inputs.notice), run, screen):
+        run.cancel()
+        inputs.notice(
+            f"the baseline's loss run at seed {run.spec.train.seed} beside the screen would end later than one "
+            "trained anew with its fastest twin's execution: stopped, it trains anew now"
+        )
+        return None
+    return baseline.beside_row(inputs.pool(), run, inputs.base, inputs.notice)
 
 
 def _spec(inputs: LossCheckInputs, pick: Candidate) -> TrialSpec:
