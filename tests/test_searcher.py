@@ -186,3 +186,27 @@ def test_a_screen_through_tune_runs_each_config_once_and_none_that_cannot_fit(tm
     assert ran == [(4, None), (8, 4)]  # the space holds no third config that fits: it ended exhausted
     assert all(r.status == "ok" for r in rows) and len(rows) == 2
     assert [r.train["micro_batch"] for r in rows if r.config["batch_size"] == 4] == [None]
+
+
+def test_a_compile_mode_no_run_has_finished_gets_one_run_at_a_time():
+    """On an H100 five of the screen's six places held max-autotune proposals still autotuning when its
+    150 s ended (nanoGPT, 2026-12-07): now a compile mode (or kernel set) that no run has finished gets one
+    run, its scout, until that one ends; the searcher answers None (not FINISHED) while only such
+    proposals come, and draws nothing again until a run starts or ends. Start points never wait."""
+    space = {"batch_size": [32, 64, 128, 256], "compile": ["max-autotune-no-cudagraphs", "reduce-overhead"]}
+    point = {"batch_size": 64, "compile": "max-autotune-no-cudagraphs"}
+    sampler = tpe(space, [point, {**point, "batch_size": 32}], startup=20)
+    searcher = ScreenSearcher(sampler)
+    assert searcher.suggest("t0") == point and searcher.suggest("t1")["batch_size"] == 32, "start points run"
+    scout = searcher.suggest("t2")
+    assert scout["compile"] == "reduce-overhead", "its own scout"
+    assert searcher.suggest("t3") is None and searcher.waited, "both modes have a scout in flight"
+    draws = len(sampler.study.trials)
+    assert searcher.suggest("t4") is None and len(sampler.study.trials) == draws
+    searcher.on_trial_complete("t2", result={"tokens_per_s": 10.0})
+    again = [searcher.suggest(f"t{n}") for n in range(5, 8)]
+    assert all(c["compile"] == "reduce-overhead" for c in again if c), again
+    assert any(c for c in again), "its mode measured: more of it may run"
+    searcher.on_trial_complete("t0", result={"tokens_per_s": 20.0})
+    assert searcher.suggest("t8") is not None
+    assert all(replayed(sampler))

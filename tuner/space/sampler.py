@@ -36,6 +36,9 @@ CONSTRAINT = "loss"  # the constraint's name: the val loss over the limit (> 0 f
 DRAWN = "drawn_from"  # user attribute of a proposal: the study's length, its running trials, the constraints
 REFUSED = "refused"  # user attribute of a config refused before it ran: why
 SAMPLER = "sampler"  # the study's user attribute: the seed, the startup trials and the start points
+# Knobs whose values' cold first steps differ by minutes (max-autotune, the fused kernels' autotune): a value
+# no run of the screen has finished yet gets one run at a time, its scout (`held_back`).
+SCOUTED = ("compile", "kernels")
 MAX_REPEATS = 50  # proposals in a row that repeat known configs before the space counts as exhausted
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)  # our progress lines say what the study does
@@ -237,7 +240,8 @@ def replayed(tpe: LossAwareTpe, normalize: Callable = dict) -> list[bool]:
         known = {freeze(t.params): constraints[t.number] for t in then if t.number in constraints}
         known.update((freeze(t.params), t.constraints[CONSTRAINT]) for t in in_draw if t.constraints)
         draw = mirror(tpe, then, running, constraints, _lookup(known))
-        answer = _answers(then, running, {freeze(t.params) for t in in_draw})
+        points = {freeze(p) for p in tpe.points}
+        answer = _answers(then, running, {freeze(t.params) for t in in_draw}, points)
         same.append(draw.first_new(tpe.space, normalize, answer) == normalize(trial.params))
     return same
 
@@ -247,15 +251,32 @@ def _lookup(known: dict[Hashable, float]) -> Callable[[dict[str, Any]], float | 
     return lambda config: known.get(freeze(config))
 
 
-def _answers(trials: Sequence[FrozenTrial], running: tuple[int, ...], refused: set[Hashable]) -> Answer:
-    """How the searcher answered repeats then: a measured config its value, a running one failed, one
-    refused in that draw measured nothing."""
+def held_back(
+    config: dict[str, Any], running: Sequence[dict[str, Any]], ran: Sequence[dict[str, Any]]
+) -> bool:
+    """Whether a proposal waits for a scout: for a knob of SCOUTED, its value has no finished run yet and a
+    run of that value is in flight. On an H100 (nanoGPT, 2026-12-07) five of the screen's six places held
+    `max-autotune-no-cudagraphs` proposals still autotuning when its 150 s ended: 5 of 24 trials finished."""
+    for knob in SCOUTED:
+        if knob not in config or any(c.get(knob) == config[knob] for c in ran):
+            continue
+        if any(c.get(knob) == config[knob] for c in running):
+            return True
+    return False
+
+
+def _answers(
+    trials: Sequence[FrozenTrial], running: tuple[int, ...], refused: set[Hashable], points: set[Hashable]
+) -> Answer:
+    """How the searcher answered repeats then: a measured config its value, one refused in that draw measured
+    nothing, a running one failed, and so was one held back for a scout (`held_back`; start points never)."""
     measured: dict[Hashable, float] = {}
     for t in trials:
         if t.state == TrialState.COMPLETE and t.number not in running:
             key = freeze(t.params)
             measured[key] = max(float(t.value or 0.0), measured.get(key, float(t.value or 0.0)))
-    busy = {freeze(t.params) for t in trials if t.number in running}
+    busy = [dict(t.params) for t in trials if t.number in running]
+    ran = [dict(t.params) for t in trials if ran_then(t, running)]
 
     def answer(config: dict[str, Any]) -> float | TrialState | None:
         key = freeze(config)
@@ -263,9 +284,17 @@ def _answers(trials: Sequence[FrozenTrial], running: tuple[int, ...], refused: s
             return measured[key]
         if key in refused:
             return 0.0
-        return TrialState.FAIL if key in busy else None
+        if key in {freeze(c) for c in busy} or (key not in points and held_back(config, busy, ran)):
+            return TrialState.FAIL
+        return None
 
     return answer
+
+
+def ran_then(trial: FrozenTrial, running: tuple[int, ...] = ()) -> bool:
+    """Whether a trial's run had finished (ok, failed or crashed; not refused, which never ran)."""
+    done = trial.state in (TrialState.COMPLETE, TrialState.FAIL) and trial.number not in running
+    return done and REFUSED not in trial.user_attrs
 
 
 def _copy(

@@ -23,7 +23,7 @@ from ray.tune.search import Searcher
 from trainables.progress import log
 from tuner.space.batch_fit import BatchFit
 from tuner.space.knobs import freeze
-from tuner.space.sampler import LossAwareTpe
+from tuner.space.sampler import LossAwareTpe, held_back, ran_then
 
 
 class ScreenSearcher(Searcher):
@@ -43,9 +43,18 @@ class ScreenSearcher(Searcher):
             key = self._key(dict(key))
             self.measured[key] = max(value, self.measured.get(key, value))
         self.refused: dict[Hashable, str] = {}  # frozen config -> why it cannot fit
-        self.running: dict[str, Hashable] = {}  # Tune trial id -> frozen config
+        self.running: dict[str, tuple] = {}  # Tune trial id -> frozen config
         self.numbers: dict[str, int] = {}  # Tune trial id -> its trial number in the study
         self.answered = 0  # repeats answered without a run
+        self.waited = False  # the last draw held a proposal back for a scout
+        self.waiting_since: tuple | None = (
+            None  # the runs in flight and finished when a draw found only those
+        )
+        self.points = {self._key(dict(p)) for p in tpe.points}  # start points: never held back for a scout
+        # configs whose runs have finished (not refused ones): a scouted knob's value is measured once one has
+        self.ran: set[tuple] = {self._key(dict(k)) for k in (measured or {})} | {
+            self._key(t.params) for t in tpe.study.get_trials(deepcopy=False) if ran_then(t)
+        }
         self.exhausted = False
 
     def set_search_properties(self, metric, mode, config, **spec) -> bool:
@@ -55,9 +64,16 @@ class ScreenSearcher(Searcher):
     def suggest(self, trial_id: str) -> dict | str | None:  # type: ignore[override]
         if self.may_propose is not None and not self.may_propose():
             return None
+        now = (frozenset(self.running.values()), len(self.ran))
+        if now == self.waiting_since:
+            return None  # everything TPE proposed waited for a scout, and no run has started or ended since
         draw = self.tpe.draw()
         answer = lambda config: self._answer(config, draw.violation(config))
+        self.waited = False
         config = draw.first_new(self.tpe.space, self._normalized, answer)
+        if config is None and self.waited:
+            self.waiting_since = now  # nothing now: Tune asks again, and a scout's end frees its value
+            return None
         if config is None:
             self.exhausted = True
             return Searcher.FINISHED
@@ -77,9 +93,20 @@ class ScreenSearcher(Searcher):
             return self.measured[key]
         if self._refuses(key, config, over):
             return 0.0
-        return TrialState.FAIL if key in self.running.values() else None
+        if key in self.running.values():
+            return TrialState.FAIL
+        if key not in self.points and self._held_back(config):
+            self.waited = True
+            return TrialState.FAIL
+        return None
 
-    def _key(self, config: dict[str, Any]) -> Hashable:
+    def _held_back(self, config: dict[str, Any]) -> bool:
+        """Whether it waits for the scout of a costly compile mode or kernel set (sampler.held_back)."""
+        running = [dict(key) for key in self.running.values()]  # frozen configs: (knob, value) pairs
+        return held_back(config, running, [dict(key) for key in self.ran])
+
+    def _key(self, config: dict[str, Any]) -> tuple:
+        """The config's frozen form in its one spelling: (knob, value) pairs."""
         return freeze(self._normalized(config))
 
     def _refuses(self, key: Hashable, config: dict[str, Any], over: float | None) -> bool:
@@ -102,6 +129,7 @@ class ScreenSearcher(Searcher):
         value = float(value) if isinstance(value, int | float) and not error else None
         if key is not None:
             self.measured[key] = value or 0.0
+            self.ran.add(key)
         if number is not None:  # a crashed run measured nothing: failed in the study, which TPE ignores
             self.tpe.finish(number, None if error else (value or 0.0))
 
