@@ -11,8 +11,9 @@ from typing import Any
 
 from tuner.decide.costs import break_even_tokens, time_to_train
 from tuner.space.knobs import SPEED_ONLY_KNOBS
+from tuner.state.gpu_records import SEARCH
 from tuner.state.records import Summary, TrialRow
-from tuner.telemetry.gpus import SEARCH, USAGE_PHASES, gpu_population
+from tuner.telemetry.gpus import USAGE_PHASES, gpu_population
 
 # The smoke model at one layer of width 32, for Tune-trial tests whose rules are of steps, tokens, places and
 # profiles, not of the model: 20-40% less of their time (docs/test-times.md).

@@ -7,8 +7,9 @@ import pytest
 
 from tests.factories import make_row
 from tuner.decide.select import pick_winner
+from tuner.state.gpu_records import POOLED, SEARCH
 from tuner.state.records import Finalist
-from tuner.telemetry.gpus import POOLED, SEARCH, compare, gpu_population, gpu_usage, phase_spans
+from tuner.telemetry.gpus import compare, gpu_population, gpu_usage, phase_spans
 
 NODE = "7088e154e66767fe6807b1254f2e09d538e0af71761592aeee82b61b"
 

@@ -6,9 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tuner.report.fmt import DASH, fmt_mem, fmt_tps, is_num
-from tuner.state.gpu_records import GpuComparison, GpuPopulation, GpuUsage, UsageStats
+from tuner.state.gpu_records import POOLED, RAN_IN, SEARCH, GpuComparison, GpuPopulation, GpuUsage, UsageStats
 from tuner.state.records import Summary, TrialRow, short_node_id
-from tuner.telemetry.gpus import POOLED, RAN_IN, SEARCH
 
 USAGE_HEAD = (
     "Phase", "GPU", "Runs finished", "Util mean", "Util median", "Memory mean", "Memory median", "Readings"

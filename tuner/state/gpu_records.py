@@ -10,6 +10,12 @@ from pydantic import Field
 
 from tuner.rules.record_base import Record
 
+# The names these records give what they span (tuner/telemetry/gpus.py fills them, the report reads them):
+SEARCH = "search"  # a GpuUsage phase: the span of every phase together
+# Where a row's phase ran when its name says otherwise: the baseline's loss run is in the loss check's round 0.
+RAN_IN = {"baseline": "loss_check"}
+POOLED = "all finalists"  # a GpuComparison's config_id: every finalist's runs pooled
+
 
 class TelemetrySummary(Record):
     available: bool = False

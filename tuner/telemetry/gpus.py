@@ -10,15 +10,20 @@ import statistics
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from tuner.decide.select import spread
-from tuner.state.gpu_records import GpuComparison, GpuPopulation, GpuSpeed, GpuUsage, GpuVerdict, UsageStats
+from tuner.state.gpu_records import (
+    POOLED,
+    RAN_IN,
+    SEARCH,
+    GpuComparison,
+    GpuPopulation,
+    GpuSpeed,
+    GpuUsage,
+    GpuVerdict,
+    UsageStats,
+)
 from tuner.state.records import AHEAD_PHASE, TrialRow
 
-SEARCH = "search"  # the span of every phase together
 USAGE_PHASES = ("probe", "screen", "loss_check", "remeasure")  # in the order they run
-# Where a row's phase ran when its name says otherwise: the baseline's loss run is in the loss check's round 0.
-RAN_IN = {"baseline": "loss_check"}
-POOLED = "all finalists"
 
 Span = tuple[float, float]
 
@@ -79,7 +84,7 @@ def _speeds(rows: Iterable[TrialRow]) -> dict[Any, dict[str, dict[int, list[floa
 def compare(config_id: str, runs: Mapping[int, list[float]]) -> GpuComparison:
     """The config's fastest GPU (by median) against its slowest, by the selection's rule: different beyond
     the noise when their run ranges [min, max] do not overlap; each needs two runs to have a range."""
-    gpus = [GpuSpeed(gpu=g, runs=r, median=spread(r)[0]) for g, r in sorted(runs.items())]
+    gpus = [GpuSpeed(gpu=g, runs=r, median=statistics.median(r)) for g, r in sorted(runs.items())]
     slow, fast = min(gpus, key=lambda s: s.median), max(gpus, key=lambda s: s.median)
     gap = (fast.median - slow.median) / slow.median
     if min(len(slow.runs), len(fast.runs)) < 2:
@@ -95,7 +100,7 @@ def _pooled(configs: Mapping[str, Mapping[int, list[float]]]) -> dict[int, list[
     runs: that is one of its runs, which would put 1.0 in every GPU's range and tie them)."""
     pooled: dict[int, list[float]] = {}
     for runs in configs.values():
-        center = statistics.fmean(spread(speeds)[0] for speeds in runs.values())
+        center = statistics.fmean(statistics.median(speeds) for speeds in runs.values())
         for gpu, speeds in runs.items():
             pooled.setdefault(gpu, []).extend(s / center for s in speeds)
     return pooled
