@@ -18,7 +18,7 @@ OP_BACKENDS = {
 }
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(kw_only=True)
 class HybridConfig:
     vocab_size: int = 65  # set from the tokenizer
     d_model: int = 128

@@ -199,10 +199,14 @@ def test_fresh_takes_no_remembered_answer_where_one_would_be_taken(tmp_path, mon
     record["phases"] = {name: [] for name in answers.REMEMBERED_PHASES}
     monkeypatch.setattr(answers, "recall", lambda folder, key, say: asked.append(key) or record)
 
-    fresh = SearchContext(cfg, out, cfg.train, Hardware(), 1, State(out), "")
+    fresh = SearchContext(
+        cfg=cfg, out=out, base=cfg.train, hw=Hardware(), cluster_cpus=1, state=State(out), command=""
+    )
     assert pipeline.recall_answer(fresh, fresh=True, kept=tmp_path / "answers") is False
     assert not asked and "remembered" not in fresh.state.data
-    again = SearchContext(cfg, out, cfg.train, Hardware(), 1, State(out), "")
+    again = SearchContext(
+        cfg=cfg, out=out, base=cfg.train, hw=Hardware(), cluster_cpus=1, state=State(out), command=""
+    )
     assert pipeline.recall_answer(again, fresh=False, kept=tmp_path / "answers") is True
     assert (
         asked == [again.state.data["fingerprint"]] and again.state.data["remembered"]["out"] == record["out"]

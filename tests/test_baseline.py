@@ -86,7 +86,15 @@ def search_context(tmp_path, gpus: int, *overrides: str, **search) -> SearchCont
     )
     hw = Hardware(gpus=gpus, gpu_mem_mb=81_559)
     tmp_path.mkdir(parents=True, exist_ok=True)
-    return SearchContext(cfg, tmp_path, cfg.train, hw, 16 * max(1, gpus), State(tmp_path), "")
+    return SearchContext(
+        cfg=cfg,
+        out=tmp_path,
+        base=cfg.train,
+        hw=hw,
+        cluster_cpus=16 * max(1, gpus),
+        state=State(tmp_path),
+        command="",
+    )
 
 
 def test_the_default_configs_first_start_point_lends_the_baselines_loss_run_its_execution(tmp_path):
@@ -147,7 +155,14 @@ def beside_screen(ctx: SearchContext) -> baseline.Beside:
     """What the pipeline hands the baseline's runs beside the screen (tuner/pipeline.py)."""
     loss_checked = ctx.state.phase("loss_check") is not None
     s = ctx.cfg.search
-    return baseline.Beside(ctx.shapes, ctx.placement, RunPool(ctx), s.start_points, loss_checked, ctx.notice)
+    return baseline.Beside(
+        shapes=ctx.shapes,
+        placement=ctx.placement,
+        pool=RunPool(ctx),
+        start_points=s.start_points,
+        loss_checked=loss_checked,
+        notice=ctx.notice,
+    )
 
 
 def to_space(ctx: SearchContext) -> dict:

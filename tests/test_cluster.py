@@ -420,7 +420,16 @@ def test_a_worker_killed_on_a_live_node_is_the_trials_own_failure(tmp_path, monk
 
 def test_a_cpu_speed_run_takes_the_cores_of_one_node_not_of_the_cluster(tmp_path):
     cfg = load_search_config(str(ROOT / "configs" / "smoke.yaml"))
-    ctx = SearchContext(cfg, tmp_path, cfg.train, Hardware(), 4, State(tmp_path), "", node_cpus=2)
+    ctx = SearchContext(
+        cfg=cfg,
+        out=tmp_path,
+        base=cfg.train,
+        hw=Hardware(),
+        cluster_cpus=4,
+        state=State(tmp_path),
+        command="",
+        node_cpus=2,
+    )
     assert ctx.placement.speed().resources == {"cpu": 2}  # two 2-CPU workers: a 4-CPU trial fits nowhere
 
 

@@ -32,7 +32,9 @@ def eta_context(out: Path, *overrides: str, config: str = "default.yaml", gpus: 
     its space and its loss horizon from it."""
     cfg = load_search_config(str(CONFIGS / config), list(overrides))
     hw = Hardware(gpus=gpus, gpu_mem_mb=143_771)
-    return SearchContext(cfg, out, cfg.train, hw, 16 * gpus, State(out), "")
+    return SearchContext(
+        cfg=cfg, out=out, base=cfg.train, hw=hw, cluster_cpus=16 * gpus, state=State(out), command=""
+    )
 
 
 def remaining(ctx: SearchContext) -> Remaining:

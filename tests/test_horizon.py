@@ -102,10 +102,26 @@ def test_a_validation_is_cited_where_the_bench_wrote_one(tmp_path):
 
 def test_at_the_planned_run_the_baseline_trains_one_seed(tmp_path):
     cfg = load_search_config(SMOKE)
-    ctx = SearchContext(cfg, tmp_path, cfg.train, Hardware(gpus=0), 1, State(tmp_path), "")
+    ctx = SearchContext(
+        cfg=cfg,
+        out=tmp_path,
+        base=cfg.train,
+        hw=Hardware(gpus=0),
+        cluster_cpus=1,
+        state=State(tmp_path),
+        command="",
+    )
     assert baseline.noise_cases(ctx.shapes.horizon, ctx.base.model_dump()) == []
     cfg = load_search_config(SMOKE, ["quality.loss_horizon=8192", "train.tokens=65536"])
-    ctx = SearchContext(cfg, tmp_path, cfg.train, Hardware(gpus=0), 1, State(tmp_path), "")
+    ctx = SearchContext(
+        cfg=cfg,
+        out=tmp_path,
+        base=cfg.train,
+        hw=Hardware(gpus=0),
+        cluster_cpus=1,
+        state=State(tmp_path),
+        command="",
+    )
     assert [c["seed"] for c in baseline.noise_cases(ctx.shapes.horizon, ctx.base.model_dump())] == [
         ctx.base.seed + 1
     ]
@@ -117,7 +133,15 @@ def test_loss_runs_stop_at_the_prefix_and_the_loss_limit_takes_both_seeds(tmp_pa
     overrides = ["train.tokens=65536", "train.eval_tokens=2048", "search.loss_check_top=1",
                  "quality.loss_horizon=16K", *SMALL_SMOKE_MODEL]  # fmt: skip
     cfg = load_search_config(SMOKE, overrides)
-    ctx = SearchContext(cfg, tmp_path, cfg.train, Hardware(gpus=0), 1, State(tmp_path), "")
+    ctx = SearchContext(
+        cfg=cfg,
+        out=tmp_path,
+        base=cfg.train,
+        hw=Hardware(gpus=0),
+        cluster_cpus=1,
+        state=State(tmp_path),
+        command="",
+    )
     screen = [
         make_row("screen-0", config={"batch_size": 32}, tokens_per_s=3_000.0),
         make_row("screen-1", config={"loader": "device"}, tokens_per_s=2_000.0),  # the baseline's twin
@@ -181,14 +205,29 @@ def beside_context(out: Path, *overrides: str) -> SearchContext:
     """Two GPUs of two speed-run places each: room beside the screen for both of the baseline's seeds."""
     cfg = load_search_config(SMOKE, [*BESIDE_OVERRIDES, *overrides])
     cfg.search.start_points = [{"loader": "device"}]  # shares the baseline's loss knobs: its twin
-    return SearchContext(cfg, out, cfg.train, Hardware(gpus=2, gpu_mem_mb=81_559), 4, State(out), "")
+    return SearchContext(
+        cfg=cfg,
+        out=out,
+        base=cfg.train,
+        hw=Hardware(gpus=2, gpu_mem_mb=81_559),
+        cluster_cpus=4,
+        state=State(out),
+        command="",
+    )
 
 
 def beside_screen(ctx: SearchContext) -> baseline.Beside:
     """What the pipeline hands the baseline's runs beside the screen (tuner/pipeline.py)."""
     loss_checked = ctx.state.phase("loss_check") is not None
     s = ctx.cfg.search
-    return baseline.Beside(ctx.shapes, ctx.placement, RunPool(ctx), s.start_points, loss_checked, ctx.notice)
+    return baseline.Beside(
+        shapes=ctx.shapes,
+        placement=ctx.placement,
+        pool=RunPool(ctx),
+        start_points=s.start_points,
+        loss_checked=loss_checked,
+        notice=ctx.notice,
+    )
 
 
 def start_both(ctx: SearchContext):

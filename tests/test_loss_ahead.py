@@ -31,7 +31,9 @@ def started(ahead: RunsAhead) -> list[dict]:
 def smoke_context(tmp_path) -> SearchContext:
     cfg = load_search_config("configs/smoke.yaml", SMOKE_SHORT)
     hw = Hardware(gpus=2, gpu_mem_mb=81_559)
-    return SearchContext(cfg, tmp_path, cfg.train, hw, 4, State(tmp_path), "")
+    return SearchContext(
+        cfg=cfg, out=tmp_path, base=cfg.train, hw=hw, cluster_cpus=4, state=State(tmp_path), command=""
+    )
 
 
 def test_the_fastest_candidates_train_ahead_and_a_round_takes_their_rows(
@@ -94,5 +96,13 @@ def test_one_spare_trains_ahead_and_runs_no_round_asked_for_are_stopped(tmp_path
 
 def test_no_runs_ahead_on_cpus(tmp_path):
     cfg = load_search_config("configs/smoke.yaml", SMOKE_SHORT)
-    ctx = SearchContext(cfg, tmp_path, cfg.train, Hardware(gpus=0), 2, State(tmp_path), "")
+    ctx = SearchContext(
+        cfg=cfg,
+        out=tmp_path,
+        base=cfg.train,
+        hw=Hardware(gpus=0),
+        cluster_cpus=2,
+        state=State(tmp_path),
+        command="",
+    )
     assert loss_check.start_ahead(loss_check_inputs(ctx)) is None

@@ -106,7 +106,9 @@ ROOT = Path(__file__).resolve().parents[1]
 def search_context(tmp_path, gpus: int, cpus: int, gpu_mem_mb: int = 81_559) -> SearchContext:
     cfg = load_search_config(str(ROOT / "configs" / "default.yaml"), [])
     hw = Hardware(gpus=gpus, gpu_mem_mb=gpu_mem_mb)
-    return SearchContext(cfg, tmp_path, cfg.train, hw, cpus, State(tmp_path), "")
+    return SearchContext(
+        cfg=cfg, out=tmp_path, base=cfg.train, hw=hw, cluster_cpus=cpus, state=State(tmp_path), command=""
+    )
 
 
 def trial(case: int, batch: int = 8) -> dict:

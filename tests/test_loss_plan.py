@@ -156,13 +156,29 @@ def test_the_phase_record_reads_a_state_json_list_of_before():
 def test_the_default_time_budget_is_the_baselines_loss_run_at_least_two_minutes(tmp_path):
     cfg = load_search_config("configs/smoke.yaml", [])
     checking = loss_check_inputs(
-        SearchContext(cfg, tmp_path, cfg.train, Hardware(gpus=0), 2, State(tmp_path), "")
+        SearchContext(
+            cfg=cfg,
+            out=tmp_path,
+            base=cfg.train,
+            hw=Hardware(gpus=0),
+            cluster_cpus=2,
+            state=State(tmp_path),
+            command="",
+        )
     )
     assert loss_check.limits(checking).time_s == loss_check.MIN_LOSS_CHECK_S
     assert loss_check.limits(checking, make_row("baseline", "baseline", wall_s=300.0)).time_s == 300.0
     said = load_search_config("configs/smoke.yaml", ["search.loss_check_time=5m", "search.max_loss_checks=3"])
     checking = loss_check_inputs(
-        SearchContext(said, tmp_path, said.train, Hardware(gpus=0), 2, State(tmp_path), "")
+        SearchContext(
+            cfg=said,
+            out=tmp_path,
+            base=said.train,
+            hw=Hardware(gpus=0),
+            cluster_cpus=2,
+            state=State(tmp_path),
+            command="",
+        )
     )
     assert (
         loss_check.limits(checking, make_row("b", "baseline", wall_s=900.0)).time_s,

@@ -29,7 +29,7 @@ def test_the_verdicts_wait_for_the_baseline_then_judge_each_run_ahead_as_it_ends
     rule = BaselineLoss(shapes, QualitySection(tolerance=0.0, mode="absolute"), notices.append)
     beside = pool.start(RunRequest(TrialSpec.of(TOY), Role.BESIDE), "baseline-loss", {})
     ahead = RunsAhead(
-        pool, plan=lambda rows: [], key_of=lambda knobs: tuple(sorted(knobs.items())), limit=2, at_once=1
+        pool=pool, plan=lambda rows: [], key_of=lambda knobs: tuple(sorted(knobs.items())), limit=2, at_once=1
     )
     so_far = LossSoFar(rule, pool, [beside], ahead)
     assert so_far() is None, "the baseline's run is still training: no limit yet"
@@ -49,6 +49,6 @@ def test_the_verdicts_wait_for_the_baseline_then_judge_each_run_ahead_as_it_ends
     # taken by a round (its row in the ledger), and read back after a resume by a fresh pool: the same
     ahead.loss_row(RunRequest(spec, Role.AHEAD))
     resumed = RunsAhead(
-        RunPool(pool_context(tmp_path)), plan=lambda rows: [], key_of=ahead.key_of, limit=2, at_once=1
+        pool=RunPool(pool_context(tmp_path)), plan=lambda rows: [], key_of=ahead.key_of, limit=2, at_once=1
     )
     assert math.isclose(LossSoFar(rule, pool, [beside], resumed)().violation(knobs), judged)

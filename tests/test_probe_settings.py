@@ -54,7 +54,15 @@ def test_the_probe_phase_finds_the_largest_micro_batch_per_checkpointing_setting
     sets = [f"train.memory_cap_mb={CAP_MB}", "train.model.n_layers=4", f"search.max_batch={LIMIT}"]
     sets += [f"search.space={space}", *([f"train.data={SHAKESPEARE}"] if SHAKESPEARE.exists() else [])]
     cfg = load_search_config(str(ROOT / "configs" / "smoke.yaml"), sets)
-    ctx = SearchContext(cfg, tmp_path, cfg.train, Hardware(), 1, State(tmp_path), "")
+    ctx = SearchContext(
+        cfg=cfg,
+        out=tmp_path,
+        base=cfg.train,
+        hw=Hardware(),
+        cluster_cpus=1,
+        state=State(tmp_path),
+        command="",
+    )
     sizing = probe_inputs(ctx)  # what the pipeline hands the probe
     found = probe_phase.largest_batches(sizing, cfg.search.space)
     assert set(found) == {"fp32"}  # precision not searched: the baseline's

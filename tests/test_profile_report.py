@@ -33,7 +33,15 @@ def test_the_remeasure_profiles_its_runs_after_their_windows(tmp_path, shared_cp
         *SMALL_SMOKE_MODEL,
     ]
     cfg = load_search_config(SMOKE, overrides)
-    ctx = SearchContext(cfg, tmp_path, cfg.train, Hardware(gpus=0), 1, State(tmp_path), "")
+    ctx = SearchContext(
+        cfg=cfg,
+        out=tmp_path,
+        base=cfg.train,
+        hw=Hardware(gpus=0),
+        cluster_cpus=1,
+        state=State(tmp_path),
+        command="",
+    )
     screen = [make_row("screen-0", config={"batch_size": 8}, tokens_per_s=3_000.0, feasible=True)]
     rows = remeasure.time_finalists(remeasure_inputs(ctx), screen)
     assert {r.finalist for r in rows} == {BASELINE_ID, "screen-0"}

@@ -181,7 +181,9 @@ def test_in_reach_is_the_margin():
 def test_a_feasible_recipe_in_reach_is_re_measured_beside_the_top(tmp_path):
     cfg = load_search_config(str(ROOT / "configs" / "smoke.yaml"))
     hw = Hardware(cuda=True, bf16=True, gpus=1)
-    ctx = SearchContext(cfg, tmp_path, cfg.train, hw, 2, State(tmp_path), "")
+    ctx = SearchContext(
+        cfg=cfg, out=tmp_path, base=cfg.train, hw=hw, cluster_cpus=2, state=State(tmp_path), command=""
+    )
     knobs = {k: getattr(cfg.train, k) for k in cfg.search.space}
     recipe = make_row("screen-1", config={**knobs, "precision": "bf16", "fused_adamw": True}, feasible=True,
                       tokens_per_s=900.0)  # fmt: skip

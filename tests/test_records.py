@@ -122,7 +122,15 @@ def _distinct(name: str, kind: str, n: int):
     if kind.startswith("dict"):
         return {name: 1000.5 + n}
     if kind.startswith("Profile"):
-        return Profile("memory", f"{name}-value", n, 1.5, 0.5, 0.25, (TopOp("aten::mul", 0.5, "memory"),))
+        return Profile(
+            bound="memory",
+            reason=f"{name}-value",
+            steps=n,
+            step_ms=1.5,
+            busy=0.5,
+            compute_share=0.25,
+            top_ops=(TopOp("aten::mul", 0.5, "memory"),),
+        )
     if kind.startswith("int"):
         return 1000 + n
     if kind.startswith("float"):

@@ -31,7 +31,9 @@ def by_seed(knobs: dict) -> int:
 
 
 def runs_ahead(ctx, wanted: list[RunRequest], limit: int = 4, at_once: int = 1) -> RunsAhead:
-    return RunsAhead(RunPool(ctx), lambda screen: wanted, by_seed, limit=limit, at_once=at_once)
+    return RunsAhead(
+        pool=RunPool(ctx), plan=lambda screen: wanted, key_of=by_seed, limit=limit, at_once=at_once
+    )
 
 
 def test_the_loss_check_gets_a_row_trained_ahead_or_none_to_train_now(tmp_path, shared_cpu_ray):
@@ -81,7 +83,7 @@ def test_a_plan_that_fails_or_asks_for_another_role_ends_only_the_runs_ahead(tmp
     def broken_plan(screen):
         raise KeyError("tokens_per_s")
 
-    ahead = RunsAhead(RunPool(ctx), broken_plan, by_seed, limit=4, at_once=2)
+    ahead = RunsAhead(pool=RunPool(ctx), plan=broken_plan, key_of=by_seed, limit=4, at_once=2)
     ahead.consider([])  # a listener of the screen: it must not raise into the screen
     assert ahead.limit == 0 and ahead.pending() == []
     assert ctx.notices == ["loss runs ahead of the loss check stopped: KeyError: 'tokens_per_s'"]

@@ -77,7 +77,9 @@ def test_a_searchers_proposals_come_from_the_tpe_search_its_phase_planned(tmp_pa
     # in the study with what it was drawn from, so a fresh draw from that proposes it again.
     storage = JournalStorage(JournalFileBackend(str(tmp_path / "optuna.journal")))
     space = {"seed": list(range(100))}
-    searcher = TpeSearch("screen", storage, seed=5, startup_trials=3, space=space, points=({"seed": 3},))
+    searcher = TpeSearch(
+        study="screen", storage=storage, seed=5, startup_trials=3, space=space, points=({"seed": 3},)
+    )
     rows = RunPool(pool_context(tmp_path)).proposals(
         "screen",
         RunRequest(TrialSpec.of(TOY), Role.SPEED),

@@ -20,7 +20,7 @@ START = {"seed": 1}, {"seed": 2}
 
 
 def clock_at(elapsed: float, budget: float = 60.0, cap: float = 240.0) -> ScreenClock:
-    clock = ScreenClock(budget, cap, frozenset(map(freeze, START)))
+    clock = ScreenClock(budget_s=budget, cap_s=cap, first_wave=frozenset(map(freeze, START)))
     clock.started -= elapsed
     return clock
 
@@ -98,7 +98,7 @@ def test_a_budget_shorter_than_a_first_step_still_measures_every_start_point(tmp
         trials=6,
         make_searcher=lambda: tpe({"seed": [1, 2, 3, 4, 5, 6]}, list(START)),
         stopper_ratio=0.0,
-        clock=ScreenClock(0.5, 120.0, frozenset(map(freeze, START))),
+        clock=ScreenClock(budget_s=0.5, cap_s=120.0, first_wave=frozenset(map(freeze, START))),
     )
     assert sorted(r.config["seed"] for r in rows) == [1, 2]
     assert all(r.status == "ok" for r in rows)

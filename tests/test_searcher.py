@@ -29,7 +29,14 @@ SPACE = {"batch_size": [8, 16, 32], "micro_batch": [None, 8, 16, 32], "precision
 def tpe(space: dict, points: list[dict], verdicts=None, seed: int = 0, startup: int = 10) -> LossAwareTpe:
     """The loss-aware TPE over `space` on a fresh in-memory study, proposing `points` first."""
     study = optuna.create_study(direction="maximize", sampler=optuna.samplers.RandomSampler(seed=seed))
-    return LossAwareTpe(study, distributions(space), seed, startup, tuple(points), verdicts)
+    return LossAwareTpe(
+        study=study,
+        space=distributions(space),
+        seed=seed,
+        startup_trials=startup,
+        points=tuple(points),
+        verdicts=verdicts,
+    )
 
 
 def handed(searcher: ScreenSearcher, n: int, speed=lambda config: 50.0) -> list[dict[str, Any]]:

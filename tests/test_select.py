@@ -559,7 +559,15 @@ def test_a_screen_that_finished_a_config_has_no_such_cause_and_counts_what_it_fi
 def smoke_context(out: Path) -> SearchContext:
     cfg = load_search_config(str(ROOT / "configs" / "smoke.yaml"), ["search.time_budget=45s"])
     hw = Hardware(cpus=2, cuda=False)
-    return SearchContext(cfg, out, cfg.train, hw, 2, State(out), "python -m tuner.search")
+    return SearchContext(
+        cfg=cfg,
+        out=out,
+        base=cfg.train,
+        hw=hw,
+        cluster_cpus=2,
+        state=State(out),
+        command="python -m tuner.search",
+    )
 
 
 def finished_search(out: Path, screen_rows: list, **window: Any) -> tuple[finish.FinishInputs, Summary]:

@@ -44,7 +44,15 @@ def test_gpu_keeps_everything():
 
 def cpu_context(tmp_path, *overrides: str) -> SearchContext:
     cfg = load_search_config("configs/smoke.yaml", list(overrides))
-    return SearchContext(cfg, tmp_path, cfg.train, Hardware(**CPU), 2, State(tmp_path), "")
+    return SearchContext(
+        cfg=cfg,
+        out=tmp_path,
+        base=cfg.train,
+        hw=Hardware(**CPU),
+        cluster_cpus=2,
+        state=State(tmp_path),
+        command="",
+    )
 
 
 def test_the_knobs_left_one_choice_are_the_baselines_typed_and_as_the_dict_had_them(tmp_path):

@@ -42,7 +42,7 @@ def graphs_overwrite(compile_mode: str, forwards: int) -> str | None:
     )
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class KnobClass:
     """What a TrainConfig field is to the search, declared on the field (`Annotated[type, KnobClass(...)]`)
     so every list that tells knobs apart is derived from here (tuner/space/knobs.py). `kind`: "loss" changes what
@@ -63,9 +63,10 @@ class KnobClass:
     cuda_only: tuple[tuple[Any, Any], ...] = ()
 
 
-LOSS, EXECUTION, RUN = KnobClass("loss"), KnobClass("execution"), KnobClass("run")
-PLACE = KnobClass("run", placement=True)
-LOSS_GRAPH, EXECUTION_GRAPH = KnobClass("loss", graph=True), KnobClass("execution", graph=True)
+LOSS, EXECUTION, RUN = KnobClass(kind="loss"), KnobClass(kind="execution"), KnobClass(kind="run")
+PLACE = KnobClass(kind="run", placement=True)
+LOSS_GRAPH = KnobClass(kind="loss", graph=True)
+EXECUTION_GRAPH = KnobClass(kind="execution", graph=True)
 
 
 class LossKnobs(BaseModel):
@@ -144,7 +145,7 @@ class LossKnobs(BaseModel):
     precision: Annotated[
         Precision,
         KnobClass(
-            "loss",
+            kind="loss",
             graph=True,
             needs=(("tf32", "cuda"), ("bf16", "bf16")),
             why="no CUDA tensor cores / no native bf16 here",
@@ -181,7 +182,7 @@ class ExecutionKnobs(BaseModel):
     compile: Annotated[
         CompileMode,
         KnobClass(
-            "execution",
+            kind="execution",
             graph=True,
             needs=tuple((mode, "cuda") for mode in CUDA_GRAPH_MODES),
             why="these modes use CUDA graphs",
@@ -199,7 +200,7 @@ class ExecutionKnobs(BaseModel):
     kernels: Annotated[
         Kernels,
         KnobClass(
-            "execution",
+            kind="execution",
             graph=True,
             needs=(("fused", "fused"), ("auto", "cuda")),
             why="fused kernels need CUDA with fla and mamba_ssm importable",
@@ -210,7 +211,9 @@ class ExecutionKnobs(BaseModel):
     num_workers: Annotated[int, EXECUTION] = Field(0, ge=0)
     pin_memory: Annotated[
         bool,
-        KnobClass("execution", needs=((True, "cuda"),), why="pinned memory only helps host-to-GPU copies"),
+        KnobClass(
+            kind="execution", needs=((True, "cuda"),), why="pinned memory only helps host-to-GPU copies"
+        ),
     ] = False
     activation_checkpointing: Annotated[int, EXECUTION_GRAPH] = Field(
         0,

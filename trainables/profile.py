@@ -74,7 +74,7 @@ class TopOp:
     kind: OpKind
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Profile:
     """The profiled steps of a run, summed up (trainables/profile.py says the rules)."""
 

@@ -26,7 +26,7 @@ def figure(doc: str, default: Any = None, *, interim: bool = False) -> Any:
     return field(default=default, metadata={"doc": doc, "interim": interim})
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RunResult:
     """One run of the training loop: how it ended, what it measured, and where and when it was timed.
     None is 'not measured' (the run ended before it could be)."""

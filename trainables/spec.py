@@ -20,7 +20,7 @@ LABELS = "_labels"  # the key under TRAIN where the labels travel; not a knob
 PLACEMENT = "_placement"  # the key under TRAIN where the placement travels; not a knob
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TrialLabels:
     """What the phase says of a trial, for its row (TrialRow fields of the same names)."""
 

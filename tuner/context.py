@@ -41,7 +41,7 @@ class Notices(list):
         log(f"notice: {msg}")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SearchContext:
     cfg: SearchConfig
     out: Path
@@ -87,7 +87,12 @@ class SearchContext:
     def placement(self) -> PlacementPolicy:
         """Where this search's runs go: the cluster, the trials' hardware and the probe's peaks so far."""
         return PlacementPolicy(
-            self.cfg.resources, self.hw, self.cluster_cpus, self.node_cpus, self.base, self.probed
+            resources=self.cfg.resources,
+            hw=self.hw,
+            cluster_cpus=self.cluster_cpus,
+            node_cpus=self.node_cpus,
+            base=self.base,
+            probed=self.probed,
         )
 
     @property

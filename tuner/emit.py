@@ -36,7 +36,7 @@ MAX_NAME = 47  # KubeRay: a RayJob's name, plus the "-xxxxx" of its RayCluster, 
 DNS1035 = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class JobOptions:
     """What the RayJob asks for. `gpus` None: the search's hardware (OUT/summary.json beside best.yaml:
     1 when it ran on CUDA, else 0), or 1 without a summary. `data`: the corpus inside the pods (None: they

@@ -28,7 +28,7 @@ from tuner.runs import observe
 from tuner.runs.ahead import pending
 from tuner.runs.pool import RunPool
 from tuner.runs.request import TrialInputs
-from tuner.runs.tasks import on_a_trial_node
+from tuner.runs.tasks import TaskRun, on_a_trial_node
 from tuner.space import recipe
 from tuner.space.domains import applicable, autotune_notice, probe_hardware
 from tuner.state import answers
@@ -61,26 +61,20 @@ def _pipeline(ctx: SearchContext, fresh: bool, kept: Path) -> int:
     again = remeasure_inputs(ctx)
     answer = finish_inputs(ctx)
     s, loss_checked = ctx.cfg.search, checking.loss_checked
-    room = baseline.Beside(ctx.shapes, ctx.placement, RunPool(ctx), s.start_points, loss_checked, ctx.notice)
-    beside = baseline.start_beside(room, space)  # the baseline's loss run, in the screen's idle GPU time
-    seeds_beside = baseline.start_seeds_beside(room, beside)  # at a loss horizon: its second seed's, too
-    besides = [beside, *seeds_beside] if beside is not None else []
-    # what the loss runs beside the screen say so far: the screen's sampler and the runs ahead read it
-    so_far = LossSoFar(baseline.BaselineLoss(ctx.shapes, ctx.cfg.quality, ctx.notice), room.pool, besides)
-    ahead = loss_check.start_ahead(checking, so_far)  # the candidates' loss runs, as the screen finds them
-    so_far.ahead = ahead
+    beside, seeds_beside, so_far = _loss_runs_beside(ctx, checking, space)
+    ahead, besides = so_far.ahead, [*so_far.besides]
     pool = RunPool(ctx, listeners=[ahead.consider] if ahead is not None else [])  # told the screen's rows
     looking = screen.ScreenInputs(
-        s,
-        ctx.resume,
-        ctx.base,
-        ctx.hw.gpus,
-        ctx.shapes,
-        ctx.placement,
-        ctx.probed,
-        ctx.out,
-        pool,
-        ctx.notice,
+        search=s,
+        resume=ctx.resume,
+        base=ctx.base,
+        gpus=ctx.hw.gpus,
+        shapes=ctx.shapes,
+        placement=ctx.placement,
+        probed=ctx.probed,
+        out=ctx.out,
+        pool=pool,
+        notice=ctx.notice,
         verdicts=so_far,
     )
     screened = ctx.phase("screen", lambda: screen.time_proposals(looking, space), list[TrialRow])
@@ -109,6 +103,28 @@ def _pipeline(ctx: SearchContext, fresh: bool, kept: Path) -> int:
     return code
 
 
+def _loss_runs_beside(
+    ctx: SearchContext, checking: loss_check.LossCheckInputs, space: dict[str, Any]
+) -> tuple[TaskRun | None, list[TaskRun], LossSoFar]:
+    """The loss runs that train beside the screen, in its GPUs' idle time: the baseline's (at a loss horizon
+    its second seed's too) and the candidates' ahead of the loss check as the screen finds them, with what
+    they say so far (LossSoFar: the screen's sampler and the runs ahead read it)."""
+    room = baseline.Beside(
+        shapes=ctx.shapes,
+        placement=ctx.placement,
+        pool=RunPool(ctx),
+        start_points=ctx.cfg.search.start_points,
+        loss_checked=checking.loss_checked,
+        notice=ctx.notice,
+    )
+    beside = baseline.start_beside(room, space)
+    seeds_beside = baseline.start_seeds_beside(room, beside)
+    besides = [beside, *seeds_beside] if beside is not None else []
+    so_far = LossSoFar(baseline.BaselineLoss(ctx.shapes, ctx.cfg.quality, ctx.notice), room.pool, besides)
+    so_far.ahead = loss_check.start_ahead(checking, so_far)  # their plan reads the verdicts too
+    return beside, seeds_beside, so_far
+
+
 def probe_inputs(ctx: SearchContext) -> probe.ProbeInputs:
     """What the probe and the space it bounds read of the search."""
     return probe.ProbeInputs(ctx.cfg.search, ctx.base, ctx.on_gpu, ctx.inputs.corpus, ctx.notice)
@@ -117,16 +133,16 @@ def probe_inputs(ctx: SearchContext) -> probe.ProbeInputs:
 def loss_check_inputs(ctx: SearchContext) -> loss_check.LossCheckInputs:
     """What the loss check and its runs ahead read of the search (after the probe: its places)."""
     return loss_check.LossCheckInputs(
-        ctx.cfg.search,
-        ctx.cfg.quality,
-        ctx.base,
-        ctx.hw,
-        ctx.shapes,
-        ctx.placement,
-        ctx.state.phase("loss_check") is not None,  # resumed, or remembered
-        lambda: RunPool(ctx),
-        ctx.phase,
-        ctx.notice,
+        search=ctx.cfg.search,
+        quality=ctx.cfg.quality,
+        base=ctx.base,
+        hw=ctx.hw,
+        shapes=ctx.shapes,
+        placement=ctx.placement,
+        loss_checked=ctx.state.phase("loss_check") is not None,  # resumed, or remembered
+        pool=lambda: RunPool(ctx),
+        phase=ctx.phase,
+        notice=ctx.notice,
     )
 
 
@@ -134,7 +150,14 @@ def remeasure_inputs(ctx: SearchContext) -> remeasure.RemeasureInputs:
     """What the re-measure reads of the search (after the probe: its places)."""
     confirming = bool(ctx.state.data.get("remembered"))
     return remeasure.RemeasureInputs(
-        ctx.cfg.search, ctx.base, ctx.hw, ctx.shapes, ctx.placement, RunPool(ctx), confirming, ctx.notice
+        search=ctx.cfg.search,
+        base=ctx.base,
+        hw=ctx.hw,
+        shapes=ctx.shapes,
+        placement=ctx.placement,
+        pool=RunPool(ctx),
+        confirming=confirming,
+        notice=ctx.notice,
     )
 
 

@@ -72,7 +72,7 @@ class Limits:
     remeasure_top: int  # a candidate the re-measure could not time decides nothing
 
 
-@dataclass
+@dataclass(kw_only=True)
 class LossPlan:
     """The loss check's queue and budget as its rounds go: `next_round` says which candidates train next,
     `record` takes each one's verdict, `outcome` says how it ended."""
@@ -96,12 +96,11 @@ class LossPlan:
         """`reference`: the recipe's screen runs. Its group is checked second (after the fastest at the
         baseline's batch and lr) and stays while its screen figure is in reach of the floor
         (recipe.in_reach): screen figures of compiled runs can be far under their figures alone."""
-        picks = loss_check_candidates(screen, base, len(screen))
-        passed = [p for p in picks if p.inherits]
-        queue = ordered(picks, base)
-        mine = [c for c in queue[1:] if reference & set(c.covers)]  # the first may be the recipe's own group
-        queue = queue[:1] + mine + [c for c in queue[1:] if c not in mine]
-        plan = cls(limits, queue, passed, baseline_speed(screen, base), base, reference)
+        queue, passed = _queued(screen, base, reference)
+        speed = baseline_speed(screen, base)
+        plan = cls(
+            limits=limits, queue=queue, passed=passed, base_speed=speed, base=base, reference=reference
+        )
         plan._drop_slower()
         return plan
 
@@ -192,6 +191,17 @@ class LossPlan:
         if self.passed_faster:
             return False
         return self.spent_s + sum(estimate_s(self.limits, p) for p in picks) <= self.limits.time_s
+
+
+def _queued(
+    screen: list[TrialRow], base: dict, reference: frozenset[str]
+) -> tuple[list[Candidate], list[Candidate]]:
+    """The candidates in the order the check takes them (the recipe's group second) and the groups that pass
+    already (the baseline's own)."""
+    picks = loss_check_candidates(screen, base, len(screen))
+    queue = ordered(picks, base)
+    mine = [c for c in queue[1:] if reference & set(c.covers)]  # the first may be the recipe's own group
+    return queue[:1] + mine + [c for c in queue[1:] if c not in mine], [p for p in picks if p.inherits]
 
 
 def estimate_s(limits: Limits, pick: Candidate) -> float:

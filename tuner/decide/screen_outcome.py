@@ -16,7 +16,7 @@ def finite(x: Any) -> TypeGuard[float]:
     return isinstance(x, int | float) and math.isfinite(x)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ScreenOutcome:
     """How the screen's trials ended: `finished` measured a speed to the end; `stopped_early` were stopped
     as clearly slower; `compiling` were stopped before a timed step (still compiling or warming up, at the

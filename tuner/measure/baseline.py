@@ -41,7 +41,7 @@ PROVEN = ("ok", "stopped")
 BESIDE_WHO = "baseline-loss"  # its name at its GPU's timing gate
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Beside:
     """What the baseline's runs beside the screen read of the search, built by the pipeline: the shape of
     its runs (the baseline, the loss horizon), where they go, the pool that starts them and keeps their

@@ -40,4 +40,4 @@ def screen_clock(
         return None
     deadline = search.compile_deadline_s
     cap = budget_s + (deadline or budget_s)
-    return ScreenClock(budget_s, cap, frozenset(map(freeze, points)))
+    return ScreenClock(budget_s=budget_s, cap_s=cap, first_wave=frozenset(map(freeze, points)))

@@ -49,7 +49,7 @@ VerdictsSoFar = Callable[[], LossVerdicts | None]
 MIN_LOSS_CHECK_S = 120.0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LossCheckInputs:
     """What the loss check and its runs ahead read of the search (built in tuner/pipeline.py): the search
     section and the loss rule, the baseline, the trials' hardware (the usual recipe as it runs here; the
@@ -234,7 +234,7 @@ def start_ahead(inputs: LossCheckInputs, verdicts: VerdictsSoFar | None = None) 
         return None
     plan = _AheadPlan.of(inputs, verdicts)
     return RunsAhead(
-        inputs.pool(),
+        pool=inputs.pool(),
         plan=plan.wanted,
         key_of=lambda knobs: loss_key(knobs, plan.base),
         limit=run_budget(inputs),
@@ -242,7 +242,7 @@ def start_ahead(inputs: LossCheckInputs, verdicts: VerdictsSoFar | None = None) 
     )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class _AheadPlan:
     """Which loss runs to train ahead, asked again as each screen row comes: what does not change from one
     row to the next is worked out once (`of`)."""
@@ -260,7 +260,14 @@ class _AheadPlan:
     def of(cls, inputs: LossCheckInputs, verdicts: VerdictsSoFar | None = None) -> _AheadPlan:
         s = inputs.search
         screened = times_baseline(s.space, inputs.base)
-        return cls(inputs, inputs.base.model_dump(), limits(inputs), s.loss_check_top + 1, screened, verdicts)
+        return cls(
+            inputs=inputs,
+            base=inputs.base.model_dump(),
+            limits=limits(inputs),
+            top=s.loss_check_top + 1,
+            baseline_screened=screened,
+            verdicts=verdicts,
+        )
 
     def wanted(self, screen: list[TrialRow]) -> list[RunRequest]:
         """The loss runs of the fastest candidates so far that need one of their own, fastest first, each to

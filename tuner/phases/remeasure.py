@@ -41,7 +41,7 @@ PROFILE_STEPS = 10
 REACH = 1.5
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RemeasureInputs:
     """What the re-measure reads of the search (built in tuner/pipeline.py): the search section, the
     baseline and the trials' hardware (the usual recipe's finalist), the run shapes, the placement after the

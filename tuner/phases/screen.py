@@ -36,7 +36,7 @@ STUDY = "screen"
 optuna.logging.set_verbosity(optuna.logging.WARNING)  # our progress lines say what the study does
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ScreenInputs:
     """What the screen reads of the search (built in tuner/pipeline.py): the search section, whether the
     search resumes, the baseline, the GPUs, the run shapes, the placement and the probe's peaks, OUT (its
@@ -67,9 +67,9 @@ def time_proposals(inputs: ScreenInputs, space: dict[str, Knob]) -> list[TrialRo
     clock = screen_clock(s, budget_s, points)
 
     searcher = TpeSearch(
-        STUDY,
-        storage,
-        s.seed,
+        study=STUDY,
+        storage=storage,
+        seed=s.seed,
         startup_trials=max(2, min(8, s.trials // 3)),
         space=space,
         points=tuple(points),

@@ -37,7 +37,7 @@ class _Ahead:
     task: TaskRun | None = None  # None: its row is in the ledger (from before a resume, or taken)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class RunsAhead:
     """The loss runs trained ahead of the loss check: at most `limit` in all (the loss check's run budget),
     `at_once` training at a time (one per GPU). `plan` says which runs are wanted as the screen goes on;

@@ -27,7 +27,7 @@ def room_now(need: dict[str, float], available: dict[str, float]) -> bool:
     return all(available.get(name, 0.0) >= amount - 1e-6 for name, amount in need.items())
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PlacementPolicy:
     resources: ResourcesSection
     hw: Hardware

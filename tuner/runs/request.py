@@ -107,7 +107,7 @@ class TrialInputs:
     )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TpeSearch:
     """The searcher a phase's proposals come from, as the phase plans it (tuner/runs/tune.py:tpe_searcher
     builds it: tuner/space/sampler.py's loss-aware TPE behind tuner/space/searcher.py's Tune searcher):

@@ -23,7 +23,7 @@ from typing import Any
 from ray.tune import Callback, Stopper
 
 
-@dataclass
+@dataclass(kw_only=True)
 class ScreenClock:
     budget_s: float  # wall time after which the screen ends, once no start point is running
     cap_s: float  # the screen ends here regardless (its budget plus the trials' compile deadline)

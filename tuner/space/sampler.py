@@ -112,7 +112,7 @@ class Draw:
         return None
 
 
-@dataclass
+@dataclass(kw_only=True)
 class LossAwareTpe:
     """TPE over `space` on `study`, its first `startup_trials` proposals random, the start `points` first,
     each finished trial constrained by what `verdicts` say of its config when the next one is drawn."""
@@ -187,7 +187,14 @@ def open_study(
         sampler=optuna.samplers.RandomSampler(seed=seed),  # every trial is enqueued: it never draws
     )
     study.set_user_attr(SAMPLER, {"seed": seed, "startup_trials": startup_trials, "points": list(points)})
-    return LossAwareTpe(study, distributions(space), seed, startup_trials, tuple(points), verdicts)
+    return LossAwareTpe(
+        study=study,
+        space=distributions(space),
+        seed=seed,
+        startup_trials=startup_trials,
+        points=tuple(points),
+        verdicts=verdicts,
+    )
 
 
 def reopened(study: optuna.Study) -> LossAwareTpe | None:
@@ -200,7 +207,9 @@ def reopened(study: optuna.Study) -> LossAwareTpe | None:
     for trial in study.get_trials(deepcopy=False):
         space.update(trial.distributions)
     points = tuple(kept["points"])
-    return LossAwareTpe(study, space, kept["seed"], kept["startup_trials"], points)
+    return LossAwareTpe(
+        study=study, space=space, seed=kept["seed"], startup_trials=kept["startup_trials"], points=points
+    )
 
 
 def mirror(

@@ -111,7 +111,7 @@ def _optional(read: Callable[[], Any]) -> Any:
         return None
 
 
-@dataclass
+@dataclass(kw_only=True)
 class GpuReader:
     """One GPU as NVML sees it. A field whose calls all fail for good is dropped (`unsupported`); other
     failures leave a gap in that sample and are counted (`errors`)."""

@@ -27,7 +27,7 @@ THERMAL_REASONS = SW_THERMAL_SLOWDOWN | HW_THERMAL_SLOWDOWN
 POWER_REASONS = SW_POWER_CAP | HW_POWER_BRAKE_SLOWDOWN
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, kw_only=True)
 class GpuSample:
     """One reading of one GPU; a field is None where NVML could not give it."""
 
