@@ -53,7 +53,8 @@ def check_counted(job: Job, batch: Batch, name: str, section: str) -> None:
     raise ConfigError(
         f"workload {name!r} declares no unit, so each example would count as {seq_len} tokens ({key!r}), but "
         f"its examples are not windows of {seq_len} token ids (one example: {each or 'no tensor'}); declare "
-        'what it counts, e.g. unit = "examples" (one per example; units_per_example for more)'
+        f'what it counts, e.g. unit = "examples" (one per example; units_per_example for more), or, for token '
+        f"windows of another length, set {key!r} to it"
     )
 
 
