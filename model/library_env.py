@@ -19,6 +19,11 @@ library (no torch, Triton or Ray), so calling it never imports what it configure
 
 A value the user exported wins wherever the product only offers a default (`setdefault`).
 
+torch writes one of them too: importing torch._dynamo (which torch does on its own, e.g. at the first
+`nn.init` on the meta device) calls Inductor's `cache_dir()`, which sets TORCHINDUCTOR_CACHE_DIR to its
+default (/tmp/torchinductor_<user>) where it was unset. The checks before any work build a user's model on
+meta, so they run under `unchanged_compile_caches`: a variable set there would read as the user's export.
+
 HYBRID_TUNER_COMPILE_CACHE is the one variable our own code reads: the search's compile-cache root, which
 each trial keys by its own device and software before it points Inductor and Triton at it
 (trainables/loop.py:use_compile_cache). The key cannot be known where the runtime env is made (the
@@ -29,7 +34,8 @@ user may also export it for `python -m trainables.train` (a config's `compile_ca
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 
 # A compile cache's dirs (as `TrainConfig.compile_cache` lays them out) and the variable its compiler reads.
@@ -54,6 +60,21 @@ def point_compile_caches(dirs: Mapping[str, str | Path]) -> None:
     for root, path in dirs.items():
         # Both read their cache dir from the environment at each compile; neither takes it as an argument.
         os.environ[COMPILE_CACHE_VARS[root]] = str(path)
+
+
+@contextmanager
+def unchanged_compile_caches() -> Iterator[None]:
+    """The compile cache variables as they were before, after: what torch set meanwhile (its default dir, as
+    Dynamo is imported) is undone, so it is never taken for a dir the user exported."""
+    before = {var: os.environ.get(var) for var in COMPILE_CACHE_VARS.values()}
+    try:
+        yield
+    finally:
+        for var, value in before.items():
+            if value is None:
+                os.environ.pop(var, None)
+            else:
+                os.environ[var] = value
 
 
 def search_compile_cache() -> str | None:

@@ -126,3 +126,48 @@ def test_each_example_searches_on_cpu_and_its_best_yaml_trains_from_anywhere(nam
         cwd=tmp_path,
     )  # fmt: skip
     assert trained.returncode == 0, trained.stderr[-2000:]
+
+
+@pytest.mark.slow
+def test_a_second_search_on_the_nanogpt_example_finds_its_compiles_in_the_keyed_cache(tmp_path, corpus):
+    """Issue 56: a file-loaded workload's compile cache is the search's own, kept, keyed and named in
+    best.yaml as the built-in model's is, so a second search on it compiles nothing anew. (The checks before
+    work built the model on meta, torch set TORCHINDUCTOR_CACHE_DIR as it imported Dynamo, and the search
+    took that for the user's own export: unkeyed, best.yaml `compile_cache: null`.) On a CPU the search
+    leaves `compile` out of the recipe, so the space offers it."""
+    cfg = yaml.safe_load((REPO / EXAMPLES["nanogpt"][0]).read_text())
+    cfg["train"].update(
+        workload=f"{REPO / 'examples' / 'nanogpt' / 'job.py'}:make_workload",
+        model={"n_layer": 1, "n_head": 2, "n_embd": 32}, seq_len=32, tokens=16384, eval_tokens=2048,
+        eval_batch_size=16, timing_warmup_steps=2,
+    )  # fmt: skip
+    cfg["search"] = {
+        "space": {"compile": ["none", "default"]}, "start_points": [{"compile": "default"}], "trials": 2,
+        "screen_steps": 4, "early_stop_ratio": 0, "loss_check_top": 1, "remeasure_top": 1, "repeats": 2,
+        "recipe": None,
+    }  # fmt: skip
+    (tmp_path / "search.yaml").write_text(yaml.safe_dump(cfg))
+    cache = tmp_path / "cache"
+    runs = []
+    for out in ("first", "second"):
+        proc = run(
+            "tuner.search", "--config", "search.yaml", "--data", corpus, "--out", out, "--fresh",
+            "--cache-dir", str(cache), cwd=tmp_path,
+        )  # fmt: skip
+        assert proc.returncode in (0, 3, 4), proc.stderr[-3000:]  # 4: the machine was busy
+        assert f"compile cache: {cache}" in proc.stderr and "the dirs you exported" not in proc.stderr
+        assert yaml.safe_load((tmp_path / out / "best.yaml").read_text())["compile_cache"] == str(cache)
+        runs.append(json.loads((tmp_path / out / "summary.json").read_text()))
+    assert runs[0]["compile_cache"] == runs[1]["compile_cache"] == str(cache)
+    (key,) = [d for d in cache.iterdir() if (d / "key.json").is_file()]  # one key: this CPU and software
+    assert any((key / "inductor" / "fxgraph").rglob("*")), "the graphs went to the keyed cache"
+    # the graphs a run compiles are its phase's (a loss run's are not a screen run's) at its compile mode
+    compiled: list[dict[tuple, set]] = [{}, {}]
+    for found, summary in zip(compiled, runs):
+        for r in summary["trials"]:
+            if r["compile_cache_use"]:
+                found.setdefault((r["phase"], r["train"]["compile"]), set()).add(r["compile_cache_use"])
+    screened = ("screen", "default")  # the start point: never stopped early
+    assert (compiled[0].get(screened), compiled[1].get(screened)) == ({"miss"}, {"hit"}), compiled
+    # all that the first compiled, the second found
+    assert all(compiled[1][run] == {"hit"} for run in compiled[1].keys() & compiled[0].keys()), compiled

@@ -4,6 +4,7 @@ uses states those numbers; a workload may declare its own scale, which a config'
 
 from __future__ import annotations
 
+import html
 import re
 from pathlib import Path
 
@@ -163,3 +164,58 @@ def test_the_help_names_both_modes_and_the_workloads_default():
     assert "limit = baseline + quality.tolerance" in text
     assert "limit = baseline x (1 + quality.tolerance)" in text
     assert "quality.mode relative" in text and "loss_tolerance" in text and "not added" in text
+
+
+# --- a tolerance that does not fit the loss's scale (issue 56 item 4) --------------------------------------
+
+# The issue's classifier: baseline 0.0286, limit 0.0786 by the absolute 0.05 default, a 2.7x worse loss passing.
+DWARFED = (
+    "limit 0.0786 = baseline 0.0286 + 0.05, the absolute tolerance by default, as neither the config nor the "
+    "workload sets one, 175% of the baseline's loss: more than the 25% that fits its scale"
+)
+
+
+def test_an_absolute_tolerance_above_a_quarter_of_the_baseline_loss_is_said_and_the_report_says_why():
+    small = LossLimit.of(0.0286, 0.05, "absolute", tolerance_from="default")
+    assert small.sentence().startswith(DWARFED)
+    summary = {**synthetic_summary(), "loss_limit": small.model_dump()}
+    assert DWARFED in render_markdown(summary) and DWARFED in html.unescape(render_html(summary))
+    assert small.model_dump()["allowance_share"] == pytest.approx(0.05 / 0.0286)
+    fits = [
+        LossLimit.of(1.7412, 0.05, "absolute", tolerance_from="default"),  # an LM's: 3%
+        LossLimit.of(0.21, 0.05, "absolute"),  # 24%
+        LossLimit.of(0.0286, 0.05, "relative", tolerance_from="workload"),  # its own scale, whatever the loss
+    ]
+    assert all("fits its scale" not in f.sentence() for f in fits)
+    assert (
+        LossLimit.of(1.7412, 0.05, "absolute", tolerance_from="default")
+        .sentence()
+        .endswith("the absolute tolerance by default, as neither the config nor the workload sets one")
+    )
+
+
+def test_the_baselines_loss_check_says_the_tolerance_outscales_its_loss_as_a_notice():
+    """Where the limit is first set (tuner/measure/baseline.py:checked), one line, once, as a notice: the
+    report lists the search's notices."""
+    from factories import make_row
+
+    from trainables.config import TrainConfig
+    from tuner.measure import baseline
+    from tuner.rules.horizon import horizon_for
+    from tuner.runs.shapes import RunShapes
+
+    base = TrainConfig()
+    shapes = RunShapes(base, 8, horizon_for(base, {}, None))
+    said: list[str] = []
+    for loss, quality in (
+        (0.0286, QualitySection()),
+        (1.74, QualitySection()),
+        (0.0286, QualitySection(mode="relative")),
+    ):
+        rule = baseline.BaselineLoss(shapes, quality, said.append)
+        baseline.checked(rule, make_row("baseline", phase="baseline", val_loss=loss))
+    assert said == [
+        "the loss limit 0.0786 passes a val loss up to 2.7x the baseline's 0.0286: the absolute tolerance 0.05 "
+        "by default is 175% of that loss, more than the 25% that fits its scale; --set quality.mode=relative "
+        "makes the limit 0.0300 (5% above it), or set a smaller quality.tolerance"
+    ]

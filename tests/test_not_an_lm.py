@@ -138,3 +138,39 @@ def test_a_classifiers_report_speaks_in_images_and_gives_its_accuracy():
         assert "images/s" in text and "accuracy" in text
     assert "Its accuracy is 0.9889 against the baseline's 0.9861." in md
     assert "Images/s" in md  # the table's heading
+
+
+MLP = ROOT / "tests" / "mlp_without_unit.py"
+
+
+def _mlp_config(tmp_path: Path, factory: str) -> Path:
+    """The issue's budget: 1,792 steps of 32 examples; counted as 256 tokens an example, 7."""
+    config = tmp_path / f"{factory}.yaml"
+    config.write_text(
+        f"workload: {MLP}:{factory}\nbatch_size: 32\ntokens: 57344\neval_tokens: 64\neval_batch_size: 32\n"
+    )
+    return config
+
+
+def test_a_workload_whose_examples_are_not_token_windows_and_declares_no_unit_is_refused(tmp_path, capsys):
+    """Issue 56 item 3: a workload that declares no unit is counted as an LM, seq_len tokens an example; one
+    whose examples hold no window of seq_len token ids is refused before any work, in one line naming `unit`,
+    by both entry points (exit 2, no Ray started, nothing written)."""
+    config = _mlp_config(tmp_path, "make_workload")
+    assert train_cli.main(["--config", str(config)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "declares no unit" in err[0] and 'unit = "examples"' in err[0], err
+    assert "count as 256 tokens ('seq_len')" in err[0] and "one example: float32 (8,), int64 ()" in err[0]
+
+    search_config = tmp_path / "search.yaml"
+    search_config.write_text(
+        f"train:\n  workload: {MLP}:make_workload\n  batch_size: 32\n  tokens: 57344\n"
+        "search:\n  space:\n    batch_size: [16, 32]\n"
+    )
+    out = tmp_path / "out"
+    assert search.main(["--config", str(search_config), "--out", str(out)]) == 2
+    last = capsys.readouterr().err.strip().splitlines()
+    assert "declares no unit" in last[-1] and "'train.seq_len'" in last[-1] and not out.exists()
+
+    counted = preflight(load_config(_mlp_config(tmp_path, "make_counted_workload"))).cfg
+    assert counted.units_per_example == 1 and counted.total_steps == 1792

@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from model import library_env
 from trainables.config import ConfigError, TrainConfig
 from trainables.data import CharData, load_char_data
 from trainables.errors import DataError, EnvironmentFault
@@ -36,7 +37,13 @@ def preflight(cfg: TrainConfig, *, local: bool = True, section: str = "") -> Pre
     """ConfigError (one line) on the first problem, EnvironmentFault where this machine lacks the CUDA the
     config needs. `local`: the run trains on this machine, so its device and kernels are checked here; a
     search joining a cluster leaves those to its hardware probe (its workers may have the GPUs). `section`:
-    where the keys live in the config file (a search's "train"), for the error lines."""
+    where the keys live in the config file (a search's "train"), for the error lines. The compile cache
+    variables are left as found (building the model on meta makes torch set Inductor's: library_env)."""
+    with library_env.unchanged_compile_caches():
+        return _preflight(cfg, local, section)
+
+
+def _preflight(cfg: TrainConfig, local: bool, section: str) -> Preflight:
     try:
         workload = _load_workload(cfg, section)
     except DataError as err:

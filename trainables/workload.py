@@ -29,7 +29,7 @@ from trainables.hybrid_workload import HybridLMWorkload
 from trainables.loss_tolerance import declared_tolerance
 from trainables.user_code import WorkloadSpec, load_factory, needs_path, parse_spec
 from trainables.workload_job import Job, as_job, check_checkpointing, with_units
-from trainables.workload_probe import check_declared, checked_forward, first_examples
+from trainables.workload_probe import check_counted, check_declared, checked_forward, first_examples
 from trainables.workload_protocol import OPTIONAL_METHODS, TOKENS, WORKLOAD_KNOBS, Batch, Workload
 
 __all__ = [
@@ -161,6 +161,7 @@ def check_workload(cfg: TrainConfig, section: str = "", workload: Any = None) ->
     check_declared(job, name, section)
     supports = _check_supports(job, cfg, name, section)
     batch = _first_batch(job, name)
+    check_counted(job, batch, name, section)
     _check_model_and_loss(job, batch, name, section)
     root = spec.code_root
     info = WorkloadInfo(

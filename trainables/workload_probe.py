@@ -1,6 +1,7 @@
 """What the checks before any work ask of a workload's own code (trainables/workload.py:check_workload):
-what it declares of itself (its unit, units per example, whether it reads the corpus), and its loss and
-metrics on a batch, each wrong kind refused in one line (ConfigError) that names the method and the fix."""
+what it declares of itself (its unit, units per example, whether it reads the corpus), that a workload
+counted as a language model has token windows for examples, and its loss and metrics on a batch, each
+wrong kind refused in one line (ConfigError) that names the method or attribute and the fix."""
 
 from __future__ import annotations
 
@@ -33,6 +34,45 @@ def check_declared(job: Job, name: str, section: str) -> None:
             f"config key {key!r}: {job.cfg.data!r} names a corpus, but workload {name!r} reads none (one that "
             "trains on the corpus declares reads_corpus = True)"
         )
+
+
+def check_counted(job: Job, batch: Batch, name: str, section: str) -> None:
+    """A workload that declares neither `unit` nor `units_per_example` is counted as a language model:
+    seq_len tokens an example. That holds where an example is a window of token ids (an integer tensor of
+    seq_len, or seq_len + 1 with its target, ids first); any other example (a classifier's features and
+    label) is refused, naming `unit`. Counted as tokens, an MLP's 256 "tokens" an example trained 7 steps of
+    its 1,792 and printed 256x its speed (issue 56). `batch`: the first, batch on dim 0."""
+    w = job.workload
+    if hasattr(w, "unit") or getattr(w, "units_per_example", None) is not None:
+        return  # declared: the workload says what it counts
+    seq_len, leaves = job.cfg.seq_len, _tensors(batch)
+    if any(_is_window(t, seq_len) for t in leaves):
+        return
+    each = ", ".join(f"{str(t.dtype).removeprefix('torch.')} {tuple(t.shape[1:])}" for t in leaves[:4])
+    key = ".".join(filter(None, (section, "seq_len")))
+    raise ConfigError(
+        f"workload {name!r} declares no unit, so each example would count as {seq_len} tokens ({key!r}), but "
+        f"its examples are not windows of {seq_len} token ids (one example: {each or 'no tensor'}); declare "
+        f'what it counts, e.g. unit = "examples" (one per example; units_per_example for more), or, for token '
+        f"windows of another length, set {key!r} to it"
+    )
+
+
+def _tensors(batch: Batch) -> list[torch.Tensor]:
+    """The tensors of a batch (a tensor, or a tuple / list / dict of them), in order."""
+    if isinstance(batch, torch.Tensor):
+        return [batch]
+    if isinstance(batch, dict):
+        batch = list(batch.values())
+    if isinstance(batch, list | tuple):
+        return [t for item in batch for t in _tensors(item)]
+    return []
+
+
+def _is_window(t: torch.Tensor, seq_len: int) -> bool:
+    """A batch of token windows: integer ids, [batch, seq_len] (or seq_len + 1, inputs and targets)."""
+    ids = not (t.dtype.is_floating_point or t.dtype.is_complex or t.dtype == torch.bool)
+    return ids and t.dim() >= 2 and t.shape[1] in (seq_len, seq_len + 1)
 
 
 def checked_forward(job: Job, model: nn.Module, batch: Batch, device: torch.device, name: str) -> bool:

@@ -31,7 +31,8 @@ Everything else has a default:
                                    values from the TrainConfig its factory was given (cfg.kernels, ...)
     unit                           what it counts, plural: "images", "examples" (default "tokens"); every
                                    speed line and report says images/s, and tokens / eval_tokens count it
-    units_per_example              units in one example (default: seq_len for "tokens", else 1)
+    units_per_example              units in one example (default: seq_len for "tokens", else 1); with
+                                   neither declared, an example must be a window of seq_len token ids
     reads_corpus                   True where it trains on the char corpus the search resolves, pins and
                                    ships (load_char_data(cfg.data, expect_sha256=cfg.data_sha256)); default
                                    False: nothing is resolved, and train.data is refused

@@ -22,7 +22,7 @@ from trainables.progress import log
 from trainables.spec import TrialSpec
 from tuner.config import Knob, QualitySection
 from tuner.rules.horizon import LossHorizon
-from tuner.rules.loss_limit import LossRun
+from tuner.rules.loss_limit import LossRun, warn_of_scale
 from tuner.runs.placement import PlacementPolicy
 from tuner.runs.pool import RunPool
 from tuner.runs.request import Role, RunRequest
@@ -280,6 +280,7 @@ def checked(
     how = how if changed else "as configured"
     where = _at(loss_limit)
     log(f"baseline: val loss {baseline.val_loss:.4f} (limit {loss_limit.limit:.4f}), trained {how}{where}")
+    warn_of_scale(loss_limit, b.notice)  # a tolerance that does not fit the loss's scale: one notice
     return baseline, loss_limit
 
 

@@ -9,11 +9,16 @@ beside it, so a reader can judge how much of a gap is noise, but it is not added
 made the limit say more than the tolerance the user set (the 100M answer passed at +0.065 over the
 baseline the report printed, "within 0.05"); a user who wants room for the noise sets a larger tolerance,
 and sees it. tuner/state/records.py re-exports LossLimit, a field of summary.json.
+
+An absolute tolerance is a fixed amount of loss: where it is more than SCALE_SHARE of the baseline's loss it
+no longer fits the loss's scale (0.05 over a classifier's 0.0286 passes a loss 2.7x the baseline's), and the
+search says so, in a notice once the baseline's loss is known (`warn_of_scale`) and in the sentence.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Literal, Protocol, cast
 
 from pydantic import Field
@@ -41,7 +46,13 @@ FROM_TEXT: dict[str, str] = {
     "workload": "the workload declared (its loss_tolerance)",
     "default": "by default",
 }
+WHY_DEFAULT = ", as neither the config nor the workload sets one"  # why the default applied, in the sentence
 SHOWN = 1e-4  # a loss is shown to 4 decimals (tuner/report/fmt.py:fmt_loss)
+# An absolute tolerance above this share of the baseline's loss does not fit the loss's scale. 25%: the default
+# 0.05 nats is 1-4% of a language model's loss (1.2-5 nats) and relative mode's default is 5%; five times that
+# passes a config a quarter worse, which no one meant by "0.05". So at the default it is said only for a loss
+# under 0.2 nats (no LM near its usual loss) and for any well-fit classifier (digits' 0.04-0.1: 50-125%).
+SCALE_SHARE = 0.25
 
 
 class LossLimit(Record):
@@ -72,6 +83,12 @@ class LossLimit(Record):
         description="where the tolerance and mode came from: config (quality.tolerance / quality.mode), "
         "workload (its loss_tolerance), default (0.05 absolute); None in summaries from before it was kept",
     )
+    allowance_share: float | None = Field(
+        None,
+        description="the limit's room above the baseline as a share of the baseline's loss; absolute and "
+        "above SCALE_SHARE (0.25): it does not fit the loss's scale, and the search says so; None at a loss "
+        "of 0, or in summaries from before it was kept",
+    )
 
     @classmethod
     def of(
@@ -87,16 +104,18 @@ class LossLimit(Record):
         seeds = [baseline_loss, *more_seeds] if more_seeds else []
         loss = sum(seeds) / len(seeds) if seeds else baseline_loss
         prefix = horizon is not None and horizon.is_prefix
+        room = allowance(loss, tolerance, mode)
         return cls(
             baseline_loss=loss,
             tolerance=tolerance,
             mode=mode,
-            limit=loss + allowance(loss, tolerance, mode),
+            limit=loss + room,
             horizon=horizon,
             seed_losses=seeds,
             noise=seed_noise(seeds),
             validation=validation_note(limit_of=_limit_of) if prefix else None,
             tolerance_from=tolerance_from,
+            allowance_share=room / abs(loss) if loss and math.isfinite(loss) else None,
         )
 
     @property
@@ -140,7 +159,10 @@ class LossLimit(Record):
         source = " ".join(
             filter(None, [f"the {self.mode} tolerance", FROM_TEXT.get(self.tolerance_from or "")])
         )
-        return f"limit {self.limit:.4f} = {arithmetic}, {source}{self._seeds(widened) if seeds else ''}"
+        scale = (WHY_DEFAULT if self.tolerance_from == "default" else "") + _scale_clause(self)
+        return (
+            f"limit {self.limit:.4f} = {arithmetic}, {source}{scale}{self._seeds(widened) if seeds else ''}"
+        )
 
     def _seeds(self, widened: bool) -> str:
         if len(self.seed_losses) < 2 or self.noise is None:
@@ -150,6 +172,45 @@ class LossLimit(Record):
             f"; the baseline's is the mean of its {len(self.seed_losses)} seeds' {each}, whose spread "
             f"{self.noise:.4f}{'' if widened else ' is shown, not added'}"
         )
+
+
+def outscales(loss_limit: LossLimit) -> bool:
+    """Whether an absolute tolerance's room is more than SCALE_SHARE of the baseline's loss."""
+    share = loss_limit.allowance_share
+    return loss_limit.mode == "absolute" and share is not None and share > SCALE_SHARE
+
+
+def _scale_clause(loss_limit: LossLimit) -> str:
+    """The sentence's word on the scale, where the tolerance outscales the loss."""
+    if not outscales(loss_limit):
+        return ""
+    return (
+        f", {loss_limit.allowance_share:.0%} of the baseline's loss: more than the {SCALE_SHARE:.0%} that fits "
+        "its scale"
+    )
+
+
+def scale_warning(loss_limit: LossLimit) -> str | None:
+    """One line where the absolute tolerance outscales the baseline's loss, with the fix; None where it fits."""
+    if not outscales(loss_limit):
+        return None
+    base, limit = loss_limit.baseline_loss, loss_limit.limit
+    passes = f"up to {limit / base:.1f}x" if base > 0 else f"{limit - base:g} above"
+    tolerance = f"the absolute tolerance {loss_limit.tolerance:g}"
+    source = " ".join(filter(None, [tolerance, FROM_TEXT.get(loss_limit.tolerance_from or "")]))
+    relative = base + allowance(base, loss_limit.tolerance, "relative")
+    return (
+        f"the loss limit {limit:.4f} passes a val loss {passes} the baseline's {base:.4f}: {source} is "
+        f"{loss_limit.allowance_share:.0%} of that loss, more than the {SCALE_SHARE:.0%} that fits its scale; "
+        f"--set quality.mode=relative makes the limit {relative:.4f} ({loss_limit.tolerance:.0%} above it), or "
+        "set a smaller quality.tolerance"
+    )
+
+
+def warn_of_scale(loss_limit: LossLimit, notice: Callable[[str], None]) -> None:
+    """Says `scale_warning` through `notice` (the search's: the report lists its notices), where there is one."""
+    if (line := scale_warning(loss_limit)) is not None:
+        notice(line)
 
 
 def _limit_of(seed_losses: list[float], tolerance: float, mode: str) -> float:
