@@ -1,0 +1,61 @@
+"""A report says one thing of each figure, cap and tie (issue 56 item 5): every statement about runs, caps and
+ties is drawn from the record that decided it (a finalist's runs, summary.json's loss_check, the selection),
+so two sections never disagree. Each test reproduces a contradiction a report made, from a recorded
+summary under docs/results/ or a search's recorded rows run through its own finish (tests/recorded_search.py)."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from tests.test_recorded_summaries import RECORDED, RESULTS
+from tuner.report import render_markdown
+from tuner.state.records import Summary
+
+
+def recorded(name: str) -> Summary:
+    return Summary.model_validate(json.loads((RESULTS / name / "summary.json").read_text()))
+
+
+def section(report: str, title: str) -> str:
+    return report.split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def remeasure_line(report: str) -> str:
+    (line,) = [l for l in section(report, "How each number was measured").splitlines() if "Re-measure:" in l]
+    return line
+
+
+# --- the runs a figure rests on ------------------------------------------------------------------------------
+
+
+def test_the_baselines_runs_are_counted_once_where_a_notice_says_how_many_its_figure_rests_on():
+    # a smoke search (026b348): the notice said "rests on 1 run", the measured section "3 runs each"
+    report = render_markdown(recorded("decisions-smoke-026b348-8963593/after"))
+    notice = "its figure rests on 1 run"
+    assert notice in section(report, "Notices")
+    line = remeasure_line(report)
+    assert "3 runs each" not in line and "the top feasible configs" not in line
+    assert line.startswith(
+        "- Re-measure: the baseline alone (no other config was a feasible finalist), 3 runs asked"
+    )
+    assert "the baseline's figure rests on 1 of the 3 runs asked: 2 not timed" in line
+
+
+SAYS_RUNS = [p for p in RECORDED if "figure rests on" in p.read_text()]
+
+
+@pytest.mark.parametrize("path", SAYS_RUNS, ids=[str(p.parent.relative_to(RESULTS)) for p in SAYS_RUNS])
+def test_every_recorded_notice_of_the_runs_a_figure_rests_on_agrees_with_the_measured_section(path):
+    summary = Summary.model_validate(json.loads(path.read_text()))
+    (said,) = [int(m) for n in summary.notices for m in re.findall(r"its figure rests on (\d+) run", n)]
+    baseline = next(f for f in summary.finalists if f.id == "baseline")
+    assert len(baseline.runs) == said
+    assert f"the baseline's figure rests on {said} of the" in remeasure_line(render_markdown(summary))
+
+
+def test_a_figure_on_every_run_asked_says_nothing_more():
+    line = remeasure_line(render_markdown(recorded("gpu-search-h200-g")))
+    assert "rests on" not in line and "3 runs asked of each, and the baseline, 6" in line
