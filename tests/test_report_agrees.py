@@ -10,9 +10,11 @@ import re
 
 import pytest
 
+from tests.recorded_search import BASE_LOSS, loss_run, run_recorded, screened, timed
 from tests.test_recorded_summaries import RECORDED, RESULTS
+from trainables.exit_codes import Exit
 from tuner.report import render_markdown
-from tuner.state.records import Summary
+from tuner.state.records import BASELINE_ID, Summary
 
 
 def recorded(name: str) -> Summary:
@@ -59,3 +61,23 @@ def test_every_recorded_notice_of_the_runs_a_figure_rests_on_agrees_with_the_mea
 def test_a_figure_on_every_run_asked_says_nothing_more():
     line = remeasure_line(render_markdown(recorded("gpu-search-h200-g")))
     assert "rests on" not in line and "3 runs asked of each, and the baseline, 6" in line
+
+
+# --- how the winner was chosen, where nothing else passed -------------------------------------------------------
+
+
+def test_a_baseline_alone_with_one_run_is_not_said_to_have_a_spread_no_other_config_is_within(
+    tmp_path, shared_cpu_ray
+):
+    # a smoke search (026b348): "chose baseline: baseline 13,602 tok/s [13,602–13,602], no other config within
+    # its spread" where nothing else passed and its figure was one run
+    over = screened("screen-0", 30000.0, batch_size=64, lr_scaling="sqrt")
+    runs = timed(BASELINE_ID, [9443.0]) + timed("screen-0", [31000.0, 31500.0], over.config)
+    code, _ = run_recorded(tmp_path, [over], [loss_run("loss_check_0-0", over, BASE_LOSS + 0.06)], runs)
+    assert code == Exit.NO_FEASIBLE
+    chosen = section((tmp_path / "report.md").read_text(), "How the winner was chosen")
+    assert "within its spread" not in chosen and "[9,443–9,443]" not in chosen
+    assert (
+        "the baseline stays: no other finalist passed the loss check with a timed run (baseline 9,443 tok/s (one run))"
+        in chosen
+    )

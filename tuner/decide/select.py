@@ -164,6 +164,9 @@ class _Ranked:
         return value if finite(value) else None
 
     def describe(self) -> str:
+        """Its figure and range; one run has no range, and [x–x] would read as a measured spread."""
+        if len(self.finalist.runs) == 1:
+            return f"{self.id} {self.median:,.0f} tok/s (one run)"
         return f"{self.id} {self.median:,.0f} tok/s [{self.lo:,.0f}–{self.hi:,.0f}]"
 
 
@@ -235,6 +238,9 @@ def pick_winner(finalists: list[Finalist], baseline_knobs: dict) -> Selection:
     sel.winner = winner.finalist
     sel.telemetry_changed_decision = efficient is not None and efficient is not simplest
 
+    if len(ranked) == 1:  # nothing else passed the loss check and was timed: there was no spread to compare
+        sel.reasons.append(_alone(winner))
+        return sel
     if len(contenders) == 1:
         sel.reasons.append(f"chose {winner.id}: {winner.describe()}, no other config within its spread")
         return sel
@@ -254,6 +260,13 @@ def pick_winner(finalists: list[Finalist], baseline_knobs: dict) -> Selection:
         )
     _reject_tied(sel, contenders, winner, by_energy=efficient is not None)
     return sel
+
+
+def _alone(winner: _Ranked) -> str:
+    """Why the only feasible finalist with a timed run is chosen: there was nothing to compare it with."""
+    if winner.id == BASELINE_ID:
+        return f"the baseline stays: no other finalist passed the loss check with a timed run ({winner.describe()})"
+    return f"chose {winner.id}: the only feasible finalist with a timed run ({winner.describe()})"
 
 
 def _more_efficient(contenders: list[_Ranked], simplest: _Ranked) -> _Ranked | None:
