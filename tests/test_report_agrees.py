@@ -81,3 +81,39 @@ def test_a_baseline_alone_with_one_run_is_not_said_to_have_a_spread_no_other_con
         "the baseline stays: no other finalist passed the loss check with a timed run (baseline 9,443 tok/s (one run))"
         in chosen
     )
+
+
+# --- the cap that ended the loss check -------------------------------------------------------------------------
+
+
+def test_the_cap_that_ended_the_loss_check_is_named_alike_in_its_note_and_each_rejection():
+    # a smoke search (9c63ccd): its note named search.max_loss_checks, screen-2's rejection search.loss_check_top
+    summary = recorded("decisions-smoke-9c63ccd-19d39db/after")
+    assert summary.loss_check.ended_by == "max_loss_checks" and summary.loss_check.unchecked_faster == [
+        "screen-2"
+    ]
+    report = render_markdown(summary)
+    assert "Note: the loss check ended at its cap of 2 runs (search.max_loss_checks) after 2 runs" in report
+    why = section(report, "Why others were rejected")
+    assert "loss_check_top" not in why
+    assert (
+        "- screen-2: its loss was never checked: the loss check ended at its cap of 2 runs "
+        "(search.max_loss_checks) before it; 10,299 tok/s in the screen"
+    ) in why
+
+
+def test_a_time_budget_or_a_failure_is_named_where_it_left_a_config_unchecked():
+    summary = recorded("decisions-smoke-9c63ccd-19d39db/after")
+    timed_out = summary.loss_check.model_copy(update={"ended_by": "loss_check_time", "time_budget_s": 120.0})
+    why = section(
+        render_markdown(summary.model_copy(update={"loss_check": timed_out})), "Why others were rejected"
+    )
+    assert "the loss check ended at its time budget of 120 s (search.loss_check_time) before it" in why
+    ruled = summary.loss_check.model_copy(update={"unchecked_faster": [], "ruled_out": ["screen-2"]})
+    why = section(
+        render_markdown(summary.model_copy(update={"loss_check": ruled})), "Why others were rejected"
+    )
+    assert (
+        "- screen-2: its loss was never checked: a loss run ruled it out (a larger batch at the peak lr"
+        in why
+    )

@@ -46,10 +46,23 @@ def rejection(row: ConfigRow, summary: Summary) -> str:
     if row.status == "stopped":
         return f"stopped early: slower than the early-stop threshold ({tps} {per_s})"
     if row.feasible is None:
-        best = summary.best.tokens_per_s if summary.best else None
-        if best and (row.median("tokens_per_s") or 0) > best:  # faster, but never loss-checked
-            return f"its loss was never checked (search.loss_check_top reached): {tps} {per_s} in the screen"
-        return f"slower ({tps} {per_s} in the screen): its loss was never checked"
+        return _never_checked(row, summary, f"{tps} {per_s}")
     if any(t.phase_name == "remeasure" for t in row.trials):
         return f"re-measured at {tps} {per_s} but not chosen"
     return f"slower ({tps} {per_s} in the screen): not among the re-measured finalists"
+
+
+def _never_checked(row: ConfigRow, summary: Summary, speed: str) -> str:
+    """Why no loss run checked `row`: what summary.json's loss_check says of it (the record the loss check
+    ended with, which the report's note of its cap reads too); a summary from before that record only knew
+    the cap of search.loss_check_top."""
+    outcome = summary.loss_check
+    if outcome is not None:
+        why = outcome.unchecked_why(row.ids)
+        if why:
+            return f"its loss was never checked: {why}; {speed} in the screen"
+        return f"slower ({speed} in the screen): its loss was never checked"
+    best = summary.best.tokens_per_s if summary.best else None
+    if best and (row.median("tokens_per_s") or 0) > best:  # faster, but never loss-checked
+        return f"its loss was never checked (search.loss_check_top reached): {speed} in the screen"
+    return f"slower ({speed} in the screen): its loss was never checked"
