@@ -117,3 +117,27 @@ def test_a_time_budget_or_a_failure_is_named_where_it_left_a_config_unchecked():
         "- screen-2: its loss was never checked: a loss run ruled it out (a larger batch at the peak lr"
         in why
     )
+
+
+# --- a run stopped early on a figure the table does not trust ----------------------------------------------------
+
+
+def test_a_config_stopped_early_on_a_contended_figure_says_the_stop_rests_on_it():
+    # a smoke search under load (40bcd84): the table marked screen-6's 416 tok/s (contended), its rejection said
+    # only "slower than the early-stop threshold"
+    report = render_markdown(recorded("decisions-smoke-40bcd84-77a8983/after"))
+    assert "| screen-6 (stopped) | 64 | 0 | bf16 | none | torch | 416 (contended) |" in report
+    why = section(report, "Why others were rejected")
+    assert (
+        "- screen-6: stopped early on a contended figure: 416 tok/s, timed while other processes used the "
+        "machine, was under the early-stop threshold (search.early_stop_ratio x the fastest finished so far); "
+        "alone it may have been faster"
+    ) in why
+    assert "slower than the early-stop threshold" not in why
+
+
+def test_a_config_stopped_early_on_a_trusted_figure_is_slower():
+    summary = recorded("decisions-smoke-40bcd84-77a8983/after")
+    quiet = [t.model_copy(update={"cpu_shared": False, "cpu_others_cores": 0.05}) for t in summary.trials]
+    why = section(render_markdown(summary.model_copy(update={"trials": quiet})), "Why others were rejected")
+    assert "- screen-6: stopped early: slower than the early-stop threshold (416 tok/s)" in why
