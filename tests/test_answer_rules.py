@@ -50,3 +50,38 @@ def test_a_winner_on_contended_figures_is_refused_exit_4_and_the_baseline_kept(t
     check_answer(tmp_path, code)
     top = (tmp_path / "report.md").read_text().split("\n## ")[0]
     assert "Not trusted" in top and "The baseline (9,100 tok/s (contended)" in top
+
+
+def test_a_tie_names_both_and_the_simpler_wins_through_the_search(tmp_path, shared_cpu_ray, capsys):
+    fast = screened("screen-1", 22000.0, batch_size=32, lr_scaling="sqrt")  # two knobs changed
+    simple = screened("screen-2", 21000.0, **SLOWER)  # one
+    checked = [loss_run("loss_check_0-0", fast, BASE_LOSS), loss_run("loss_check_0-1", simple, BASE_LOSS)]
+    runs = timed(BASELINE_ID, [9000.0, 9100.0, 9200.0]) + timed(
+        "screen-1", [21000.0, 22000.0, 23000.0], fast.config
+    )
+    runs += timed("screen-2", [20000.0, 21000.0, 22000.0], SLOWER)
+    code, s = run_recorded(tmp_path, [fast, simple], checked, runs)
+    assert code == Exit.OK and s.best.id == "screen-2", (code, s.best)
+    assert s.selection.tied == ["screen-2", "screen-1"]
+    assert s.selection.tie_break == "1 fewer non-default knob than screen-1 (1 vs 2)"
+    check_answer(tmp_path, code)
+    answer = (tmp_path / "report.md").read_text().split("\n\n")[1]
+    assert answer.startswith(
+        "**screen-2** is chosen from a tie with screen-1 (22,000 tok/s, range 21,000–23,000), within each other's "
+        "spread (tie break: 1 fewer non-default knob than screen-1 (1 vs 2)): 21,000 tok/s"
+    )
+
+
+def test_a_tie_with_the_baseline_keeps_it_with_exit_0_and_names_the_tie(tmp_path, shared_cpu_ray, capsys):
+    tied = screened("screen-1", 9300.0, **SLOWER)
+    runs = timed(BASELINE_ID, [9000.0, 9500.0, 10000.0]) + timed(
+        "screen-1", [9200.0, 9800.0, 10400.0], SLOWER
+    )
+    code, s = run_recorded(tmp_path, [tied], [loss_run("loss_check_0-0", tied, BASE_LOSS)], runs)
+    assert code == Exit.OK and s.best.id == BASELINE_ID and s.selection.tied == [BASELINE_ID, "screen-1"]
+    check_answer(tmp_path, code)
+    assert "the baseline stays the answer (9,500 tok/s), a tie with screen-1: " in capsys.readouterr().err
+    answer = (tmp_path / "report.md").read_text().split("\n\n")[1]
+    assert answer.startswith(
+        "**A tie:** the baseline (9,500 tok/s, range 9,000–10,000) and screen-1 (9,800 tok/s"
+    )

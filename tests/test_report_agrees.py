@@ -141,3 +141,34 @@ def test_a_config_stopped_early_on_a_trusted_figure_is_slower():
     quiet = [t.model_copy(update={"cpu_shared": False, "cpu_others_cores": 0.05}) for t in summary.trials]
     why = section(render_markdown(summary.model_copy(update={"trials": quiet})), "Why others were rejected")
     assert "- screen-6: stopped early: slower than the early-stop threshold (416 tok/s)" in why
+
+
+# --- a tie ---------------------------------------------------------------------------------------------------------
+
+
+def test_an_exit_0_tie_with_the_baseline_is_said_to_be_one_not_that_no_config_beat_it():
+    # a smoke search (9c63ccd): the baseline and screen-1 overlapped and both passed; the answer said "No config
+    # beat the baseline within tolerance"
+    summary = recorded("decisions-smoke-9c63ccd-19d39db/after")
+    assert summary.selection.tied == ["baseline", "screen-1"]  # read from the rejection it recorded then
+    answer = render_markdown(summary).split("\n\n")[1]
+    assert "No config beat" not in answer
+    assert answer.startswith(
+        "**A tie:** the baseline (9,862 tok/s, range 8,590–12,044) and screen-1 (7,809 tok/s, range 6,844–9,111) "
+        "are within each other's spread; the baseline stays the answer (tie break: the fastest, with no more "
+        "non-default knobs than the others), val loss 1.9833 (limit 2.0333"
+    )
+
+
+def test_a_baseline_no_config_passed_against_still_says_no_config_beat_it():
+    answer = render_markdown(recorded("decisions-smoke-026b348-8963593/after")).split("\n\n")[1]
+    assert answer.startswith("No config beat the baseline within tolerance; the baseline (13,602 tok/s")
+
+
+def test_a_winner_chosen_from_a_tie_is_not_called_the_fastest():
+    # one H200 (run g): screen-3 and screen-13 overlapped; the answer called screen-3 "the fastest config"
+    answer = render_markdown(recorded("gpu-search-h200-g")).split("\n\n")[1]
+    assert answer.startswith(
+        "**screen-3** is chosen from a tie with screen-13 (471,575 tok/s, range 400,164–581,469), within each "
+        "other's spread (tie break: the fastest, with no more non-default knobs than the others): 553,377 tok/s"
+    )

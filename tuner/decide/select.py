@@ -135,6 +135,8 @@ class Selection:
     telemetry_changed_decision: bool = False
     rejected: dict[str, str] = field(default_factory=dict)
     finishes_later: str | None = None  # the faster finalist finish_first chose against
+    tied: list[str] = field(default_factory=list)  # within the fastest's spread, the one the tie chose first
+    tie_break: str | None = None  # why the tie chose tied[0]
 
     def to_record(self) -> SelectionResult:
         """The `selection` section of summary.json (the winner is recorded under `best`)."""
@@ -143,6 +145,8 @@ class Selection:
             telemetry_changed_decision=self.telemetry_changed_decision,
             rejected=dict(self.rejected),
             finishes_later=self.finishes_later,
+            tied=list(self.tied),
+            tie_break=self.tie_break,
         )
 
 
@@ -254,6 +258,7 @@ def pick_winner(finalists: list[Finalist], baseline_knobs: dict) -> Selection:
         fewer = _plural(lead.n_knobs - winner.n_knobs, "fewer non-default knob")
         why = f"{fewer} than {lead.id} ({winner.n_knobs} vs {lead.n_knobs})"
     sel.reasons.append(f"{ids} overlap ({ranges}); chose {winner.id}: {why}")
+    sel.tied, sel.tie_break = [winner.id, *(r.id for r in contenders if r is not winner)], why
     if sel.telemetry_changed_decision:
         sel.reasons.append(
             f"telemetry changed the decision: on speed and simplicity alone {simplest.id} would win"
