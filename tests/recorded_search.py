@@ -1,26 +1,22 @@
 """A CPU search whose phases are already in OUT/state.json, run through the search's own pipeline
 (`tuner.pipeline.run_search`, as `--resume` of a search whose re-measure finished runs it): the loss limit's
 verdicts (`with_feasibility`), the selection, the refusal of untrusted figures, summary.json, the reports,
-best.yaml and the exit code all come from the code a search runs, from rows a test writes. And
-`check_answer`: what every exit of a search must hold of its answer, for these tests and the end-to-end ones."""
+best.yaml and the exit code all come from the code a search runs, from rows a test writes
+(tests/answer_checks.py says what every exit must hold of its answer)."""
 
 from __future__ import annotations
 
-import statistics
 from pathlib import Path
 from typing import Any
 
 from tests.factories import make_row
-from trainables.config import load_config
-from trainables.exit_codes import Exit
 from tuner import pipeline
 from tuner.config import load_search_config
 from tuner.context import Notices, SearchContext
 from tuner.decide.loss_plan import LossCheck
-from tuner.space.knobs import RUN_ONLY_FIELDS
 from tuner.state.hardware import Hardware
 from tuner.state.loss_outcome import LossCheckOutcome
-from tuner.state.records import BASELINE_ID, Summary, TrialRow, could_win
+from tuner.state.records import BASELINE_ID, Summary, TrialRow
 from tuner.state.search_state import State
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -87,41 +83,3 @@ def run_recorded(
                         resume=True, notices=said, space=space)  # fmt: skip
     code = pipeline.run_search(ctx, kept=out / "answers")
     return code, Summary.model_validate_json((out / "summary.json").read_text())
-
-
-def check_answer(out: Path, code: int) -> Summary:
-    """What OUT's answer holds on every exit: exit 0 crowns a feasible finalist whose trusted re-measured
-    median is no slower beyond the spreads than another feasible one's (unless it finishes the planned run
-    first); 3 has no feasible finalist but the baseline; 4 had one, on untrusted figures; 6 screened nothing;
-    on 3, 4 and 6 the baseline is the answer; and best.yaml trains exactly the answer."""
-    s = Summary.model_validate_json((out / "summary.json").read_text())
-    finalists = {f.id: f for f in s.finalists}
-    if code == Exit.OK:
-        assert s.best is not None and not s.untrusted and s.nothing_screened is None, s.best
-        answer = finalists[s.best.id]
-        assert answer.feasible is True and answer.speed_trusted, answer
-        assert s.best.tokens_per_s == statistics.median(answer.runs)
-        assert s.loss_limit is not None and s.best.val_loss is not None
-        assert s.best.val_loss <= s.loss_limit.limit, (s.best.val_loss, s.loss_limit)
-        for row in (t for t in s.trials if t.id == s.best.id):
-            assert row.feasible is True, row
-        timed = [f for f in s.finalists if f.feasible is True and f.runs]
-        faster = [f.id for f in timed if min(f.runs) > max(answer.runs)]
-        assert faster in ([], [s.selection.finishes_later]), faster
-    else:
-        assert code in (Exit.NO_FEASIBLE, Exit.UNTRUSTED, Exit.NOTHING_SCREENED), code
-        assert s.best is None, s.best
-    if code == Exit.NO_FEASIBLE:
-        assert not could_win(s.finalists), s.finalists
-    if code == Exit.UNTRUSTED:
-        assert s.untrusted and s.refused
-        said = [finalists[BASELINE_ID], *could_win(s.finalists)] if BASELINE_ID in finalists else s.finalists
-        assert not all(f.speed_trusted for f in said), said
-    if code == Exit.NOTHING_SCREENED:
-        assert s.nothing_screened
-    best = load_config(out / "best.yaml")
-    chosen = s.best.config if s.best else {}
-    knobs = {k for t in s.trials for k in t.config if k not in RUN_ONLY_FIELDS}
-    for knob in knobs:
-        assert getattr(best, knob) == chosen.get(knob, s.baseline.config[knob]), knob
-    return s

@@ -6,9 +6,15 @@ other's spread are named as one, and the simpler wins."""
 
 from __future__ import annotations
 
-from tests.recorded_search import BASE_LOSS, BUSY, check_answer, loss_run, run_recorded, screened, timed
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.answer_checks import check_answer
+from tests.recorded_search import BASE_LOSS, BUSY, loss_run, run_recorded, screened, timed
 from trainables.exit_codes import Exit
-from tuner.state.records import BASELINE_ID
+from tuner.state.records import BASELINE_ID, Summary
 
 FAST = {"batch_size": 64, "lr_scaling": "sqrt"}  # a loss knob changed: a loss run of its own
 SLOWER = {"batch_size": 32}
@@ -85,3 +91,26 @@ def test_a_tie_with_the_baseline_keeps_it_with_exit_0_and_names_the_tie(tmp_path
     assert answer.startswith(
         "**A tie:** the baseline (9,500 tok/s, range 9,000–10,000) and screen-1 (9,800 tok/s"
     )
+
+
+RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results"
+# every recorded OUT with its best.yaml, from searches that recorded their finalists' runs
+ANSWERED = sorted(
+    p.parent
+    for p in RESULTS.rglob("best.yaml")
+    if (p.parent / "summary.json").exists()
+    and json.loads((p.parent / "summary.json").read_text()).get("finalists")
+)
+
+
+@pytest.mark.parametrize("out", ANSWERED, ids=[str(p.relative_to(RESULTS)) for p in ANSWERED])
+def test_every_recorded_search_holds_its_answer_on_its_exit(out):
+    """tests/answer_checks.py against searches that ran: its rules are the search's, and best.yaml is the answer."""
+    summary = Summary.model_validate_json((out / "summary.json").read_text())
+    code = (
+        Exit.NOTHING_SCREENED if summary.nothing_screened
+        else Exit.UNTRUSTED if summary.refused
+        else Exit.NO_FEASIBLE if summary.best is None
+        else Exit.OK
+    )  # fmt: skip
+    check_answer(out, code)
