@@ -15,7 +15,6 @@ from tuner.config import load_search_config
 from tuner.context import Notices, SearchContext
 from tuner.decide.loss_plan import LossCheck
 from tuner.state.hardware import Hardware
-from tuner.state.loss_outcome import LossCheckOutcome
 from tuner.state.records import BASELINE_ID, Summary, TrialRow
 from tuner.state.search_state import State
 
@@ -51,17 +50,12 @@ def run_recorded(
     screen: list[TrialRow],
     checked: list[TrialRow],
     remeasure: list[TrialRow],
-    outcome: LossCheckOutcome | None = None,
-    notices: list[str] = (),  # type: ignore[assignment]
-    sets: list[str] = (),  # type: ignore[assignment]
 ) -> tuple[int, Summary]:
-    """The exit code and summary.json of the smoke search (with `sets`) whose phases recorded these rows."""
-    cfg = load_search_config(str(SMOKE), list(sets))
+    """The exit code and summary.json of the smoke search whose phases recorded these rows."""
+    cfg = load_search_config(str(SMOKE), [])
     hw = Hardware(cpus=2, cuda=False)
     said = Notices()
     space, base = pipeline.fit_to_hardware(cfg, hw, said)
-    for line in notices:
-        said.say(line)
     # the loss check stores its row with the verdict on it (measure/baseline.py: checked)
     base_row = make_row(
         BASELINE_ID, "baseline", {}, val_loss=BASE_LOSS, tokens_per_s=9000.0, execution={}, feasible=True
@@ -74,7 +68,7 @@ def run_recorded(
         ("screen", [r.model_dump(mode="json") for r in screen]),
         (
             "loss_check",
-            LossCheck(baseline=base_row, candidates=checked, outcome=outcome).model_dump(mode="json"),
+            LossCheck(baseline=base_row, candidates=checked).model_dump(mode="json"),
         ),
         ("remeasure", [r.model_dump(mode="json") for r in remeasure]),
     ):
