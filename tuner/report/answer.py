@@ -140,7 +140,7 @@ def tied(summary: Summary) -> list[Finalist] | None:
 
 
 def _range(f: Finalist) -> str:
-    """', range 6,844–9,111' over a finalist's re-measured runs ("" for one run: no range)."""
+    """', range 6,844–9,111' over a finalist's re-measured runs (', one run' where there is no range)."""
     return f", range {fmt_tps(min(f.runs))}–{fmt_tps(max(f.runs))}" if len(f.runs) > 1 else ", one run"
 
 
