@@ -9,16 +9,13 @@ import platformdirs
 import pytest
 import torch
 
+from tests.shared_files import shared_file
 from trainables import data
 from trainables.char_batches import batch_offsets, val_window_batches, window_batches
 from trainables.data import CharTokenizer, load_char_data, resolve_corpus, split_tokens
 from trainables.datasets import step_indices
 from trainables.errors import DataError
 
-SHARED_SHAKESPEARE = [
-    Path("/work/shared/data/tinyshakespeare.txt"),
-    Path(__file__).resolve().parents[2] / "shared" / "data" / "tinyshakespeare.txt",
-]
 # Stands in for tinyshakespeare where a test needs bytes whose sha256 the resolver accepts.
 FAKE_CORPUS = b"First Citizen:\nBefore we proceed any further, hear me speak.\n" * 50
 
@@ -196,12 +193,10 @@ def test_non_ascii_maps_to_one_token():
 
 
 def test_shared_tinyshakespeare(corpus_server):
-    found = [p for p in SHARED_SHAKESPEARE if p.is_file()]
-    if not found:
-        pytest.skip("no ../shared/data/tinyshakespeare.txt here (only the project's workspace has it)")
-    raw = found[0].read_bytes()
+    shared = shared_file("data", "tinyshakespeare.txt")
+    raw = shared.read_bytes()
     assert hashlib.sha256(raw).hexdigest() == data.TINYSHAKESPEARE_SHA256
-    loaded = load_char_data(found[0])
+    loaded = load_char_data(shared)
     assert loaded.tokenizer.vocab_size == 65
     assert loaded.tokenizer.dtype == torch.uint8
     assert len(loaded.train) + len(loaded.val) == len(raw) == 1_115_394

@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.answer_checks import check_answer
+
 REPO = Path(__file__).resolve().parents[1]
 SHAKESPEARE = REPO.parent / "shared" / "data" / "tinyshakespeare.txt"
 # (config, a key of its own model, a smaller value, a larger one)
@@ -116,6 +118,7 @@ def test_each_example_searches_on_cpu_and_its_best_yaml_trains_from_anywhere(nam
         "--set", f"train.model.{key}={small}", "--set", "search.trials=3", cwd=tmp_path / "here",
     )  # fmt: skip
     assert proc.returncode in (0, 3, 4), proc.stderr[-3000:]  # 4: the machine was busy; best.yaml is written
+    check_answer(tmp_path / "here" / "out", proc.returncode)  # on every exit: it holds, best.yaml trains it
     best = yaml.safe_load((tmp_path / "here" / "out" / "best.yaml").read_text())
     assert best["model"][key] == small and "kernels" not in best
     assert Path(best["workload"].rpartition(":")[0]).is_absolute()

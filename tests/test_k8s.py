@@ -25,6 +25,7 @@ import yaml
 from packaging.specifiers import SpecifierSet
 
 from tests.k8s import checks, vendor_schema
+from tests.shared_files import shared_file
 from trainables.config import load_config
 from tuner import emit
 from tuner.config import load_search_config
@@ -32,7 +33,6 @@ from tuner.search import build_parser
 
 REPO = Path(__file__).resolve().parent.parent
 K8S = REPO / "k8s"
-CRDS = REPO.parent / "shared" / "k8s" / "crds"
 KUSTOMIZATIONS = sorted(p.parent for p in K8S.rglob("kustomization.yaml"))
 IMAGE_HOME = "/home/ray/hybrid-tuner/"  # WORKDIR of k8s/Dockerfile: the repository inside the image
 # The search each interactive RayCluster is sized for (a RayJob names its own in its entrypoint).
@@ -265,14 +265,12 @@ def test_one_torch_range_across_pyproject_ci_and_the_image():
     assert metadata.version("torch").split("+")[0] in SpecifierSet(spec)
 
 
-@pytest.mark.skipif(
-    not CRDS.is_dir(), reason="../shared/k8s/crds/ (the KubeRay CRDs) is not beside this clone"
-)
 @pytest.mark.parametrize("crd", ["ray.io_rayjobs.yaml", "ray.io_rayclusters.yaml"])
 def test_the_vendored_schemas_are_the_crds(crd, tmp_path, monkeypatch):
+    crds = shared_file("k8s", "crds")  # the KubeRay CRDs: skipped in a clone, required in CI where there
     vendored = {p.name: p.read_bytes() for p in vendor_schema.HERE.glob("*.json.gz")}
     monkeypatch.setattr(vendor_schema, "HERE", tmp_path)
-    vendor_schema.vendor(str(CRDS / crd))
+    vendor_schema.vendor(str(crds / crd))
     (fresh,) = tmp_path.glob("*.json.gz")
     assert vendored[fresh.name] == fresh.read_bytes(), f"regenerate with: python {vendor_schema.__file__} ..."
 

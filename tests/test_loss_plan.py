@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 
 import pytest
 
 from tests.factories import make_row
+from tests.shared_files import shared_file
 from tuner.config import QualitySection, load_search_config
 from tuner.context import SearchContext
 from tuner.decide.loss_plan import Limits, LossCheck, LossPlan, baseline_speed, ordered
@@ -191,14 +191,12 @@ def test_the_default_time_budget_is_the_baselines_loss_run_at_least_two_minutes(
 
 # --- issue 43's recorded search, replayed ------------------------------------------------------------------
 
-CASE = Path(__file__).resolve().parents[2] / "shared" / "cases" / "nanogpt-h200-exit3" / "summary.json"
+CASE = ("cases", "nanogpt-h200-exit3", "summary.json")  # under ../shared (tests/shared_files.py)
 BETTER_BY = 0.0085  # batch-64 bf16 at the baseline's lr passed by this in an earlier search of the same model
 
 
 def _recorded():
-    if not CASE.exists():
-        pytest.skip(f"{CASE} is absent: the recorded cases live in ../shared beside the repo, not in a clone")
-    summary = json.loads(CASE.read_text())
+    summary = json.loads(shared_file(*CASE).read_text())
     return summary, Summary.model_validate(summary).trials
 
 

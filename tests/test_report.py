@@ -200,7 +200,7 @@ def test_winner_diff_and_rejection_reasons():
 
 def test_measurement_command_and_timings():
     text = rendered(SUMMARY)
-    assert "20 steady-state steps" in text and "3 runs each" in text and "shared GPU" in text
+    assert "20 steady-state steps" in text and "3 runs asked of each" in text and "shared GPU" in text
     assert "- loss_check_gpu_fraction: 0.5" in text
     assert "python -m trainables.train --config OUT/best.yaml" in text
     assert SUMMARY["command"] in text
@@ -462,7 +462,7 @@ def test_the_measurement_says_when_the_baseline_had_repeats_of_its_own():
     more = {**CURRENT, "measurement": {**CURRENT["measurement"], "baseline_repeats": 6}}
     measured = section(rendered(more), "How each number was measured")
     assert (
-        "the top feasible configs, 3 runs each, and the baseline, 6 (every speed-up divides by it)"
+        "the top feasible configs, 3 runs asked of each, and the baseline, 6 (every speed-up divides by it)"
         in measured
     )
 

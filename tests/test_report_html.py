@@ -222,7 +222,7 @@ def test_every_number_says_how_it_was_measured(page):
     assert "out of memory" in cell_attr(page, "screen-8", 12, "title")
     assert "BackendCompilerFailed: triton autotune &lt;failed&gt;" in cell_attr(page, "screen-9", 12, "title")
     measured = section(page, "measured")
-    assert "20 steady-state steps" in measured and "3 runs each" in measured
+    assert "20 steady-state steps" in measured and "3 runs asked of each" in measured
     assert "val loss &lt;= the limit 1.5500 = baseline " in measured
     assert 'class="how"' in section(page, "table")
 

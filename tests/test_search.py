@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from ray._raylet import GcsClient
 
+from tests.answer_checks import check_answer
 from tests.k8s import checks
 from tests.ray_procs import free_ports, stop_group
 from trainables.config import load_config
@@ -114,6 +115,7 @@ def test_smoke_search_writes_everything_and_picks_the_fastest_feasible(tmp_path,
         for fid, runs in by_id.items()
     ]
     expected = pick_winner(finalists, s["baseline"]["config"]).winner
+    check_answer(out, proc.returncode)  # on every exit: the answer it gives holds, and best.yaml trains it
     if proc.returncode == 0:
         assert s["best"]["id"] == expected.id
         median, lo, hi = spread(expected.runs)
@@ -126,9 +128,10 @@ def test_smoke_search_writes_everything_and_picks_the_fastest_feasible(tmp_path,
         for knob, value in s["best"]["config"].items():
             assert getattr(best, knob) == value
         assert best.data_sha256 is None  # best.yaml trains on its user's corpus
-    else:
+    else:  # the baseline stays: nothing else passed (3), or the figures were not trusted (4)
         assert s["best"] is None
         assert "baseline" in proc.stderr
+        assert expected is None or expected.id == "baseline" or proc.returncode == 4, expected
     # on a CPU, best.yaml's run keeps torch's threads (they are its compute), whatever the trials had
     assert load_config(out / "best.yaml").cpu_threads is None
 
@@ -178,9 +181,11 @@ def test_a_killed_search_whose_journal_and_ledger_were_cut_resumes_and_loses_not
     ids = [t["id"] for t in s["trials"]]
     assert len(ids) == len(set(ids))
     oom_and_nan_are_infeasible_and_never_chosen(s)
+    check_answer(out, resumed.returncode)
 
     again = search(out, *settings, "--resume")  # a finished search just re-reports
     assert again.returncode == resumed.returncode
+    check_answer(out, again.returncode)
     assert load_summary(out)["trials"] == s["trials"]
 
 
@@ -280,6 +285,7 @@ def test_the_gpu_path_runs_end_to_end_on_a_cluster_with_fake_gpus(tmp_path, fake
         timeout=900,
     )
     assert proc.returncode in (0, 3, 4), proc.stderr[-3000:]  # 4: the machine was busy
+    check_answer(out, proc.returncode)
     wall = 480 // gpus
     assert f"[screen] time budget 8m of GPU time over {gpus} GPUs: {wall} s of wall time" in proc.stderr
     s = load_summary(out)
@@ -380,3 +386,4 @@ def test_resume_refuses_other_settings_rebuilds_a_damaged_state_and_a_screen_tha
     assert lines[-1] == f"run it: python -m trainables.train --config {(out / 'best.yaml').resolve()}"
     assert load_config(str(out / "best.yaml")).batch_size == load_config("configs/smoke.yaml").batch_size
     assert load_summary(out)["nothing_screened"].startswith("the screen finished 0 ")
+    check_answer(out, proc.returncode)

@@ -419,6 +419,8 @@ def test_selection_to_dict_is_the_summary_section():
         "telemetry_changed_decision",
         "rejected",
         "finishes_later",
+        "tied",
+        "tie_break",
     }
 
 

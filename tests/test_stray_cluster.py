@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from ray._raylet import GcsClient
 
+from tests.answer_checks import check_answer
 from tests.ray_procs import free_ports, stop_group
 from tests.test_search import DATA, ENV, HEAD_PORTS, ROOT, SHORT_LOSS_RUNS, wait_for_head
 from trainables.exit_codes import Exit
@@ -78,6 +79,7 @@ def test_a_stray_cluster_never_gets_the_search_alive_or_dead(tmp_path, stray_hea
 
     alive = search(remembering, tmp_path / "alive", *TINY)
     assert alive.returncode in FINISHED, alive.stderr[-3000:]
+    check_answer(tmp_path / "alive", alive.returncode)
     assert "Ray: a private local instance" in alive.stderr.splitlines()[0], alive.stderr[:500]
     assert "remembered:" not in alive.stderr  # it searched (it may say "not remembered for a later search")
     assert drivers(address) == 0  # not one trial, not even a driver, on the stray cluster
@@ -90,6 +92,7 @@ def test_a_stray_cluster_never_gets_the_search_alive_or_dead(tmp_path, stray_hea
         record.write_text(address)
     dead = search(remembering, tmp_path / "dead", *TINY)
     assert dead.returncode in FINISHED, dead.stderr[-3000:]
+    check_answer(tmp_path / "dead", dead.returncode)
     assert "Ray: a private local instance" in dead.stderr.splitlines()[0], dead.stderr[:500]
     confirms_the_first_answer(alive, dead, tmp_path / "alive", tmp_path / "dead")
 

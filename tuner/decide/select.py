@@ -135,6 +135,8 @@ class Selection:
     telemetry_changed_decision: bool = False
     rejected: dict[str, str] = field(default_factory=dict)
     finishes_later: str | None = None  # the faster finalist finish_first chose against
+    tied: list[str] = field(default_factory=list)  # within the fastest's spread, the one the tie chose first
+    tie_break: str | None = None  # why the tie chose tied[0]
 
     def to_record(self) -> SelectionResult:
         """The `selection` section of summary.json (the winner is recorded under `best`)."""
@@ -143,6 +145,8 @@ class Selection:
             telemetry_changed_decision=self.telemetry_changed_decision,
             rejected=dict(self.rejected),
             finishes_later=self.finishes_later,
+            tied=list(self.tied),
+            tie_break=self.tie_break,
         )
 
 
@@ -164,6 +168,9 @@ class _Ranked:
         return value if finite(value) else None
 
     def describe(self) -> str:
+        """Its figure and range; one run has no range, and [x–x] would read as a measured spread."""
+        if len(self.finalist.runs) == 1:
+            return f"{self.id} {self.median:,.0f} tok/s (one run)"
         return f"{self.id} {self.median:,.0f} tok/s [{self.lo:,.0f}–{self.hi:,.0f}]"
 
 
@@ -235,6 +242,9 @@ def pick_winner(finalists: list[Finalist], baseline_knobs: dict) -> Selection:
     sel.winner = winner.finalist
     sel.telemetry_changed_decision = efficient is not None and efficient is not simplest
 
+    if len(ranked) == 1:  # nothing else passed the loss check and was timed: there was no spread to compare
+        sel.reasons.append(_alone(winner))
+        return sel
     if len(contenders) == 1:
         sel.reasons.append(f"chose {winner.id}: {winner.describe()}, no other config within its spread")
         return sel
@@ -248,12 +258,20 @@ def pick_winner(finalists: list[Finalist], baseline_knobs: dict) -> Selection:
         fewer = _plural(lead.n_knobs - winner.n_knobs, "fewer non-default knob")
         why = f"{fewer} than {lead.id} ({winner.n_knobs} vs {lead.n_knobs})"
     sel.reasons.append(f"{ids} overlap ({ranges}); chose {winner.id}: {why}")
+    sel.tied, sel.tie_break = [winner.id, *(r.id for r in contenders if r is not winner)], why
     if sel.telemetry_changed_decision:
         sel.reasons.append(
             f"telemetry changed the decision: on speed and simplicity alone {simplest.id} would win"
         )
     _reject_tied(sel, contenders, winner, by_energy=efficient is not None)
     return sel
+
+
+def _alone(winner: _Ranked) -> str:
+    """Why the only feasible finalist with a timed run is chosen: there was nothing to compare it with."""
+    if winner.id == BASELINE_ID:
+        return f"the baseline stays: no other finalist passed the loss check with a timed run ({winner.describe()})"
+    return f"chose {winner.id}: the only feasible finalist with a timed run ({winner.describe()})"
 
 
 def _more_efficient(contenders: list[_Ranked], simplest: _Ranked) -> _Ranked | None:

@@ -205,8 +205,10 @@ def _say_outcome(summary: Summary) -> Exit:
         )
         return Exit.NO_FEASIBLE
     if best.id == BASELINE_ID:
+        tie = [i for i in summary.selection.tied if i != BASELINE_ID]
+        with_tie = f", a tie with {', '.join(tie)}" if tie else ""
         log(
-            f"the baseline stays the answer ({best.tokens_per_s:,.0f} {per_second(summary.unit)}): no config "
+            f"the baseline stays the answer ({best.tokens_per_s:,.0f} {per_second(summary.unit)}){with_tie}: no config "
             "that passed the loss check was faster beyond the noise of the re-measured runs (best.yaml is "
             "the baseline)"
         )

@@ -3,12 +3,14 @@ trained each loss figure, what the planned run takes, and whether the figures ar
 
 from __future__ import annotations
 
+import statistics
+
 from trainables.progress import metrics_text
 from tuner.report.cost_section import planned_run
 from tuner.report.entry import Entry, mark, mfu_text
 from tuner.report.fmt import changed, fmt_loss, fmt_tps, is_num, limit_text, one_run_text
 from tuner.report.trust import CONTENDED, UNTRUSTED_ANSWER, UNTRUSTED_FIGURES
-from tuner.state.records import Summary
+from tuner.state.records import Finalist, Summary
 
 
 def answer(summary: Summary, base: Entry, winner: Entry | None) -> str:
@@ -43,6 +45,12 @@ def _answer(summary: Summary, base: Entry, winner: Entry | None) -> str:
         )
     if not best or not changed(best.config, summary.baseline.config):
         trained = f" Its loss run was {base.trained.sentence}." if base.trained else ""
+        if tie := tied(summary):
+            return (
+                f"**A tie:** the baseline ({base_tps}{_range(tie[0])}) and {_others(tie)} are {_within(tie)}; "
+                f"the baseline stays the answer (tie break: {summary.selection.tie_break or 'the simplest'}), "
+                f"val loss {base_loss}{base_metrics} ({limit}).{trained} {after}"
+            ).rstrip()
         return (
             "No config beat the baseline within tolerance; the baseline "
             f"({base_tps}{mfu_text(base)}, val loss {base_loss}{base_metrics}) stays the answer "
@@ -92,6 +100,9 @@ def _metrics_sentence(mine: dict[str, float] | None, summary: Summary) -> str:
 
 def _is_the(summary: Summary) -> str:
     loser = summary.selection.finishes_later
+    if loser is None and (tie := tied(summary)):
+        why = summary.selection.tie_break or "the simplest"
+        return f"is chosen from a tie with {_others(tie)}, {_within(tie)} (tie break: {why})"
     if loser is None:
         return "is the fastest config within tolerance"
     tokens = f" ({summary.planned_tokens:,} {summary.unit})" if summary.planned_tokens else ""
@@ -115,3 +126,30 @@ def confirmed_line(was: dict[str, str]) -> str:
         "screen and loss check were taken from it, and its finalists and the baseline re-measured now. "
         f"The evidence they rest on (trial folders, ledgers, Optuna journal) is in {was['out']}."
     )
+
+
+def tied(summary: Summary) -> list[Finalist] | None:
+    """The finalists of the tie the answer was chosen from, the chosen one first, with the figures the
+    selection compared (summary.selection.tied, summary.finalists); None where the answer was not chosen
+    from a tie (or a summary does not record the finalists' runs)."""
+    ids, best = summary.selection.tied, summary.best
+    if best is None or len(ids) < 2 or ids[0] != best.id:
+        return None
+    by_id = {f.id: f for f in summary.finalists if f.runs}
+    return [by_id[i] for i in ids] if all(i in by_id for i in ids) else None
+
+
+def _range(f: Finalist) -> str:
+    """', range 6,844–9,111' over a finalist's re-measured runs (', one run' where there is no range)."""
+    return f", range {fmt_tps(min(f.runs))}–{fmt_tps(max(f.runs))}" if len(f.runs) > 1 else ", one run"
+
+
+def _others(tie: list[Finalist]) -> str:
+    """The tied finalists but the chosen one, each with its median and range."""
+    named = [f"{f.id} ({fmt_tps(statistics.median(f.runs))} tok/s{_range(f)})" for f in tie[1:]]
+    return ", ".join(named[:-1]) + f" and {named[-1]}" if len(named) > 1 else named[0]
+
+
+def _within(tie: list[Finalist]) -> str:
+    """How the tied ranges meet (select.pick_winner: each overlaps the fastest's)."""
+    return "within each other's spread" if len(tie) == 2 else "all within the spread of the fastest"

@@ -26,6 +26,7 @@ from tuner.report.fmt import (
     over_limit,
 )
 from tuner.report.horizon_section import budget_text
+from tuner.report.rests_on import BASELINE_ALONE, baseline_alone, rests_on
 from tuner.report.rows import ConfigRow
 from tuner.space.knobs import SPEED_ONLY_KNOBS, knob_diff
 from tuner.state.records import BASELINE_ID, LossLimit, Summary, TrialRow
@@ -338,13 +339,16 @@ def _loss_note(facts: Facts, how: str | None) -> str:
 
 def _remeasure_note(summary: Summary, facts: Facts, how: str | None) -> str:
     runs = _phase_runs(summary, "remeasure")
-    text = f"Re-measure: the top feasible configs and the baseline, {facts.repeats or 'several'} runs each"
-    if facts.baseline_repeats and facts.baseline_repeats != facts.repeats:
+    text = f"Re-measure: the top feasible configs and the baseline, {facts.repeats or 'several'} runs asked of each"
+    if baseline_alone(summary):
+        text = f"Re-measure: {BASELINE_ALONE}, {facts.baseline_repeats or 'several'} runs asked"
+    elif facts.baseline_repeats and facts.baseline_repeats != facts.repeats:
         text = (
-            f"Re-measure: the top feasible configs, {facts.repeats or 'several'} runs each, and the baseline, "
-            f"{facts.baseline_repeats} (every speed-up divides by it)"
+            f"Re-measure: the top feasible configs, {facts.repeats or 'several'} runs asked of each, and the "
+            f"baseline, {facts.baseline_repeats} (every speed-up divides by it)"
         )
     text += f" ({how})" if how else f" ({facts.timed_windows})"
+    text += rests_on(summary, facts.repeats, facts.baseline_repeats)
     if runs and facts.on_gpu:
         text += "; each timed window also waited until no other run on its GPU was compiling"
         gate = _gate_note(runs)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from trainables.progress import per_second
 from tuner.report.fmt import fmt_loss, fmt_mem, fmt_tps, over_limit
-from tuner.report.rows import ConfigRow
+from tuner.report.rows import ConfigRow, records_sharing
 from tuner.state.records import Summary, TrialRow
 
 FAILED_IN = {"loss_check": " in its loss check", "remeasure": " while re-measured"}
@@ -44,12 +44,45 @@ def rejection(row: ConfigRow, summary: Summary) -> str:
         # the early stop needs a speed: this one was ended by the screen's time budget (or the search's stop)
         return "stopped before its first timed step, while it compiled or warmed up: never measured"
     if row.status == "stopped":
-        return f"stopped early: slower than the early-stop threshold ({tps} {per_s})"
+        return _stopped(row, summary, f"{tps} {per_s}")
     if row.feasible is None:
-        best = summary.best.tokens_per_s if summary.best else None
-        if best and (row.median("tokens_per_s") or 0) > best:  # faster, but never loss-checked
-            return f"its loss was never checked (search.loss_check_top reached): {tps} {per_s} in the screen"
-        return f"slower ({tps} {per_s} in the screen): its loss was never checked"
+        return _never_checked(row, summary, f"{tps} {per_s}")
     if any(t.phase_name == "remeasure" for t in row.trials):
         return f"re-measured at {tps} {per_s} but not chosen"
     return f"slower ({tps} {per_s} in the screen): not among the re-measured finalists"
+
+
+def _never_checked(row: ConfigRow, summary: Summary, speed: str) -> str:
+    """Why no loss run checked `row`: what summary.json's loss_check says of it (the record the loss check
+    ended with, which the report's note of its cap reads too); a summary from before that record only knew
+    the cap of search.loss_check_top."""
+    outcome = summary.loss_check
+    if outcome is not None:
+        why = outcome.unchecked_why(row.ids)
+        if why:
+            return f"its loss was never checked: {why}; {speed} in the screen"
+        return f"slower ({speed} in the screen): its loss was never checked"
+    best = summary.best.tokens_per_s if summary.best else None
+    if best and (row.median("tokens_per_s") or 0) > best:  # faster, but never loss-checked
+        return f"its loss was never checked (search.loss_check_top reached): {speed} in the screen"
+    return f"slower ({speed} in the screen): its loss was never checked"
+
+
+# What a stopped run's untrusted figure says of the early stop (rows.Trust): the table marks the figure alike.
+STOPPED_ON = {
+    "contended": "timed while other processes used the machine",
+    "unjudged": "its window recorded nothing of who else used the machine",
+}
+
+
+def _stopped(row: ConfigRow, summary: Summary, speed: str) -> str:
+    """Why the screen stopped `row` early: its figure was under the early-stop threshold; where that figure
+    is one the table marks contended or unjudged (the same trust), the stop rests on it, and alone the config
+    may have been faster."""
+    trust = row.speed_trust(records_sharing(summary))
+    if trust in STOPPED_ON:
+        return (
+            f"stopped early on a {trust} figure: {speed}, {STOPPED_ON[trust]}, was under the early-stop "
+            "threshold (search.early_stop_ratio x the fastest finished so far); alone it may have been faster"
+        )
+    return f"stopped early: slower than the early-stop threshold ({speed})"

@@ -38,17 +38,32 @@ class LossCheckOutcome(Record):
         "the peak lr of a config that failed the limit",
     )
 
+    def cap(self) -> str:
+        """The cap that ended the check, as every line that names it says it (the notice, the report's note,
+        each unchecked config's rejection): one wording, so two lines never name two caps for one stop."""
+        if self.ended_by == "max_loss_checks":
+            return f"its cap of {self.max_runs} runs (search.max_loss_checks)"
+        if self.ended_by == "loss_check_time":
+            return f"its time budget of {self.time_budget_s or 0:.0f} s (search.loss_check_time)"
+        if self.ended_by == "loss_check_top":
+            return "search.loss_check_top set to 0"
+        return "every candidate checked"
+
     def line(self) -> str | None:
         """One line where a cap or the time budget ended the check with faster configs unchecked."""
         if self.ended_by not in CAPPED or not self.unchecked_faster:
             return None
-        cap = (
-            f"its cap of {self.max_runs} runs (search.max_loss_checks)"
-            if self.ended_by == "max_loss_checks"
-            else f"its time budget of {self.time_budget_s:.0f} s (search.loss_check_time)"
-        )
         names = ", ".join(self.unchecked_faster)
         return (
-            f"the loss check ended at {cap} after {self.runs} runs, leaving {len(self.unchecked_faster)} "
+            f"the loss check ended at {self.cap()} after {self.runs} runs, leaving {len(self.unchecked_faster)} "
             f"config(s) screened faster than its best passing one unchecked: {names}"
         )
+
+    def unchecked_why(self, ids: list[str]) -> str | None:
+        """Why no loss run checked the screen config of `ids` (its runs), from this record: the cap that ended
+        the check before it, or a failure that ruled it out; None where the record names it in neither."""
+        if set(ids) & set(self.ruled_out):
+            return "a loss run ruled it out (a larger batch at the peak lr of a config that failed the limit)"
+        if set(ids) & set(self.unchecked_faster):
+            return f"the loss check ended at {self.cap()} before it"
+        return None

@@ -20,6 +20,7 @@ from tuner.rules.record_base import Record
 from tuner.state.gpu_records import GpuPopulation, GpuUsage, TelemetrySummary
 from tuner.state.loss_outcome import LossCheckOutcome
 from tuner.state.older_summaries import with_loss_limit
+from tuner.state.selection_record import SelectionResult
 
 Status = Literal["ok", "oom", "nan", "error", "timeout", "stopped"]
 FAILED_STATUSES = frozenset({"oom", "nan", "error", "timeout"})
@@ -273,32 +274,6 @@ class Best(Record):
     )
     warmup_s: float | None = Field(None, description="compile + warm-up with the search's caches")
     time_to_train_s: float | None = Field(None, description="the planned run, compile + warm-up included")
-
-
-# How select.finish_first began the rejection of the faster finalist, in summaries from before
-# `finishes_later` recorded it; read only to migrate those.
-_OLDER_FINISH_FIRST = "faster once running, but"
-
-
-class SelectionResult(Record):
-    reasons: list[str] = Field(default_factory=list)
-    telemetry_changed_decision: bool = False
-    rejected: dict[str, str] = Field(default_factory=dict)
-    finishes_later: str | None = Field(
-        None,
-        description="the finalist that runs faster once warmed up but finishes the planned run (train.tokens) "
-        "later, compile + warm-up included, so the one that finishes first was chosen over it",
-    )
-
-    @model_validator(mode="before")
-    @classmethod
-    def _older_finish_first(cls, data: Any) -> Any:
-        """Summaries from before `finishes_later` said it only in that finalist's rejection: read it there."""
-        if not isinstance(data, dict) or "finishes_later" in data:
-            return data
-        rejected = data.get("rejected") or {}
-        later = next((i for i, why in rejected.items() if why.startswith(_OLDER_FINISH_FIRST)), None)
-        return {**data, "finishes_later": later}
 
 
 class RecipeResult(Record):

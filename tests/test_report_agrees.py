@@ -1,0 +1,174 @@
+"""A report says one thing of each figure, cap and tie (issue 56 item 5): every statement about runs, caps and
+ties is drawn from the record that decided it (a finalist's runs, summary.json's loss_check, the selection),
+so two sections never disagree. Each test reproduces a contradiction a report made, from a recorded
+summary under docs/results/ or a search's recorded rows run through its own finish (tests/recorded_search.py)."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from tests.recorded_search import BASE_LOSS, loss_run, run_recorded, screened, timed
+from tests.test_recorded_summaries import RECORDED, RESULTS
+from trainables.exit_codes import Exit
+from tuner.report import render_markdown
+from tuner.state.records import BASELINE_ID, Summary
+
+
+def recorded(name: str) -> Summary:
+    return Summary.model_validate(json.loads((RESULTS / name / "summary.json").read_text()))
+
+
+def section(report: str, title: str) -> str:
+    return report.split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def remeasure_line(report: str) -> str:
+    (line,) = [l for l in section(report, "How each number was measured").splitlines() if "Re-measure:" in l]
+    return line
+
+
+# --- the runs a figure rests on ------------------------------------------------------------------------------
+
+
+def test_the_baselines_runs_are_counted_once_where_a_notice_says_how_many_its_figure_rests_on():
+    # a smoke search (026b348): the notice said "rests on 1 run", the measured section "3 runs each"
+    report = render_markdown(recorded("decisions-smoke-026b348-8963593/after"))
+    notice = "its figure rests on 1 run"
+    assert notice in section(report, "Notices")
+    line = remeasure_line(report)
+    assert "3 runs each" not in line and "the top feasible configs" not in line
+    assert line.startswith(
+        "- Re-measure: the baseline alone (no other config was a feasible finalist), 3 runs asked"
+    )
+    assert "the baseline's figure rests on 1 of the 3 runs asked: 2 not timed" in line
+
+
+SAYS_RUNS = [p for p in RECORDED if "figure rests on" in p.read_text()]
+
+
+@pytest.mark.parametrize("path", SAYS_RUNS, ids=[str(p.parent.relative_to(RESULTS)) for p in SAYS_RUNS])
+def test_every_recorded_notice_of_the_runs_a_figure_rests_on_agrees_with_the_measured_section(path):
+    summary = Summary.model_validate(json.loads(path.read_text()))
+    (said,) = [int(m) for n in summary.notices for m in re.findall(r"its figure rests on (\d+) run", n)]
+    baseline = next(f for f in summary.finalists if f.id == "baseline")
+    assert len(baseline.runs) == said
+    assert f"the baseline's figure rests on {said} of the" in remeasure_line(render_markdown(summary))
+
+
+def test_a_figure_on_every_run_asked_says_nothing_more():
+    line = remeasure_line(render_markdown(recorded("gpu-search-h200-g")))
+    assert "rests on" not in line and "3 runs asked of each, and the baseline, 6" in line
+
+
+# --- how the winner was chosen, where nothing else passed -------------------------------------------------------
+
+
+def test_a_baseline_alone_with_one_run_is_not_said_to_have_a_spread_no_other_config_is_within(
+    tmp_path, shared_cpu_ray
+):
+    # a smoke search (026b348): "chose baseline: baseline 13,602 tok/s [13,602–13,602], no other config within
+    # its spread" where nothing else passed and its figure was one run
+    over = screened("screen-0", 30000.0, batch_size=64, lr_scaling="sqrt")
+    runs = timed(BASELINE_ID, [9443.0]) + timed("screen-0", [31000.0, 31500.0], over.config)
+    code, _ = run_recorded(tmp_path, [over], [loss_run("loss_check_0-0", over, BASE_LOSS + 0.06)], runs)
+    assert code == Exit.NO_FEASIBLE
+    chosen = section((tmp_path / "report.md").read_text(), "How the winner was chosen")
+    assert "within its spread" not in chosen and "[9,443–9,443]" not in chosen
+    assert (
+        "the baseline stays: no other finalist passed the loss check with a timed run (baseline 9,443 tok/s (one run))"
+        in chosen
+    )
+
+
+# --- the cap that ended the loss check -------------------------------------------------------------------------
+
+
+def test_the_cap_that_ended_the_loss_check_is_named_alike_in_its_note_and_each_rejection():
+    # a smoke search (9c63ccd): its note named search.max_loss_checks, screen-2's rejection search.loss_check_top
+    summary = recorded("decisions-smoke-9c63ccd-19d39db/after")
+    assert summary.loss_check.ended_by == "max_loss_checks" and summary.loss_check.unchecked_faster == [
+        "screen-2"
+    ]
+    report = render_markdown(summary)
+    assert "Note: the loss check ended at its cap of 2 runs (search.max_loss_checks) after 2 runs" in report
+    why = section(report, "Why others were rejected")
+    assert "loss_check_top" not in why
+    assert (
+        "- screen-2: its loss was never checked: the loss check ended at its cap of 2 runs "
+        "(search.max_loss_checks) before it; 10,299 tok/s in the screen"
+    ) in why
+
+
+def test_a_time_budget_or_a_failure_is_named_where_it_left_a_config_unchecked():
+    summary = recorded("decisions-smoke-9c63ccd-19d39db/after")
+    timed_out = summary.loss_check.model_copy(update={"ended_by": "loss_check_time", "time_budget_s": 120.0})
+    why = section(
+        render_markdown(summary.model_copy(update={"loss_check": timed_out})), "Why others were rejected"
+    )
+    assert "the loss check ended at its time budget of 120 s (search.loss_check_time) before it" in why
+    ruled = summary.loss_check.model_copy(update={"unchecked_faster": [], "ruled_out": ["screen-2"]})
+    why = section(
+        render_markdown(summary.model_copy(update={"loss_check": ruled})), "Why others were rejected"
+    )
+    assert (
+        "- screen-2: its loss was never checked: a loss run ruled it out (a larger batch at the peak lr"
+        in why
+    )
+
+
+# --- a run stopped early on a figure the table does not trust ----------------------------------------------------
+
+
+def test_a_config_stopped_early_on_a_contended_figure_says_the_stop_rests_on_it():
+    # a smoke search under load (40bcd84): the table marked screen-6's 416 tok/s (contended), its rejection said
+    # only "slower than the early-stop threshold"
+    report = render_markdown(recorded("decisions-smoke-40bcd84-77a8983/after"))
+    assert "| screen-6 (stopped) | 64 | 0 | bf16 | none | torch | 416 (contended) |" in report
+    why = section(report, "Why others were rejected")
+    assert (
+        "- screen-6: stopped early on a contended figure: 416 tok/s, timed while other processes used the "
+        "machine, was under the early-stop threshold (search.early_stop_ratio x the fastest finished so far); "
+        "alone it may have been faster"
+    ) in why
+    assert "slower than the early-stop threshold" not in why
+
+
+def test_a_config_stopped_early_on_a_trusted_figure_is_slower():
+    summary = recorded("decisions-smoke-40bcd84-77a8983/after")
+    quiet = [t.model_copy(update={"cpu_shared": False, "cpu_others_cores": 0.05}) for t in summary.trials]
+    why = section(render_markdown(summary.model_copy(update={"trials": quiet})), "Why others were rejected")
+    assert "- screen-6: stopped early: slower than the early-stop threshold (416 tok/s)" in why
+
+
+# --- a tie ---------------------------------------------------------------------------------------------------------
+
+
+def test_an_exit_0_tie_with_the_baseline_is_said_to_be_one_not_that_no_config_beat_it():
+    # a smoke search (9c63ccd): the baseline and screen-1 overlapped and both passed; the answer said "No config
+    # beat the baseline within tolerance"
+    summary = recorded("decisions-smoke-9c63ccd-19d39db/after")
+    assert summary.selection.tied == ["baseline", "screen-1"]  # read from the rejection it recorded then
+    answer = render_markdown(summary).split("\n\n")[1]
+    assert "No config beat" not in answer
+    assert answer.startswith(
+        "**A tie:** the baseline (9,862 tok/s, range 8,590–12,044) and screen-1 (7,809 tok/s, range 6,844–9,111) "
+        "are within each other's spread; the baseline stays the answer (tie break: the fastest, with no more "
+        "non-default knobs than the others), val loss 1.9833 (limit 2.0333"
+    )
+
+
+def test_a_baseline_no_config_passed_against_still_says_no_config_beat_it():
+    answer = render_markdown(recorded("decisions-smoke-026b348-8963593/after")).split("\n\n")[1]
+    assert answer.startswith("No config beat the baseline within tolerance; the baseline (13,602 tok/s")
+
+
+def test_a_winner_chosen_from_a_tie_is_not_called_the_fastest():
+    # one H200 (run g): screen-3 and screen-13 overlapped; the answer called screen-3 "the fastest config"
+    answer = render_markdown(recorded("gpu-search-h200-g")).split("\n\n")[1]
+    assert answer.startswith(
+        "**screen-3** is chosen from a tie with screen-13 (471,575 tok/s, range 400,164–581,469), within each "
+        "other's spread (tie break: the fastest, with no more non-default knobs than the others): 553,377 tok/s"
+    )
