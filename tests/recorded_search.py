@@ -73,7 +73,18 @@ def run_recorded(
         ("remeasure", [r.model_dump(mode="json") for r in remeasure]),
     ):
         state.finish(name, value, 1.0)
-    ctx = SearchContext(cfg, out, base, hw, 2, state, "python -m tuner.search --config configs/smoke.yaml",
-                        resume=True, notices=said, space=space)  # fmt: skip
+    command = "python -m tuner.search --config configs/smoke.yaml"
+    ctx = SearchContext(
+        cfg=cfg,
+        out=out,
+        base=base,
+        hw=hw,
+        cluster_cpus=2,
+        state=state,
+        command=command,
+        resume=True,
+        notices=said,
+        space=space,
+    )
     code = pipeline.run_search(ctx, kept=out / "answers")
     return code, Summary.model_validate_json((out / "summary.json").read_text())

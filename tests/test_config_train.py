@@ -66,7 +66,9 @@ def test_resume_goes_on_with_the_same_config_and_refuses_another(here):
 
 
 def test_a_module_workloads_folder_is_set_on_train_unless_the_user_set_one():
-    info = WorkloadInfo("jobs.lm:make", "a module workload", frozenset(), code_root="/code")
+    info = WorkloadInfo(
+        spec="jobs.lm:make", description="a module workload", supports=frozenset(), code_root="/code"
+    )
     fitted = fit_to_workload(SearchConfig(train={"batch_size": 4}), info)
     assert fitted.train.workload_path == "/code"
     assert fitted.model_dump()["train"] == {"batch_size": 4, "workload_path": "/code"}

@@ -122,7 +122,7 @@ def _raise(line: str):
 # --- the check before any work ----------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class WorkloadInfo:
     """What checking a workload found: what the search needs to know of it."""
 
@@ -151,7 +151,9 @@ def check_workload(cfg: TrainConfig, section: str = "", workload: Any = None) ->
     if cfg.workload == "hybrid":
         # its compile_regions are its blocks, n_layers of them: known without building it
         check_checkpointing(cfg.activation_checkpointing, HybridConfig(**cfg.model).n_layers, section)
-        info = WorkloadInfo("hybrid", "the hybrid RWKV6+Mamba2 LM", HybridLMWorkload.supports)
+        info = WorkloadInfo(
+            spec="hybrid", description="the hybrid RWKV6+Mamba2 LM", supports=HybridLMWorkload.supports
+        )
         info.fit(cfg, section)
         return info
     spec = parse_spec(cfg.workload)
@@ -165,13 +167,13 @@ def check_workload(cfg: TrainConfig, section: str = "", workload: Any = None) ->
     _check_model_and_loss(job, batch, name, section)
     root = spec.code_root
     info = WorkloadInfo(
-        name,
-        job.describe(),
-        supports,
-        str(root) if needs_path(root) else None,
-        job.unit,
-        None if job.units_per_example == cfg.seq_len else job.units_per_example,
-        job.reads_corpus,
+        spec=name,
+        description=job.describe(),
+        supports=supports,
+        code_root=str(root) if needs_path(root) else None,
+        unit=job.unit,
+        units_per_example=None if job.units_per_example == cfg.seq_len else job.units_per_example,
+        reads_corpus=job.reads_corpus,
         loss_tolerance=declared_tolerance(job.workload, name),
     )
     info.fit(cfg, section)

@@ -165,20 +165,20 @@ def finish_inputs(ctx: SearchContext) -> finish.FinishInputs:
     """What the answer reads of the search, once the re-measure is done."""
     c = ctx.cfg
     return finish.FinishInputs(
-        c.search,
-        c.resources,
-        ctx.base,
-        ctx.hw,
-        ctx.shapes,
-        ctx.placement,
-        ctx.out,
-        ctx.state,
-        ctx.telemetry,
-        ctx.notices,
-        ctx.command,
-        ctx.compile_cache,
-        ctx.workload,
-        ctx.knobs_left_out,
+        search=c.search,
+        resources=c.resources,
+        base=ctx.base,
+        hw=ctx.hw,
+        shapes=ctx.shapes,
+        placement=ctx.placement,
+        out=ctx.out,
+        state=ctx.state,
+        telemetry=ctx.telemetry,
+        notices=ctx.notices,
+        command=ctx.command,
+        compile_cache=ctx.compile_cache,
+        workload=ctx.workload,
+        knobs_left_out=ctx.knobs_left_out,
     )
 
 

@@ -55,7 +55,7 @@ VERSIONED = ("torch", "ray", "optuna", "hybrid-tuner", "fla-core", "mamba-ssm", 
 KERNEL_DISTS = ("fla-core", "mamba-ssm", "causal-conv1d")  # only where the workload has fused kernels
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class FinishInputs:
     """What the answer reads of the search, built in tuner/pipeline.py once the re-measure is done."""
 

@@ -48,7 +48,7 @@ def trust_notes(entries: list[Entry]) -> list[str]:
     return [note for trust, note in NOTES.items() if trust in shown]
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Entry:
     """One distinct config as the reports show it: its values, how each was measured, and its verdict."""
 

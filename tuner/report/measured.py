@@ -34,7 +34,7 @@ from tuner.state.records import BASELINE_ID, LossLimit, Summary, TrialRow
 SPEED_KNOBS = ", ".join(sorted(SPEED_ONLY_KNOBS))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Facts:
     """How the search measured: the numbers every caption and tooltip quotes."""
 
