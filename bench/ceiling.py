@@ -10,7 +10,7 @@ search config, whose `train:` section is used; the seed's by default; e.g. --con
 --batches 8,16,32 --precisions bf16 --compiles none,default,max-autotune-no-cudagraphs --scopes model,blocks
 --checkpointing 0,2), one at a time on the GPU, sharing one Inductor/Triton cache (TORCHINDUCTOR_CACHE_DIR /
 TRITON_CACHE_DIR as set, else DIR/cache). It prints a markdown table: steady tok/s, MFU, step ms (median),
-compile + warm-up s and peak memory. MFU is each run's own (trainables/flops.py): tok/s x the workload's
+compile + warm-up s and peak memory. MFU is each run's own (trainables/workloads/flops.py): tok/s x the workload's
 training FLOPs per token (the hybrid counts its matmuls and its mixers' state updates; a workload without
 a count gets 6 x parameters) / the GPU's dense peak at the run's precision (— for a GPU not in the table).
 With --profile the fastest config runs again under torch.profiler and the table of where its step time
@@ -31,7 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from anywhere
 
-from trainables.flops import gpu_peak, no_peak_reason  # noqa: E402 - after the path insert above
+from trainables.workloads.flops import gpu_peak, no_peak_reason  # noqa: E402 - after the path insert above
 
 WARMUP_STEPS = 10
 GRID = ("batch_size", "precision", "compile", "compile_scope", "activation_checkpointing", "kernels")
@@ -84,7 +84,7 @@ def flops_line(rows: list[dict], gpu: str) -> str:
     per_token = "; ".join(f"{n:.3g} ({source})" for n, source in sorted(counts)) or "not reported"
     return (
         f"MFU: tok/s x training FLOPs per token [{per_token}] / the {model}'s dense peak (TFLOP/s: fp32 "
-        f"{peak.fp32:g}, tf32 {peak.tf32:g}, bf16/fp16 {peak.bf16:g}; trainables/flops.py)"
+        f"{peak.fp32:g}, tf32 {peak.tf32:g}, bf16/fp16 {peak.bf16:g}; trainables/workloads/flops.py)"
     )
 
 
@@ -94,7 +94,7 @@ def profile(args, best: dict, out: Path) -> None:
     from torch.profiler import ProfilerActivity, schedule
 
     from trainables.config import load_config
-    from trainables.loop import train
+    from trainables.training.loop import train
 
     knobs = {k: best[k] for k in GRID}
     sets = [f"{k}={v}" for k, v in knobs.items()] + list(args.set)

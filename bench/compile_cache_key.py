@@ -18,8 +18,8 @@ import logging
 from pathlib import Path
 
 from trainables.config import load_config
-from trainables.loop import resolve_device, train
-from trainables.workload import load_workload
+from trainables.training.loop import resolve_device, train
+from trainables.workloads.workload import load_workload
 
 KEY_LOGGERS = ("torch._inductor.codecache", "torch._functorch._aot_autograd.autograd_cache")
 

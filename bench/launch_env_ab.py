@@ -29,7 +29,7 @@ def cfg_dict():
 
 def plain():
     from trainables.config import make_config
-    from trainables.loop import train
+    from trainables.training.loop import train
 
     return train(make_config(cfg_dict())).tokens_per_s
 

@@ -55,10 +55,10 @@ from bench.oracle_plan import (  # noqa: E402 - after the path insert
 from bench.oracle_record import OracleRecord, SampleStatement, Skipped, WorkloadRecord, read_runs  # noqa: E402
 from bench.oracle_runs import say, train_alone  # noqa: E402
 from bench.oracle_sitting import Sitting  # noqa: E402
-from trainables.cli import OneLineParser  # noqa: E402
+from trainables.common.cli import OneLineParser  # noqa: E402
+from trainables.common.errors import EnvironmentFault  # noqa: E402
+from trainables.common.exit_codes import Exit  # noqa: E402
 from trainables.config import ConfigError, TrainConfig, load_config, make_config  # noqa: E402
-from trainables.errors import EnvironmentFault  # noqa: E402
-from trainables.exit_codes import Exit  # noqa: E402
 
 
 def build_parser() -> argparse.ArgumentParser:

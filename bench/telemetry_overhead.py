@@ -29,7 +29,7 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 import ray  # noqa: E402
 
 from trainables.config import TrainConfig, load_config  # noqa: E402
-from trainables.loop import train  # noqa: E402
+from trainables.training.loop import train  # noqa: E402
 from tuner.telemetry import start_telemetry  # noqa: E402
 
 

@@ -26,7 +26,7 @@ meta, so they run under `unchanged_compile_caches`: a variable set there would r
 
 HYBRID_TUNER_COMPILE_CACHE is the one variable our own code reads: the search's compile-cache root, which
 each trial keys by its own device and software before it points Inductor and Triton at it
-(trainables/loop.py:use_compile_cache). The key cannot be known where the runtime env is made (the
+(trainables/training/loop.py:use_compile_cache). The key cannot be known where the runtime env is made (the
 driver may have no GPU), and the env is what reaches every trial process before it imports anything; a
 user may also export it for `python -m trainables.train` (a config's `compile_cache` wins).
 """

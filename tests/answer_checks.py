@@ -7,8 +7,8 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
+from trainables.common.exit_codes import Exit
 from trainables.config import load_config
-from trainables.exit_codes import Exit
 from tuner.space.knobs import RUN_ONLY_FIELDS
 from tuner.state.records import BASELINE_ID, Summary, could_win
 

@@ -169,7 +169,7 @@ def two_fake_gpus():
     """A local Ray that advertises two GPUs it does not have, shared as above, with the gate of each GPU open
     (the search's driver owns one per GPU; a run beside parks at its GPU's); the runs train on the CPU
     through the search's own trainable. Each test's runs have ended when it returns, each has its own OUT."""
-    from trainables.gate import open_gates
+    from trainables.training.gate import open_gates
 
     start_shared_ray("two fake GPUs")
     return open_gates()

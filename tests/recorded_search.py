@@ -21,7 +21,7 @@ from tuner.state.search_state import State
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE = ROOT / "configs" / "smoke.yaml"
 BASE_LOSS = 2.0  # the baseline's loss run; the smoke config's tolerance makes the limit 2.05
-# Two busy loops on a 2-core host: a timed window as trainables/cpu_load.py and observe.annotate record it.
+# Two busy loops on a 2-core host: a timed window as trainables/training/cpu_load.py and observe.annotate record it.
 BUSY = {"cpu_own_cores": 0.1, "cpu_others_cores": 1.8, "cpu_count": 2, "cpu_shared": True}
 QUIET = {"cpu_own_cores": 0.95, "cpu_others_cores": 0.05, "cpu_count": 2, "cpu_shared": False}
 

@@ -13,7 +13,7 @@ import pytest
 
 from tests.answer_checks import check_answer
 from tests.recorded_search import BASE_LOSS, BUSY, loss_run, run_recorded, screened, timed
-from trainables.exit_codes import Exit
+from trainables.common.exit_codes import Exit
 from tuner.state.records import BASELINE_ID, Summary
 
 FAST = {"batch_size": 64, "lr_scaling": "sqrt"}  # a loss knob changed: a loss run of its own

@@ -1,4 +1,4 @@
-"""Inductor's cache keys must not depend on what a process imported first (trainables/cache_use.py:
+"""Inductor's cache keys must not depend on what a process imported first (trainables/training/cache_use.py:
 stable_cache_keys): a search's loss-check trials missed every graph its screen had compiled because of it."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from trainables.cache_use import stable_cache_keys
+from trainables.training.cache_use import stable_cache_keys
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -28,7 +28,7 @@ import ray, torch
 def key(stable):
     from torch._inductor.codecache import FxGraphCachePickler, extract_tensor_metadata_for_cache_key
     if stable:
-        from trainables.cache_use import stable_cache_keys
+        from trainables.training.cache_use import stable_cache_keys
         stable_cache_keys()
     meta = extract_tensor_metadata_for_cache_key(torch.empty(65, 128))
     return FxGraphCachePickler(torch.fx.symbolic_trace(torch.nn.Identity())).get_hash(meta)

@@ -1,7 +1,7 @@
 """The search's compile caches follow its trials to other nodes (issue #24, part 3).
 
 A trial on a node other than the driver's fetches its key's part of the driver's cache root (Inductor, Triton)
-into its node's own copy before it trains, and sends back what it compiled (trainables/compile_cache.py, tuner/session/cache_server.py). The
+into its node's own copy before it trains, and sends back what it compiled (trainables/training/compile_cache.py, tuner/session/cache_server.py). The
 two-node test proves it with real Inductor on CPU: the driver's node runs no trial, node 1 compiles cold,
 and node 2, whose cache dir is elsewhere on disk and starts empty, finds node 1's graphs, through the driver.
 """
@@ -16,9 +16,9 @@ import ray
 from toy_workload import TOY
 
 from model import library_env
-from trainables import compile_cache
-from trainables.compile_cache import NODE_CACHE_VAR, CacheKey, NodeCache, manifest, node_cache_root
 from trainables.spec import TrialSpec
+from trainables.training import compile_cache
+from trainables.training.compile_cache import NODE_CACHE_VAR, CacheKey, NodeCache, manifest, node_cache_root
 from tuner.runs.request import Placement, TrialInputs
 from tuner.runs.tune import run_cases
 from tuner.session import cache_server

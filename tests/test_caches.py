@@ -18,11 +18,11 @@ import pytest
 
 from model import library_env
 from tests.test_train import toy_config
-from trainables import compile_cache
-from trainables.compile_cache import KEY_FILE, CacheKey, manifest
+from trainables.common.exit_codes import Exit
 from trainables.config import ConfigError, dump_config
-from trainables.exit_codes import Exit
-from trainables.loop import train
+from trainables.training import compile_cache
+from trainables.training.compile_cache import KEY_FILE, CacheKey, manifest
+from trainables.training.loop import train
 from tuner import search
 from tuner.config import load_search_config
 from tuner.state import caches

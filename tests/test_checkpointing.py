@@ -15,9 +15,9 @@ from tests.test_compile_scope import BLOCKS, losses
 from tests.test_train import SMOKE, TINY_MODEL, cli_in_process, tiny_config, toy_config
 from trainables.config import ConfigError, TrainConfig, make_config
 from trainables.preflight import preflight
-from trainables.step_model import step_module
-from trainables.workload import HybridLMWorkload, Job, check_workload, load_workload
-from trainables.workload_job import as_job
+from trainables.training.step_model import step_module
+from trainables.workloads.workload import HybridLMWorkload, Job, check_workload, load_workload
+from trainables.workloads.workload_job import as_job
 from tuner.config import load_search_config
 from tuner.space.domains import fit_to_workload
 

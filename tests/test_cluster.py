@@ -35,10 +35,10 @@ from ray._raylet import GcsClient
 from tests.ray_procs import free_ports, stop_group
 from tests.test_failures import FakeTrial
 from tests.test_telemetry import read_scalars
+from trainables.common.errors import DataError
 from trainables.data import Corpus, load_char_data, shipped_corpus
-from trainables.errors import DataError
-from trainables.gate import GATE_PREFIX
 from trainables.trainable import _own_compile_caches
+from trainables.training.gate import GATE_PREFIX
 from tuner.config import load_search_config
 from tuner.context import SearchContext
 from tuner.runs import ledger as runs_ledger

@@ -12,7 +12,7 @@ from torch._dynamo.utils import counters
 from tests.test_train import quiet_train, toy_config
 from trainables.config import ConfigError, TrainConfig
 from trainables.preflight import preflight
-from trainables.workload import check_workload
+from trainables.workloads.workload import check_workload
 
 BLOCKS = "toy_workload:make_blocks_workload"
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from trainables.config import ConfigError, read_yaml
-from trainables.workload import WorkloadInfo
+from trainables.workloads.workload import WorkloadInfo
 from tuner import search
 from tuner.config import SearchConfig
 from tuner.session.out_lock import OutLock

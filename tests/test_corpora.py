@@ -1,4 +1,4 @@
-"""The built-in corpus (trainables/corpora.py): built from this interpreter's and torch's sources, the same
+"""The built-in corpus (trainables/data/corpora.py): built from this interpreter's and torch's sources, the same
 text every time, cached, in a small fixed vocabulary, and usable from the training CLI by name."""
 
 from __future__ import annotations
@@ -9,10 +9,9 @@ from pathlib import Path
 import pytest
 
 from tests.test_train import cli_in_process
-from trainables import corpora
-from trainables.corpora import REPLACEMENT_CHAR
-from trainables.data import CharTokenizer, load_char_data, resolve_corpus
-from trainables.errors import DataError
+from trainables.common.errors import DataError
+from trainables.data import CharTokenizer, corpora, load_char_data, resolve_corpus
+from trainables.data.corpora import REPLACEMENT_CHAR
 
 REPO = Path(__file__).resolve().parents[1]
 SPEC = "builtin:python-source"

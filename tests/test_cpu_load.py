@@ -14,7 +14,7 @@ import time
 import psutil
 import pytest
 
-from trainables.cpu_load import CpuSnapshot, snapshot, window_load
+from trainables.training.cpu_load import CpuSnapshot, snapshot, window_load
 from tuner.telemetry import cpu_contention, flag_cpu_contention
 
 BUSY = [sys.executable, "-c", "while True: pass"]

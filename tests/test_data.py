@@ -11,10 +11,10 @@ import torch
 
 from tests.shared_files import shared_file
 from trainables import data
-from trainables.char_batches import batch_offsets, val_window_batches, window_batches
+from trainables.common.errors import DataError
 from trainables.data import CharTokenizer, load_char_data, resolve_corpus, split_tokens
-from trainables.datasets import step_indices
-from trainables.errors import DataError
+from trainables.data.char_batches import batch_offsets, val_window_batches, window_batches
+from trainables.data.datasets import step_indices
 
 # Stands in for tinyshakespeare where a test needs bytes whose sha256 the resolver accepts.
 FAKE_CORPUS = b"First Citizen:\nBefore we proceed any further, hear me speak.\n" * 50
@@ -368,7 +368,7 @@ def test_char_windows_gather_on_the_device_what_the_dataloader_collates(stride):
     from torch.utils.data._utils.collate import default_collate
 
     from trainables.data import CharWindows
-    from trainables.datasets import Gatherable
+    from trainables.data.datasets import Gatherable
 
     tokens = torch.randint(0, 60, (400,), dtype=torch.uint8)  # compact ids, as load_char_data makes them
     windows = CharWindows(tokens, seq_len=16, stride=stride)

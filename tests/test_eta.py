@@ -10,7 +10,7 @@ import pytest
 
 from tests.factories import make_row
 from tests.test_failures import FakeTrial
-from trainables.progress import fmt_seconds
+from trainables.common.progress import fmt_seconds
 from trainables.spec import TrialSpec
 from tuner.config import load_search_config
 from tuner.context import SearchContext

@@ -92,7 +92,7 @@ def test_each_example_trains_to_the_same_loss_with_the_device_loader(
 def test_the_hf_example_leaves_activation_checkpointing_to_the_loop(corpus):
     pytest.importorskip("transformers")
     from trainables.config import load_config
-    from trainables.workload import check_workload, load_workload
+    from trainables.workloads.workload import check_workload, load_workload
 
     config = REPO / EXAMPLES["hf_llama"][0]
     built = {}

@@ -1,4 +1,4 @@
-"""trainables/files.py:write_atomically, the one temp-then-rename writer (compile-cache entries, OUT's
+"""trainables/common/files.py:write_atomically, the one temp-then-rename writer (compile-cache entries, OUT's
 rebuilt state, the remembered answers): a reader sees the old file or the new one, never half of one."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from trainables.files import write_atomically
+from trainables.common.files import write_atomically
 
 
 def test_readers_see_one_whole_content_while_writers_race_on_one_file(tmp_path):

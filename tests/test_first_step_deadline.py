@@ -1,4 +1,4 @@
-"""The first step's deadline (trainables/timing.py FirstStepDeadline) lands even where the compile waits in C
+"""The first step's deadline (trainables/training/timing.py FirstStepDeadline) lands even where the compile waits in C
 on its worker processes, which never runs the bytecode an asynchronous exception needs (on one H200 a
 max-autotune-no-cudagraphs first step sat 12.5 minutes past its 5-minute deadline)."""
 
@@ -10,7 +10,7 @@ from concurrent.futures import ProcessPoolExecutor
 
 import pytest
 
-from trainables.timing import CompileDeadline, FirstStepDeadline
+from trainables.training.timing import CompileDeadline, FirstStepDeadline
 
 
 def test_a_compile_waiting_on_its_workers_is_woken_and_times_out():

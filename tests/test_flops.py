@@ -9,12 +9,12 @@ import toy_workload
 from torch import nn
 
 from model import HybridConfig, HybridLM
-from trainables import flops
 from trainables.config import ConfigError, make_config
-from trainables.flops import PEAKS, gpu_peak, peak_flops
-from trainables.loop import train
-from trainables.result import RunResult
-from trainables.workload import HybridLMWorkload, Job, check_workload
+from trainables.training.loop import train
+from trainables.training.result import RunResult
+from trainables.workloads import flops
+from trainables.workloads.flops import PEAKS, gpu_peak, peak_flops
+from trainables.workloads.workload import HybridLMWorkload, Job, check_workload
 
 H100 = "NVIDIA H100 80GB HBM3"  # torch.cuda.get_device_name of an H100 SXM
 
@@ -123,11 +123,11 @@ def test_mfu_is_tokens_per_s_times_flops_per_token_over_the_peak():
     run = RunResult(
         **{**run.metrics(), "mfu": flops.mfu(run.tokens_per_s, run.flops_per_token, run.peak_flops)}
     )
-    assert flops.mfu_line(run, "bf16") == (
+    assert run.mfu_line("bf16") == (
         "MFU 3.0%: 6e+08 training FLOPs per token (6 x parameters) x 50,000 tok/s against a dense bf16 peak "
         "of 989.5 TFLOP/s"
     )
-    assert flops.mfu_line(RunResult(tokens_per_s=5e4), "bf16") == ""
+    assert RunResult(tokens_per_s=5e4).mfu_line("bf16") == ""
 
 
 def test_a_cpu_run_reports_its_count_and_no_mfu():

@@ -18,7 +18,7 @@ TOL = {torch.float32: dict(rtol=5e-3, atol=5e-3), torch.bfloat16: dict(rtol=3e-2
 
 @pytest.fixture(scope="module", autouse=True)
 def shipped_autotune_results():
-    """What a fused run does first (trainables/loop.py): this GPU's shipped autotune results into Triton's
+    """What a fused run does first (trainables/training/loop.py): this GPU's shipped autotune results into Triton's
     cache. Without them every test autotuned its kernels cold; the file had not finished after 11 minutes
     beside other work on an H200. The shapes below are the default model's (heads of 32, SSD state
     64, chunks of 64), which the shipped results were tuned for."""

@@ -11,8 +11,8 @@ import time
 import pytest
 import ray
 
-from trainables import gate as gate_module
-from trainables.gate import (
+from trainables.training import gate as gate_module
+from trainables.training.gate import (
     BESIDE_CHECK_S,
     NAMESPACE,
     BesideClient,
@@ -226,7 +226,7 @@ def test_a_run_handed_a_gate_that_ended_as_it_arrived_gets_a_new_one(fake_gpu_cl
 GPU_ONE = """
 import os, sys, time
 import ray
-from trainables.gate import NAMESPACE, GateClient, gate_name, open_gates
+from trainables.training.gate import NAMESPACE, GateClient, gate_name, open_gates
 ray.init(address="local", num_cpus=2, num_gpus=1, include_dashboard=False, log_to_driver=False)
 gates = open_gates()
 handed = sys.argv[1]

@@ -34,7 +34,7 @@ def checked(search):
 def test_the_model_has_about_100m_parameters_and_heads_of_64(search, checked):
     cfg = search.train
     vocab = checked.workload.data.tokenizer.vocab_size
-    assert 60 < vocab <= 98  # the built-in corpus's characters (trainables/corpora.py)
+    assert 60 < vocab <= 98  # the built-in corpus's characters (trainables/data/corpora.py)
     with torch.device("meta"):
         model = checked.workload.build_model()
     params = sum(p.numel() for p in model.parameters())

@@ -12,7 +12,7 @@ import pytest
 
 from tests.factories import synthetic_summary
 from trainables.config import ConfigError
-from trainables.loss_tolerance import declared_tolerance
+from trainables.workloads.loss_tolerance import declared_tolerance
 from tuner import search
 from tuner.config import QualitySection, SearchConfig, load_search_config
 from tuner.report.html import render_html

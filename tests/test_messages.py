@@ -10,8 +10,8 @@ import pytest
 from pydantic import ValidationError
 
 from trainables import train
+from trainables.common.exit_codes import Exit
 from trainables.config import ConfigError, TrainConfig
-from trainables.exit_codes import Exit
 from trainables.spec import LABELS, TrialSpec
 from tuner import emit, search
 from tuner.config import SearchConfig, SearchSection, load_search_config

@@ -12,8 +12,8 @@ from torch._dynamo.utils import counters
 from tests.test_compile_scope import BLOCKS, losses
 from tests.test_train import SMOKE, cli_in_process, tiny_config, toy_config
 from trainables.config import ConfigError, make_config
-from trainables.loop import train
 from trainables.micro_batches import micro_batches
+from trainables.training.loop import train
 from tuner.space.knobs import GRAPH_FIELDS, SPEED_ONLY_KNOBS, execution, loss_key
 
 

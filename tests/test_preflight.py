@@ -13,9 +13,9 @@ import pytest
 import torch
 
 from trainables import train
+from trainables.common.errors import EnvironmentFault
+from trainables.common.exit_codes import Exit
 from trainables.config import ConfigError, make_config
-from trainables.errors import EnvironmentFault
-from trainables.exit_codes import Exit
 from trainables.preflight import check_cuda, preflight
 from tuner import search
 from tuner.config import SearchSection, load_search_config

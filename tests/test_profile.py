@@ -13,10 +13,10 @@ from test_train import toy_config
 from toy_workload import TOY, ToyWorkload
 
 from trainables.config import ConfigError, make_config
-from trainables.loop import train
-from trainables.profile import HOST_WRAPPERS, OpTime, Profile, summarize
-from trainables.result import RunResult
 from trainables.spec import TrialSpec
+from trainables.training.loop import train
+from trainables.training.profile import HOST_WRAPPERS, OpTime, Profile, summarize
+from trainables.training.result import RunResult
 from tuner.runs.request import Placement
 from tuner.runs.tune import run_cases
 from tuner.state.records import TrialRow

@@ -1,11 +1,11 @@
-"""Where a step's time goes (issue 36 item 4): the rules of trainables/profile.py on synthetic profiler tables,
+"""Where a step's time goes (issue 36 item 4): the rules of trainables/training/profile.py on synthetic profiler tables,
 plain records as a GPU's kernels or a CPU's ops would give them, so they are tested without a GPU."""
 
 from __future__ import annotations
 
 import pytest
 
-from trainables.profile import (
+from trainables.training.profile import (
     HOST_WRAPPERS,
     OpTime,
     TopOp,

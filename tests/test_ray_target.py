@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from trainables.common.errors import EnvironmentFault
+from trainables.common.exit_codes import Exit
 from trainables.config import ConfigError
-from trainables.errors import EnvironmentFault
-from trainables.exit_codes import Exit
 from tuner import search
 from tuner.session.out_lock import OutLock
 from tuner.session.ray_session import RayTarget, check_reachable, ray_target

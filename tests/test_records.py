@@ -13,9 +13,9 @@ from pydantic import ValidationError
 
 from tests.factories import make_row, make_summary, on_two_gpus, synthetic_summary
 from trainables.config import ConfigError
-from trainables.profile import Profile, TopOp
-from trainables.result import RunResult, TrialResult
 from trainables.spec import TrialSpec
+from trainables.training.profile import Profile, TopOp
+from trainables.training.result import RunResult, TrialResult
 from tuner.state.older_summaries import loss_limit_in
 from tuner.state.records import LossLimit, Summary, TrialRow, summary_schema
 from tuner.state.trial_rows import NOT_IN_ROW, trial_row

@@ -7,8 +7,8 @@ import json
 import statistics
 
 from tests.factories import legacy_summary, on_two_gpus, synthetic_summary
-from trainables import progress
-from trainables.flops import peak_flops
+from trainables.common import progress
+from trainables.workloads.flops import peak_flops
 from tuner import report
 from tuner.decide.costs import break_even_tokens, time_to_train
 from tuner.report import fmt_mem, fmt_seconds, render_html, render_markdown, write_reports

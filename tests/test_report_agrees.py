@@ -12,7 +12,7 @@ import pytest
 
 from tests.recorded_search import BASE_LOSS, loss_run, run_recorded, screened, timed
 from tests.test_recorded_summaries import RECORDED, RESULTS
-from trainables.exit_codes import Exit
+from trainables.common.exit_codes import Exit
 from tuner.report import render_markdown
 from tuner.state.records import BASELINE_ID, Summary
 

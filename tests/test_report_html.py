@@ -33,7 +33,7 @@ from factories import (  # as `factories`, not `tests.factories`: this file also
     without_telemetry,
 )
 
-from trainables.flops import peak_flops
+from trainables.workloads.flops import peak_flops
 from tuner.report import fmt_seconds, render_html, render_markdown, write_reports
 from tuner.report.__main__ import main as rebuild_reports
 from tuner.report.fmt import fmt_loss

@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.factories import make_row
+from trainables.common.exit_codes import Exit
 from trainables.config import load_config
-from trainables.exit_codes import Exit
 from tuner.config import QualitySection, load_search_config
 from tuner.context import SearchContext
 from tuner.decide.loss_plan import Limits, LossPlan
@@ -615,7 +615,7 @@ def test_exit_3_on_a_cpu_says_why_the_baseline_usually_stays_then_the_next_comma
     assert lines[-1].startswith("run it: python -m trainables.train --config ")
 
 
-# Two busy loops on a 2-core host: its windows as trainables/cpu_load.py and observe.annotate record them.
+# Two busy loops on a 2-core host: its windows as trainables/training/cpu_load.py and observe.annotate record them.
 BUSY = {"cpu_own_cores": 0.1, "cpu_others_cores": 1.8, "cpu_count": 2, "cpu_shared": True}
 
 

@@ -22,7 +22,7 @@ from ray._raylet import GcsClient
 from tests.answer_checks import check_answer
 from tests.ray_procs import free_ports, stop_group
 from tests.test_search import DATA, ENV, HEAD_PORTS, ROOT, SHORT_LOSS_RUNS, wait_for_head
-from trainables.exit_codes import Exit
+from trainables.common.exit_codes import Exit
 
 pytestmark = pytest.mark.slow
 

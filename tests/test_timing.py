@@ -7,8 +7,8 @@ import os
 
 import pytest
 
-from trainables.cpu_load import CpuSnapshot
-from trainables.timing import StepTimer
+from trainables.training.cpu_load import CpuSnapshot
+from trainables.training.timing import StepTimer
 
 TOKENS = 100  # per step
 WALL0 = 1_000.0  # time.time() when the fake perf_counter reads 0

@@ -23,9 +23,8 @@ import pytest
 import torch
 import toy_workload
 
-from trainables import cpu_load, loop, timing
 from trainables import train as train_cli
-from trainables.cache_use import classify
+from trainables.common.errors import DataError
 from trainables.config import (
     ConfigError,
     TrainConfig,
@@ -35,11 +34,12 @@ from trainables.config import (
     training_section,
 )
 from trainables.data import CharTokenizer
-from trainables.errors import DataError
-from trainables.loop import fp32_fused_note, lr_at, resolve_device, train
-from trainables.result import RunResult
-from trainables.step_model import param_groups
-from trainables.workload import HybridLMWorkload, load_workload
+from trainables.training import cpu_load, loop, timing
+from trainables.training.cache_use import classify
+from trainables.training.loop import fp32_fused_note, lr_at, resolve_device, train
+from trainables.training.result import RunResult
+from trainables.training.step_model import param_groups
+from trainables.workloads.workload import HybridLMWorkload, load_workload
 
 REPO = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).resolve().parent
@@ -733,10 +733,10 @@ def test_fp32_through_fused_kernels_says_it_is_tf32_inside(precision, kernels, o
 
 @pytest.mark.parametrize("installed", [True, False])
 def test_fp32_note_with_auto_kernels_follows_what_is_installed(monkeypatch, installed):
-    import trainables.loop
+    import trainables.training.loop
 
     backends = {"naive": True, "torch": True, "fla": installed or "not importable", "mamba_ssm": "no"}
-    monkeypatch.setattr(trainables.loop, "available_backends", lambda: backends)
+    monkeypatch.setattr(trainables.training.loop, "available_backends", lambda: backends)
     assert (fp32_fused_note("fp32", "auto", True, None) is not None) == installed
 
 

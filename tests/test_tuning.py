@@ -12,8 +12,8 @@ from packaging.requirements import Requirement
 
 from model import HybridConfig, HybridLM, library_env
 from model.ops import tuning
-from trainables.evaluation import evaluate
-from trainables.loop import first_step_deadline
+from trainables.training.evaluation import evaluate
+from trainables.training.loop import first_step_deadline
 from tuner.space.domains import autotune_notice
 
 VERSIONS = {"triton": "3.6.0", "fla-core": "0.6.0", "mamba-ssm": "2.3.2.post1"}

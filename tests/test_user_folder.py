@@ -17,10 +17,10 @@ import model as project_model
 import trainables as project_trainables
 import tuner as project_tuner
 from tests.test_workloads import GOOD
-from trainables import user_folder
 from trainables.config import make_config
-from trainables.loop import train
-from trainables.workload import load_workload
+from trainables.training.loop import train
+from trainables.workloads import user_folder
+from trainables.workloads.workload import load_workload
 
 REPO = Path(__file__).resolve().parents[1]
 SMALL = {"seq_len": 8, "batch_size": 4, "tokens": 4 * 8 * 4, "eval_tokens": 32, "eval_batch_size": 4,

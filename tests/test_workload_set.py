@@ -98,8 +98,8 @@ def test_each_entrys_model_settings_are_ones_its_adapter_takes(name, size):
     a key its adapter lacks, and the sitting's first try was refused)."""
     import inspect
 
-    from trainables.user_code import load_factory, parse_spec
-    from trainables.workload import settings
+    from trainables.workloads.user_code import load_factory, parse_spec
+    from trainables.workloads.workload import settings
 
     cfg = load_search_config(str(ROOT / SET[name][size]))
     factory = load_factory(parse_spec(cfg.train.workload, "train.workload"), "train.workload")

@@ -20,12 +20,11 @@ import yaml
 from torch.utils.data import TensorDataset
 
 import model as project_model
-from trainables import datasets
 from trainables.config import ConfigError, load_config, make_config
-from trainables.data import CharWindows
-from trainables.loop import train
-from trainables.workload import Job, check_workload, load_workload
-from trainables.workload_fields import fields_markdown
+from trainables.data import CharWindows, datasets
+from trainables.training.loop import train
+from trainables.workloads.workload import Job, check_workload, load_workload
+from trainables.workloads.workload_fields import fields_markdown
 from tuner import search
 from tuner.config import load_search_config
 from tuner.space.domains import fit_to_workload
@@ -365,7 +364,7 @@ def test_the_device_loader_is_not_offered_where_it_cannot_batch_the_data(monkeyp
 
 def test_docs_list_every_trainconfig_field_a_workload_can_read():
     text = (REPO / "docs" / "workloads.md").read_text()
-    assert fields_markdown() in text, "regenerate the table: python -m trainables.workload"
+    assert fields_markdown() in text, "regenerate the table: python -m trainables.workloads.workload"
 
 
 # --- the search fits the workload --------------------------------------------------------------------------

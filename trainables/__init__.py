@@ -1,10 +1,12 @@
-"""Data, the training loop and the Ray trainable. Importing it makes sure `model` is this project's package.
+"""The training side, by what each part serves: the loop (`training`), what it trains (`workloads`), the
+corpus and its batches (`data`), what every part uses (`common`), the run's config (`config`), the CLI
+(`train`) and the Ray trainable (`trainable`). Importing it makes sure `model` is this project's package.
 
 A user who runs the CLIs from their own folder has it first on sys.path (`python -m` puts the working
 directory there); a `model.py` of theirs (nanoGPT's) would then stand in for the project's `model`
 package. So the project's is imported here, before anything imports `model` by name, with the sys.path
 entries that hold a `model` of their own left out of that one search. A workload's own `model.py` is
-imported under a private name (trainables/user_folder.py).
+imported under a private name (trainables/workloads/user_folder.py).
 """
 
 import importlib

@@ -77,7 +77,7 @@ class LossKnobs(BaseModel):
         "hybrid",
         description="'hybrid' (the built-in LM), 'path/to/job.py:function' (a relative path from a config "
         "file is read from that file's folder; from --set, from the working directory) or "
-        "'package.module:function': the factory of a Workload (trainables/workload.py)",
+        "'package.module:function': the factory of a Workload (trainables/workloads/workload.py)",
     )
     model: Annotated[dict[str, Any], LOSS_GRAPH] = Field(
         default_factory=dict,
@@ -98,7 +98,7 @@ class LossKnobs(BaseModel):
         gt=0,
         description="the workload's units (its `unit`: tokens, images, ...) in one example, what tokens, "
         "eval_tokens and the speeds count; None = seq_len, a language model's tokens per window. The "
-        "workload declares it (trainables/workload.py); the checks before any work set it here",
+        "workload declares it (trainables/workloads/workload.py); the checks before any work set it here",
     )
 
     # --- budget and evals ---
@@ -157,7 +157,7 @@ class LossKnobs(BaseModel):
     @classmethod
     def _model_fields(cls, v: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
         if info.data.get("workload", "hybrid") != "hybrid":
-            return v  # a workload of the user's own checks its settings (trainables/workload.py)
+            return v  # a workload of the user's own checks its settings (trainables/workloads/workload.py)
         known = {f.name for f in dataclasses.fields(HybridConfig)} - _DERIVED_MODEL_FIELDS
         for key in v:
             if key not in known:
@@ -305,7 +305,7 @@ class RunSettings(BaseModel):
         le=MAX_PROFILE_STEPS,
         description="after the timed window, train this many more steps under torch.profiler and sum up "
         "where a step's time goes (the result's profile: compute, memory or launch bound, the device's busy "
-        "share of a step, the top ops; trainables/profile.py); they are neither timed nor counted, and a "
+        "share of a step, the top ops; trainables/training/profile.py); they are neither timed nor counted, and a "
         "saved model is saved before them; 0 = off",
     )
     out_dir: Annotated[str | None, PLACE] = Field(

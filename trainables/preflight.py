@@ -15,11 +15,17 @@ from typing import Any
 import torch
 
 from model import library_env
+from trainables.common.errors import DataError, EnvironmentFault
 from trainables.config import ConfigError, TrainConfig
 from trainables.data import CharData, load_char_data
-from trainables.errors import DataError, EnvironmentFault
-from trainables.loop import resolve_device
-from trainables.workload import HybridLMWorkload, Workload, WorkloadInfo, check_workload, load_workload
+from trainables.training.loop import resolve_device
+from trainables.workloads.workload import (
+    HybridLMWorkload,
+    Workload,
+    WorkloadInfo,
+    check_workload,
+    load_workload,
+)
 
 
 @dataclass(frozen=True)

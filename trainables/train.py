@@ -10,12 +10,12 @@ import argparse
 import json
 import sys
 
-from trainables.cli import OneLineParser
+from trainables.common.cli import OneLineParser
+from trainables.common.errors import DataError, EnvironmentFault
+from trainables.common.exit_codes import Exit
 from trainables.config import ConfigError, load_config
-from trainables.errors import DataError, EnvironmentFault
-from trainables.exit_codes import Exit
-from trainables.loop import train
 from trainables.preflight import preflight
+from trainables.training.loop import train
 
 EPILOG = """\
 exit codes:

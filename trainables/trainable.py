@@ -5,11 +5,11 @@ the training config, a searcher's knobs as top-level keys (so they show in Ray's
 the trial's placement (its GPU share: the loop's memory cap, `TrialSpec.trained`) and the phase's labels,
 which the trainable never reads; it needs nothing from the tuner. Interim reports let Ray stop clearly slow
 trials; the last report carries the run's full result, a `TrialResult` as its metrics dict (status,
-speed, loss, memory, telemetry window: trainables/result.py).
+speed, loss, memory, telemetry window: trainables/training/result.py).
 The search hands every trial the corpus its driver resolved (`corpus`, through Ray's object store), so a
 node of a cluster needs no copy of the data, and no share of OUT: a trial on a node other than the
 driver's trains against its node's copy of the search's compile caches, fetched from the driver before it
-trains and sent back after (`_follow_driver_caches`, trainables/compile_cache.py).
+trains and sent back after (`_follow_driver_caches`, trainables/training/compile_cache.py).
 """
 
 from __future__ import annotations
@@ -25,20 +25,20 @@ import torch
 from ray import tune
 
 from model import library_env
-from trainables.compile_cache import Manifest, NodeCache, node_cache_root
+from trainables.common.progress import log
 from trainables.config import ConfigError, TrainConfig
 from trainables.data import Corpus, shipped_corpus
-from trainables.gate import NAMESPACE, BesideClient, GateClient
-from trainables.loop import train
-from trainables.progress import log
-from trainables.result import INTERIM_FIELDS, TrialResult
 from trainables.spec import TrialSpec
+from trainables.training.compile_cache import Manifest, NodeCache, node_cache_root
+from trainables.training.gate import NAMESPACE, BesideClient, GateClient
+from trainables.training.loop import train
+from trainables.training.result import INTERIM_FIELDS, TrialResult
 
 SYNC_TIMEOUT_S = 300.0  # one call of a cache sync; one that takes longer is a failed sync
 
 
 class _DriverCache:
-    """The driver's cache server, reached through Ray (the `Driver` of trainables/compile_cache.py)."""
+    """The driver's cache server, reached through Ray (the `Driver` of trainables/training/compile_cache.py)."""
 
     def __init__(self, actor):
         self.actor = actor
@@ -108,8 +108,8 @@ def train_trial(
 ) -> None:
     """One trial. With `timing_gate` (speed runs that share a GPU: "turns", or "quiet" to also wait until
     no other run on the GPU is compiling), its GPU work after the first step waits for the GPU's gate, so no
-    two trials on one GPU are ever timed at once (trainables/gate.py). `corpus`: the driver's, trained on
-    when the config is pinned to its sha256 (trainables/data.py:shipped_corpus). `cache_server`: the name of
+    two trials on one GPU are ever timed at once (trainables/training/gate.py). `corpus`: the driver's, trained on
+    when the config is pinned to its sha256 (trainables/data/__init__.py:shipped_corpus). `cache_server`: the name of
     the driver's compile-cache server, for a trial on another node (`_follow_driver_caches`)."""
     placement = _placement()
     try:
@@ -146,7 +146,7 @@ def run_beside(
 ) -> dict[str, Any]:
     """A run that is no Tune trial, started by the driver as a Ray task: a full-budget loss run trained
     beside the screen's speed runs in its GPU's idle time, giving the GPU to every timed window
-    (trainables/gate.py:BesideClient). Returns its TrialResult's metrics, as a trial's last report."""
+    (trainables/training/gate.py:BesideClient). Returns its TrialResult's metrics, as a trial's last report."""
     placement = _placement()
     hook = None
     if placement["gpu"] is not None:

@@ -264,7 +264,7 @@ class QualitySection(BaseModel):
 
     def with_workload_default(self, declared: tuple[str, float] | None) -> QualitySection:
         """These settings with the workload's declared (mode, tolerance) in place of the defaults, where
-        the config set neither (trainables/workload.py:WorkloadInfo.loss_tolerance); as they are else."""
+        the config set neither (trainables/workloads/workload.py:WorkloadInfo.loss_tolerance); as they are else."""
         if declared is None or self.tolerance_from != "default":
             return self
         mode, tolerance = declared

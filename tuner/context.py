@@ -18,9 +18,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
+from trainables.common.progress import log
 from trainables.config import TrainConfig
-from trainables.progress import log
-from trainables.workload import WorkloadInfo
+from trainables.workloads.workload import WorkloadInfo
 from tuner.config import SearchConfig
 from tuner.rules.horizon import horizon_for
 from tuner.runs.observe import Telemetry

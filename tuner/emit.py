@@ -21,9 +21,9 @@ from typing import Any
 
 import yaml
 
-from trainables.cli import OneLineParser
+from trainables.common.cli import OneLineParser
 from trainables.config import ConfigError, is_file_spec, make_config, read_yaml, training_section
-from trainables.corpora import is_builtin
+from trainables.data.corpora import is_builtin
 
 DEFAULT_IMAGE = "hybrid-tuner:latest"  # what k8s/Dockerfile builds; pass REGISTRY/hybrid-tuner:TAG
 CLAIM = "hybrid-tuner-results"  # the claim k8s/storage makes

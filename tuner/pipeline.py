@@ -11,12 +11,12 @@ from typing import Any
 
 import ray
 
+from trainables.common.errors import EnvironmentFault
+from trainables.common.exit_codes import Exit
+from trainables.common.progress import log
 from trainables.config import ConfigError, TrainConfig, make_config
-from trainables.errors import EnvironmentFault
-from trainables.exit_codes import Exit
-from trainables.gate import open_gates, retire_idle_gates
-from trainables.progress import log
-from trainables.workload import WorkloadInfo
+from trainables.training.gate import open_gates, retire_idle_gates
+from trainables.workloads.workload import WorkloadInfo
 from tuner.config import SearchConfig
 from tuner.context import Notices, SearchContext
 from tuner.decide.loss_plan import LossCheck

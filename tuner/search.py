@@ -23,15 +23,15 @@ from pathlib import Path
 import ray
 
 from model import library_env
-from trainables.cli import OneLineParser
+from trainables.common.cli import OneLineParser
+from trainables.common.errors import DataError, EnvironmentFault, find_cause, first_line
+from trainables.common.exit_codes import Exit
+from trainables.common.progress import log
 from trainables.config import ConfigError
-from trainables.corpora import is_builtin
 from trainables.data import Corpus, resolve_corpus, shipped_corpus
-from trainables.errors import DataError, EnvironmentFault, find_cause, first_line
-from trainables.exit_codes import Exit
+from trainables.data.corpora import is_builtin
 from trainables.preflight import preflight
-from trainables.progress import log
-from trainables.workload import WorkloadInfo
+from trainables.workloads.workload import WorkloadInfo
 from tuner import emit
 from tuner.config import SearchConfig, load_search_config, parse_duration
 from tuner.pipeline import open_context, run_search

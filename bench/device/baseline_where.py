@@ -26,8 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import torch  # noqa: E402
 
 from trainables.config import load_config  # noqa: E402
-from trainables.loop import train  # noqa: E402
 from trainables.spec import TrialSpec  # noqa: E402
+from trainables.training.loop import train  # noqa: E402
 
 FIELDS = ("tokens_per_s", "step_ms_median", "step_ms_p90", "cpu_own_cores", "cpu_others_cores", "cpu_threads")
 REMEASURE_SHAPE = ["max_steps=40", "log_interval=7", "timing_warmup_steps=10"]  # the search's re-measure rows

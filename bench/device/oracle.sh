@@ -37,7 +37,7 @@ else
 fi
 A=(); [ -f $ANSWER ] && A=(--answer $ANSWER)
 mkdir -p $R/oracle-$LABEL && [ -f carried-oracle.json ] && cp carried-oracle.json $R/oracle-$LABEL/oracle.json
-CACHE=$(python3 -c 'from trainables.compile_cache import default_root; print(default_root())')
+CACHE=$(python3 -c 'from trainables.training.compile_cache import default_root; print(default_root())')
 T=$(date +%s)
 python3 bench/oracle.py --config "$CONFIG" "${D[@]}" $SET "${A[@]}" --compile-cache "$CACHE" \
   --out $R/oracle-$LABEL $ORACLE_ARGS > $R/$LABEL.oracle.log 2>&1

@@ -5,7 +5,7 @@ because those knobs change how fast a run goes, not where it ends. With no twin 
 
 On GPUs its loss run does not wait for the screen: when a start point shares the baseline's loss knobs (the
 default config's first one, the baseline under CUDA graphs) it trains with that execution from the screen's
-start, beside it, in its GPU's idle time (`start_beside`; trainables/gate.py says how it yields to every
+start, beside it, in its GPU's idle time (`start_beside`; trainables/training/gate.py says how it yields to every
 timed window). It was the loss check's longest run, 102-122 s of its 113-131 s on 4 H200s, so the loss check
 no longer waits for it. At a prefix of the planned run (tuner/rules/horizon.py) its run at a second seed, for the
 seed noise, trains beside the screen with it (`start_seeds_beside`)."""
@@ -17,8 +17,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from trainables.common.progress import log
 from trainables.config import TrainConfig
-from trainables.progress import log
 from trainables.spec import TrialSpec
 from tuner.config import Knob, QualitySection
 from tuner.rules.horizon import LossHorizon

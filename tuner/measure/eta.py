@@ -17,8 +17,8 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
+from trainables.common.progress import fmt_seconds, log
 from trainables.config import TrainConfig
-from trainables.progress import fmt_seconds, log
 from tuner.config import SearchSection
 from tuner.decide.costs import cached_warmup
 from tuner.decide.loss_plan import Limits, LossPlan

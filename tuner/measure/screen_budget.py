@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainables.progress import log
+from trainables.common.progress import log
 from tuner.config import SearchSection
 from tuner.runs.screen_clock import ScreenClock
 from tuner.space.knobs import freeze

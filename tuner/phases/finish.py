@@ -10,10 +10,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from trainables.common.exit_codes import Exit
+from trainables.common.progress import log, metrics_text, per_second
 from trainables.config import TrainConfig, dump_config, make_config
-from trainables.exit_codes import Exit
-from trainables.progress import log, metrics_text, per_second
-from trainables.workload import WorkloadInfo
+from trainables.workloads.workload import WorkloadInfo
 from tuner.config import ResourcesSection, SearchSection
 from tuner.decide import costs
 from tuner.decide.ratio import one_run_ratio_range, too_few_runs
@@ -154,7 +154,7 @@ def _baseline_result(base: dict[str, Any], runs: list[float], loss_run: TrialRow
 
 
 def write(inputs: FinishInputs, summary: Summary) -> int:
-    """OUT's files and the exit code (trainables/exit_codes.py); the last lines say how the search ended,
+    """OUT's files and the exit code (trainables/common/exit_codes.py); the last lines say how the search ended,
     on CPUs why the baseline usually stays, and the command that trains the answer."""
     best = summary.best
     settings = {

@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from trainables.common.progress import log
 from trainables.config import TrainConfig
 from trainables.data import Corpus
-from trainables.progress import log
 from tuner.config import Knob, Range, SearchSection
 from tuner.runs.tasks import probe_batches
 from tuner.space.batch_fit import largest_anywhere

@@ -31,7 +31,7 @@ from tuner.state.hardware import Hardware
 from tuner.state.records import BASELINE_ID, TrialRow
 
 # steps one re-measure run of each finalist trains under torch.profiler after its timed window
-# (trainables/profile.py): a fraction of its timed steps, enough for each op's share
+# (trainables/training/profile.py): a fraction of its timed steps, enough for each op's share
 PROFILE_STEPS = 10
 
 # A further uncontended run of a config times within this factor of its uncontended runs so far, either way

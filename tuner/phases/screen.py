@@ -16,8 +16,8 @@ from optuna.storages import BaseStorage, JournalStorage
 from optuna.storages.journal import JournalFileBackend
 from optuna.trial import TrialState
 
+from trainables.common.progress import log
 from trainables.config import TrainConfig
-from trainables.progress import log
 from trainables.spec import TrialSpec
 from tuner.config import Knob, SearchSection
 from tuner.decide.screen_outcome import ScreenOutcome

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from trainables.cli import OneLineParser
+from trainables.common.cli import OneLineParser
 from tuner.report import write_reports
 from tuner.state.records import Summary
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import statistics
 
-from trainables.progress import metrics_text
+from trainables.common.progress import metrics_text
 from tuner.report.cost_section import planned_run
 from tuner.report.entry import Entry, mark, mfu_text
 from tuner.report.fmt import changed, fmt_loss, fmt_tps, is_num, limit_text, one_run_text

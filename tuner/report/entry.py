@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from trainables.progress import per_second
+from trainables.common.progress import per_second
 from tuner.report.fmt import DASH, changed, fmt_loss, fmt_tps, is_num, knobs_text
 from tuner.report.measured import Facts, Trained, hows
 from tuner.report.mfu import fmt_mfu, mfu_at

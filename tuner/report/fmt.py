@@ -7,7 +7,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, TypeGuard
 
-from trainables.progress import fmt_seconds
+from trainables.common.progress import fmt_seconds
 from tuner.space.knobs import RUN_ONLY_FIELDS, knob_diff
 from tuner.state.records import Best, LossLimit, Summary, short_node_id
 

@@ -20,7 +20,7 @@ from markupsafe import Markup, escape
 
 import tuner.report.charts as charts
 import tuner.report.timelines as timelines
-from trainables.progress import metrics_text
+from trainables.common.progress import metrics_text
 from tuner.report.cost_section import BREAK_EVEN_HEAD, FINALIST_HEAD, costs, planned_cost
 from tuner.report.entry import COLUMN_KNOBS, Entry, loss_cell, speedup_text, tps_text, trust_notes
 from tuner.report.fmt import (

@@ -1,5 +1,5 @@
 """MFU as both reports show it, beside tok/s: a config's tok/s x the FLOPs per token its runs counted ÷ the
-dense peak of the GPU they ran on, at their precision (trainables/flops.py: the one formula and peak table).
+dense peak of the GPU they ran on, at their precision (trainables/workloads/flops.py: the one formula and peak table).
 
 Each run records its flops_per_token, flops_source and peak_flops; a figure shown here is the shown tok/s
 (a re-measured median, the answer's, a finalist's) at those, so MFU and tok/s always agree. Summaries from
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from trainables import flops
+from trainables.workloads import flops
 from tuner.report.fmt import DASH, is_num
 from tuner.state.records import Summary, TrialRow
 
@@ -58,7 +58,7 @@ def how(runs: list[TrialRow], tps_how: str) -> str:
     """How one config's MFU was found (the table cell's explanation)."""
     run = counted(runs)
     if run is None or not is_num(run.peak_flops):  # counted's has a peak
-        return "no MFU: its runs recorded no GPU peak (a CPU, or a GPU not in trainables/flops.py's table)"
+        return "no MFU: its runs recorded no GPU peak (a CPU, or a GPU not in trainables/workloads/flops.py's table)"
     precision = (run.train or {}).get("precision", "its precision")
     return (
         f"Tok/s ({tps_how}) x {run.flops_per_token:.3g} training FLOPs per token ({run.flops_source}) ÷ "
@@ -75,11 +75,13 @@ def note(summary: Summary, gpu_columns: bool) -> str:
     text = (
         "MFU (model FLOPs utilisation): Tok/s x training FLOPs per token (forward + backward; recomputation "
         "by activation checkpointing not counted) ÷ the GPU's dense peak FLOP/s at the config's precision "
-        "(fp32: the CUDA cores'; tf32, bf16, fp16: the tensor cores'; trainables/flops.py), so an fp32 "
+        "(fp32: the CUDA cores'; tf32, bf16, fp16: the tensor cores'; trainables/workloads/flops.py), so an fp32 "
         f"config is measured against a far lower peak than a bf16 one. FLOPs per token: {words}."
     )
     if not any(is_num(t.peak_flops) for t in summary.trials):
         name = _gpu_name(summary)
-        why = flops.no_peak_reason(name) if name else "its GPU is not in trainables/flops.py's table"
+        why = (
+            flops.no_peak_reason(name) if name else "its GPU is not in trainables/workloads/flops.py's table"
+        )
         text += f" No MFU is given here: {why}."
     return text

@@ -1,5 +1,5 @@
 """Where the answer's step time goes, as both reports say it: one line under the answer, beside its MFU,
-from the profile its re-measure runs took after their timed windows (trainables/profile.py holds the rules:
+from the profile its re-measure runs took after their timed windows (trainables/training/profile.py holds the rules:
 compute, memory or launch bound, and 'device' where CUDA graphs hid the kernels from the profiler).
 
 The answer is the winner, else the baseline that stays; its line comes from an uncontended run where one
@@ -40,7 +40,7 @@ def answer_line(summary: Summary) -> str:
     why = f"{found.reason}; " if found.busy is not None else ""
     return (
         f"answer: {found.line(beside)} ({why}{found.steps} steps of {run.id} profiled after its timed "
-        "window, trainables/profile.py)"
+        "window, trainables/training/profile.py)"
     )
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from trainables.progress import per_second
+from trainables.common.progress import per_second
 from tuner.report.fmt import fmt_loss, fmt_mem, fmt_tps, over_limit
 from tuner.report.rows import ConfigRow, records_sharing
 from tuner.state.records import Summary, TrialRow

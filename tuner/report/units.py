@@ -4,7 +4,7 @@ images/s, examples/s for a workload that counts those. The reports' own sentence
 
 from __future__ import annotations
 
-from trainables.progress import one_of, per_second
+from trainables.common.progress import one_of, per_second
 
 TOKENS = "tokens"
 

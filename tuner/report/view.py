@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-from trainables.progress import one_of
+from trainables.common.progress import one_of
 from tuner.report.answer import answer
 from tuner.report.entry import COLUMN_KNOBS, Entry, entry_of
 from tuner.report.fmt import as_summary, changed, fmt_warmup, short_ids

@@ -11,8 +11,8 @@ from typing import Any
 
 from ray.tune import Callback
 
+from trainables.common.progress import fmt_seconds, log, per_second
 from trainables.config import ConfigError
-from trainables.progress import fmt_seconds, log, per_second
 from trainables.spec import TrialSpec
 from tuner.runs.stall import StallWatch
 from tuner.state.records import TrialRow

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from trainables.progress import log
+from trainables.common.progress import log
 from tuner.config import SearchConfig
 from tuner.runs.ledger import Ledger
 from tuner.runs.observe import Observed, annotate

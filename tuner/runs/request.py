@@ -43,7 +43,7 @@ class Role(str, Enum):
 
     @property
     def timing_gate(self) -> str | None:
-        """Its policy at its GPU's timing gate (trainables/gate.py): "turns" (its timed steps take the GPU
+        """Its policy at its GPU's timing gate (trainables/training/gate.py): "turns" (its timed steps take the GPU
         in turns), "quiet" (and wait until nothing on the GPU compiles), "beside" (it yields the GPU to every
         timed window between its steps), or None (never at the gate)."""
         return _GATES.get(self)

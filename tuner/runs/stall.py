@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import psutil
 
-from trainables.progress import fmt_seconds
+from trainables.common.progress import fmt_seconds
 
 STALL_S = 60.0  # no trial result for this long, with trials running: the progress line says why
 BUSY_CORES = 0.5  # what counts as keeping a CPU busy over a sampling interval

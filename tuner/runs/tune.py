@@ -17,7 +17,7 @@ from ray import tune
 from ray.tune import Stopper
 from ray.tune.stopper import CombinedStopper
 
-from trainables.progress import log
+from trainables.common.progress import log
 from trainables.spec import TRAIN, TrialSpec
 from trainables.trainable import train_trial
 from tuner.runs.ledger import Ledger, LedgerRecorder

@@ -1,10 +1,10 @@
 """The search's compile caches, served from the driver's node to trials on other nodes.
 
 A search keeps its compile caches in one cache root (tuner/search.py:trial_env: the user's cache dir, or
---cache-dir), one subdir per cache key (trainables/compile_cache.py:CacheKey: device and software). Trials on
+--cache-dir), one subdir per cache key (trainables/training/compile_cache.py:CacheKey: device and software). Trials on
 the driver's node use it directly; a trial on another node reaches it through this actor, pinned to the
 driver's node: it fetches what its node lacks of its own key before it trains and sends back what it compiled
-(trainables/compile_cache.py, through trainables/trainable.py). The trials find the actor by its name,
+(trainables/training/compile_cache.py, through trainables/trainable.py). The trials find the actor by its name,
 which they are given with their inputs (tuner/runs/request.py:TrialInputs); without it they compile into their
 node's own cache.
 """
@@ -18,8 +18,8 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from model import library_env
-from trainables.compile_cache import ROOTS, Manifest, manifest, read_files, safe, write_files
-from trainables.gate import NAMESPACE
+from trainables.training.compile_cache import ROOTS, Manifest, manifest, read_files, safe, write_files
+from trainables.training.gate import NAMESPACE
 
 
 # Ray's typing of ray.remote(...) lists the task options only, not an actor's (max_concurrency)

@@ -26,8 +26,8 @@ import psutil
 import ray
 
 from model import library_env
+from trainables.common.errors import EnvironmentFault, first_line
 from trainables.config import ConfigError
-from trainables.errors import EnvironmentFault, first_line
 from tuner.session import stop_signals
 
 ASKS_TOKEN = "asks for a token"  # a GCS that refused us for want of one: it is Ray, behind token auth

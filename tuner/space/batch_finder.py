@@ -10,7 +10,7 @@ from typing import Any
 
 from trainables.config import TrainConfig, make_config
 from trainables.data import Corpus, shipped_corpus
-from trainables.loop import resolve_device, train
+from trainables.training.loop import resolve_device, train
 from tuner.space.batch_fit import PROBE_KEYS, probe_case
 from tuner.state.hardware import ProbedBatch
 

@@ -12,7 +12,7 @@ import torch
 
 from model.ops import available_backends, tuning
 from trainables.config import TrainConfig, is_file_spec
-from trainables.workload import WorkloadInfo
+from trainables.workloads.workload import WorkloadInfo
 from tuner.config import Knob, Range, SearchConfig
 from tuner.space.batch_fit import normalized
 from tuner.space.knobs import HARDWARE_KNOBS

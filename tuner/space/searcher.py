@@ -20,7 +20,7 @@ from typing import Any
 from optuna.trial import TrialState
 from ray.tune.search import Searcher
 
-from trainables.progress import log
+from trainables.common.progress import log
 from tuner.space.batch_fit import BatchFit
 from tuner.space.knobs import freeze
 from tuner.space.sampler import LossAwareTpe, held_back, ran_then

@@ -28,7 +28,7 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
-from trainables.files import corpus_cache_dir, write_atomically
+from trainables.common.files import corpus_cache_dir, write_atomically
 from tuner.config import SearchConfig
 from tuner.state.hardware import Hardware
 from tuner.state.records import BASELINE_ID, TrialRow

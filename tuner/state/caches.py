@@ -5,7 +5,7 @@
     python -m tuner.state.caches --clear              remove every key's caches
     python -m tuner.state.caches --cache-dir DIR ...  another root (a search's --cache-dir or search.cache_dir)
 
-A root holds one subdir per cache key (trainables/compile_cache.py:CacheKey): a GPU (name and compute
+A root holds one subdir per cache key (trainables/training/compile_cache.py:CacheKey): a GPU (name and compute
 capability) or the CPU, and the versions of torch, Triton, the fused kernels and Python. A key left behind
 by an upgrade or another GPU is never read again: clear it. Clearing costs the next search a cold compile
 (and, for fused kernels without shipped results, their autotune); clear no key a search is using.
@@ -22,11 +22,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from trainables.cli import OneLineParser
-from trainables.compile_cache import KEY_FILE, ROOTS, CacheKey, default_root
+from trainables.common.cli import OneLineParser
+from trainables.common.errors import first_line
+from trainables.common.exit_codes import Exit
 from trainables.config import ConfigError
-from trainables.errors import first_line
-from trainables.exit_codes import Exit
+from trainables.training.compile_cache import KEY_FILE, ROOTS, CacheKey, default_root
 
 ALL = "all keys"  # --clear without a key
 

@@ -9,10 +9,10 @@ import json
 import os
 from pathlib import Path
 
+from trainables.common.errors import first_line
+from trainables.common.progress import log
 from trainables.config import ConfigError
 from trainables.data import Corpus
-from trainables.errors import first_line
-from trainables.progress import log
 from tuner.config import SearchConfig
 from tuner.session.out_lock import OutLock
 from tuner.state.state_files import rebuild_state, repair_state_files

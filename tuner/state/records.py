@@ -13,8 +13,8 @@ from typing import Any, Literal, overload
 
 from pydantic import ConfigDict, Field, model_validator
 
-from trainables.cache_use import CacheUse
-from trainables.profile import Profile
+from trainables.training.cache_use import CacheUse
+from trainables.training.profile import Profile
 from tuner.rules.loss_limit import LossLimit
 from tuner.rules.record_base import Record
 from tuner.state.gpu_records import GpuPopulation, GpuUsage, TelemetrySummary
@@ -96,7 +96,7 @@ class TrialRun(Record):
     profile: Profile | None = Field(
         None,
         description="where a step's time goes: compute / memory / launch bound, the device's busy share, the "
-        "top ops (re-measure runs of the finalists; trainables/profile.py)",
+        "top ops (re-measure runs of the finalists; trainables/training/profile.py)",
     )
 
 

@@ -12,9 +12,9 @@ from typing import Any, TypeVar
 
 from pydantic import TypeAdapter
 
+from trainables.common.files import write_atomically
+from trainables.common.progress import log
 from trainables.config import ConfigError
-from trainables.files import write_atomically
-from trainables.progress import log
 
 T = TypeVar("T")
 

@@ -21,9 +21,9 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
+from trainables.common.errors import first_line
+from trainables.common.files import write_atomically
 from trainables.config import ConfigError
-from trainables.errors import first_line
-from trainables.files import write_atomically
 from tuner.config import SearchConfig
 from tuner.state.records import TrialRow
 

@@ -2,7 +2,7 @@
 
 The runner's LedgerRecorder turns each finished Ray trial into one row of the ledger; what a row keeps of the
 trial's metrics, and how a failure reads in one line, is decided here, apart from the running of trials.
-A trial's last report is a `TrialResult` (trainables/result.py); a row keeps each of its fields but those
+A trial's last report is a `TrialResult` (trainables/training/result.py); a row keeps each of its fields but those
 NOT_IN_ROW names, so a figure added there reaches the ledger without a list here to update; its spec's
 labels (trainables/spec.py:TrialLabels) are TrialRow fields of the same names, so a phase labels its rows
 by the specs it hands the runner, never by editing the rows it gets back.
@@ -19,9 +19,9 @@ from typing import Any
 from ray import cloudpickle
 from ray.exceptions import RayActorError, RayTaskError
 
-from trainables.errors import first_line
-from trainables.result import TrialResult
+from trainables.common.errors import first_line
 from trainables.spec import TrialSpec
+from trainables.training.result import TrialResult
 
 PLACEMENT_KEYS = ("node", "node_id", "gpu", "pid")  # all a failed trial's row keeps of its metrics
 

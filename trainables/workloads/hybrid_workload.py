@@ -1,6 +1,6 @@
 """The built-in workload: the hybrid RWKV6+Mamba2 character LM on a char corpus (`train.workload: hybrid`).
 
-A workload like any other (trainables/workload_protocol.py), not a special case of the loop: it makes its
+A workload like any other (trainables/workloads/workload_protocol.py), not a special case of the loop: it makes its
 own batches of char windows and implements every workload knob (WORKLOAD_KNOBS)."""
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ import torch
 from torch import nn
 
 from model import HybridLM
-from trainables.char_batches import val_window_batches, window_batches
 from trainables.config import ConfigError, TrainConfig
 from trainables.data import load_char_data
-from trainables.workload_protocol import WORKLOAD_KNOBS, Batch
+from trainables.data.char_batches import val_window_batches, window_batches
+from trainables.workloads.workload_protocol import WORKLOAD_KNOBS, Batch
 
 
 class HybridLMWorkload:

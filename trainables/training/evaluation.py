@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from trainables.micro_batches import examples_in
-from trainables.workload_job import Job
+from trainables.workloads.workload_job import Job
 
 
 def evaluate(model: torch.nn.Module, workload: Job, batches) -> float:

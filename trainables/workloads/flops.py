@@ -19,9 +19,6 @@ from typing import Any, TypeGuard
 
 import torch
 
-from trainables.progress import one_of, per_second
-from trainables.result import RunResult
-
 FROM_WORKLOAD = "workload"  # flops_source: the workload's own flops_per_token(model)
 FROM_PARAMETERS = "6 x parameters"  # flops_source: 6 x trainable parameters, the workload declared none
 
@@ -86,7 +83,7 @@ def no_peak_reason(gpu_name: str | None) -> str:
     """Why a run has no MFU: no GPU, or a GPU the table does not know."""
     if gpu_name is None:
         return "it ran on a CPU (MFU is against a GPU's peak)"
-    return f"no dense peak is known for {gpu_name!r} (trainables/flops.py's table)"
+    return f"no dense peak is known for {gpu_name!r} (trainables/workloads/flops.py's table)"
 
 
 def counted(per_token: tuple[float, str], device: torch.device, precision: str, log) -> dict[str, Any]:
@@ -114,14 +111,3 @@ def positive(x: object) -> TypeGuard[float]:
 def six_times_parameters(model: torch.nn.Module) -> float:
     """The fallback: 6 x the trainable parameters (forward 2, backward 4 FLOPs per parameter per token)."""
     return 6.0 * sum(p.numel() for p in model.parameters() if p.requires_grad)
-
-
-def mfu_line(run: RunResult, precision: str) -> str:
-    """The run's closing log line on its MFU ("" where it has none)."""
-    if run.mfu is None or run.peak_flops is None:  # an MFU has its peak
-        return ""
-    return (
-        f"MFU {run.mfu:.1%}: {run.flops_per_token:.3g} training FLOPs per {one_of(run.unit)} "
-        f"({run.flops_source}) x {run.tokens_per_s:,.0f} {per_second(run.unit)} against a dense {precision} "
-        f"peak of {run.peak_flops / 1e12:g} TFLOP/s"
-    )

@@ -1,5 +1,5 @@
 """A workload as the loop calls it: `Job` wraps the user's object and fills in the protocol's defaults
-(trainables/workload_protocol.py), so the loop, the checks and the flops count never ask what it has."""
+(trainables/workloads/workload_protocol.py), so the loop, the checks and the flops count never ask what it has."""
 
 from __future__ import annotations
 
@@ -10,9 +10,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from trainables import datasets, flops
 from trainables.config import ConfigError, TrainConfig
-from trainables.workload_protocol import LOADER_KNOBS, REGION_KNOBS, TOKENS, Batch
+from trainables.data import datasets
+from trainables.workloads import flops
+from trainables.workloads.workload_protocol import LOADER_KNOBS, REGION_KNOBS, TOKENS, Batch
 
 
 class Job:

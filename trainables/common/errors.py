@@ -33,4 +33,4 @@ class DataError(ValueError):
 
 class EnvironmentFault(Exception):
     """The machine cannot run what was asked (Ray cannot start or be reached, no CUDA for a config that needs
-    it): not bad input, so its own exit code (trainables.exit_codes.Exit.ENVIRONMENT)."""
+    it): not bad input, so its own exit code (trainables.common.exit_codes.Exit.ENVIRONMENT)."""

@@ -1,6 +1,6 @@
 """What one training run measured: `RunResult`, each figure declared once, as a field that says what it is.
 
-`trainables.loop.train` returns a RunResult; `python -m trainables.train --json` prints its `metrics()`,
+`trainables.training.loop.train` returns a RunResult; `python -m trainables.train --json` prints its `metrics()`,
 and the run's result.json is `as_json()`. A Ray trial reports a `TrialResult` (the same figures, plus the
 few only its trainable measures) as its metrics dict, and the search's ledger row keeps every field of it
 that `tuner/state/trial_rows.py:NOT_IN_ROW` does not name (tests/test_records.py fails on a field with no home).
@@ -13,8 +13,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from typing import Any, Literal
 
-from trainables.cache_use import CacheUse
-from trainables.profile import Profile
+from trainables.common.progress import one_of, per_second
+from trainables.training.cache_use import CacheUse
+from trainables.training.profile import Profile
 
 RunStatus = Literal["ok", "oom", "nan", "error", "timeout"]
 
@@ -76,7 +77,7 @@ class RunResult:
     compile_threads: int | None = figure("Inductor's compile workers it ran with (None: Inductor not loaded)")
     params: int | None = figure("the model's parameter count")
     flops_per_token: float | None = figure(
-        "training FLOPs per token, forward + backward (trainables/flops.py)"
+        "training FLOPs per token, forward + backward (trainables/workloads/flops.py)"
     )
     flops_source: str | None = figure(
         "where flops_per_token comes from: 'workload' (its own flops_per_token(model)) or '6 x parameters'"
@@ -86,12 +87,22 @@ class RunResult:
     )
     mfu: float | None = figure("model FLOPs utilisation: tokens_per_s x flops_per_token / peak_flops (0..1)")
     profile: Profile | None = figure(
-        "where a step's time goes, from profile_steps steps after the timed window (trainables/profile.py)"
+        "where a step's time goes, from profile_steps steps after the timed window (trainables/training/profile.py)"
     )
     history: tuple[dict[str, Any], ...] = figure(
         "each eval point: step, tokens, train_loss, val_loss (and the workload's metrics)", ()
     )
     wall_s: float | None = figure("seconds from the call of train() to its return")
+
+    def mfu_line(self, precision: str) -> str:
+        """The run's closing log line on its MFU ("" where it has none)."""
+        if self.mfu is None or self.peak_flops is None:  # an MFU has its peak
+            return ""
+        return (
+            f"MFU {self.mfu:.1%}: {self.flops_per_token:.3g} training FLOPs per {one_of(self.unit)} "
+            f"({self.flops_source}) x {self.tokens_per_s:,.0f} {per_second(self.unit)} against a dense "
+            f"{precision} peak of {self.peak_flops / 1e12:g} TFLOP/s"
+        )
 
     def as_json(self) -> dict[str, Any]:
         """Every field, JSON-ready (the run's result.json)."""

@@ -2,7 +2,7 @@
 
 Corpus resolution, first hit wins:
   1. an explicit path (``--data PATH``): a file, or a folder whose ``*.txt`` files are read recursively in
-     sorted order and joined, or a built-in corpus by name (``builtin:python-source``: trainables/corpora.py);
+     sorted order and joined, or a built-in corpus by name (``builtin:python-source``: trainables/data/corpora.py);
   2. env ``TUNER_DATA`` (same rules);
   3. tinyshakespeare cached under ``platformdirs.user_cache_dir("hybrid-tuner")`` (env ``TUNER_CACHE_DIR``);
   4. tinyshakespeare downloaded from ``TINYSHAKESPEARE_URL`` (env ``TUNER_CORPUS_URL``), sha256-checked and
@@ -35,9 +35,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from trainables.corpora import BUILTIN_PREFIX, REPLACEMENT_CHAR, builtin_text
-from trainables.errors import DataError
-from trainables.files import corpus_cache_dir, write_atomically
+from trainables.common.errors import DataError
+from trainables.common.files import corpus_cache_dir, write_atomically
+from trainables.data.corpora import BUILTIN_PREFIX, REPLACEMENT_CHAR, builtin_text
 
 log = logging.getLogger(__name__)
 
@@ -315,7 +315,7 @@ def split_tokens(tokens: torch.Tensor, val_frac: float = 0.1) -> tuple[torch.Ten
 class CharWindows(torch.utils.data.Dataset):
     """A char corpus as a Dataset for a workload of the user's own: (x, y) windows of seq_len tokens, y
     shifted by one, starting every `stride` tokens (1 for training, seq_len for disjoint val windows).
-    It batches itself on a device (`to`, `gather`: trainables.datasets.Gatherable), so `loader: device`
+    It batches itself on a device (`to`, `gather`: trainables.data.datasets.Gatherable), so `loader: device`
     moves only its token tensor there, not a copy of every (overlapping) window."""
 
     def __init__(self, tokens: torch.Tensor, seq_len: int, stride: int = 1):

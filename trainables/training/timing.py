@@ -26,8 +26,8 @@ from typing import Any
 import psutil
 import torch
 
-from trainables import cpu_load
-from trainables.exit_codes import Exit
+from trainables.common.exit_codes import Exit
+from trainables.training import cpu_load
 
 
 class StepTimes:

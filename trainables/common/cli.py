@@ -11,7 +11,7 @@ import argparse
 import sys
 from typing import NoReturn
 
-from trainables.exit_codes import Exit
+from trainables.common.exit_codes import Exit
 
 
 class OneLineParser(argparse.ArgumentParser):

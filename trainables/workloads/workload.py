@@ -2,8 +2,8 @@
 names (the built-in hybrid LM, or a user's factory, given its model settings), `check_workload` runs it as
 the loop will, on the meta device, and says what the search needs to know of it (WorkloadInfo).
 
-The contract a workload meets is trainables/workload_protocol.py (docs/workloads.md is the user's guide);
-the names other modules use are importable from here. `python -m trainables.workload` prints the table of
+The contract a workload meets is trainables/workloads/workload_protocol.py (docs/workloads.md is the user's guide);
+the names other modules use are importable from here. `python -m trainables.workloads.workload` prints the table of
 TrainConfig fields in docs/workloads.md.
 """
 
@@ -23,14 +23,14 @@ from torch import nn
 from torch.utils.data._utils.collate import default_collate
 
 from model import HybridConfig
+from trainables.common.errors import DataError
 from trainables.config import ConfigError, TrainConfig, unknown_key
-from trainables.errors import DataError
-from trainables.hybrid_workload import HybridLMWorkload
-from trainables.loss_tolerance import declared_tolerance
-from trainables.user_code import WorkloadSpec, load_factory, needs_path, parse_spec
-from trainables.workload_job import Job, as_job, check_checkpointing, with_units
-from trainables.workload_probe import check_counted, check_declared, checked_forward, first_examples
-from trainables.workload_protocol import OPTIONAL_METHODS, TOKENS, WORKLOAD_KNOBS, Batch, Workload
+from trainables.workloads.hybrid_workload import HybridLMWorkload
+from trainables.workloads.loss_tolerance import declared_tolerance
+from trainables.workloads.user_code import WorkloadSpec, load_factory, needs_path, parse_spec
+from trainables.workloads.workload_job import Job, as_job, check_checkpointing, with_units
+from trainables.workloads.workload_probe import check_counted, check_declared, checked_forward, first_examples
+from trainables.workloads.workload_protocol import OPTIONAL_METHODS, TOKENS, WORKLOAD_KNOBS, Batch, Workload
 
 __all__ = [
     "WORKLOAD_KNOBS",
@@ -133,7 +133,9 @@ class WorkloadInfo:
     unit: str = TOKENS  # what its speeds and budgets count (plural: tokens, images)
     units_per_example: int | None = None  # None: seq_len (an LM's window)
     reads_corpus: bool = True  # it trains on the corpus the search resolves (and pins, and ships)
-    loss_tolerance: tuple[str, float] | None = None  # its (mode, tolerance): trainables/loss_tolerance.py
+    loss_tolerance: tuple[str, float] | None = (
+        None  # its (mode, tolerance): trainables/workloads/loss_tolerance.py
+    )
 
     @property
     def unsupported(self) -> list[str]:
@@ -282,7 +284,7 @@ def _check_built(job: Job, model: Any, name: str, section: str) -> None:
         pass
 
 
-if __name__ == "__main__":  # regenerates docs/workloads.md's table: python -m trainables.workload
-    from trainables.workload_fields import fields_markdown
+if __name__ == "__main__":  # regenerates docs/workloads.md's table: python -m trainables.workloads.workload
+    from trainables.workloads.workload_fields import fields_markdown
 
     print(fields_markdown(), end="")

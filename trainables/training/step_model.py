@@ -1,6 +1,6 @@
 """What the steps of a run call: the optimizer over the model's parameter groups, and the module the steps
 run, compiled as `compile` and `compile_scope` say, with every k-th of the workload's blocks checkpointed
-(`activation_checkpointing`). The training loop (trainables/loop.py) builds both here, once per run, and
+(`activation_checkpointing`). The training loop (trainables/training/loop.py) builds both here, once per run, and
 takes its optimizer steps through `OptimizerStep`."""
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import torch.utils.checkpoint
 from trainables.config import TrainConfig
 from trainables.config_fields import CUDA_GRAPH_MODES
 from trainables.micro_batches import micro_batches
-from trainables.workload_job import Job, as_job, check_checkpointing
-from trainables.workload_protocol import Batch
+from trainables.workloads.workload_job import Job, as_job, check_checkpointing
+from trainables.workloads.workload_protocol import Batch
 
 AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 

@@ -1,6 +1,6 @@
 """What a run may use of memory and what it used: the hard cap (`memory_cap_mb`, `gpu_memory_fraction`),
 the run's own peak (reset at its start, read at its end, so a reused worker never reports an earlier run's)
-and the heap handed back to the OS between runs of one process. The loop (trainables/loop.py) calls it."""
+and the heap handed back to the OS between runs of one process. The loop (trainables/training/loop.py) calls it."""
 
 from __future__ import annotations
 

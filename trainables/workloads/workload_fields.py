@@ -1,5 +1,5 @@
 """docs/workloads.md's table of the TrainConfig fields a workload can read: name, type, default, knob
-class, who acts on it, what it is (`python -m trainables.workload` prints it; a test holds the page to it)."""
+class, who acts on it, what it is (`python -m trainables.workloads.workload` prints it; a test holds the page to it)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Batches of a character corpus's token stream, the hybrid LM's: the training batches (`window_batches`:
 random seq_len + 1 windows, the same for a step number on every loader and device) and the fixed
-validation set (`val_window_batches`). Not trainables/datasets.py's batches of a Dataset's examples: a
+validation set (`val_window_batches`). Not trainables/data/datasets.py's batches of a Dataset's examples: a
 DataLoader worker here builds a whole batch of windows at once and keeps the tokens compact until they
 reach the device; both draw a step's batch from `datasets.step_generator`."""
 
@@ -11,9 +11,9 @@ from collections.abc import Iterator
 import torch
 from torch.utils.data import DataLoader
 
+from trainables.common.errors import DataError
 from trainables.data import LOADERS, gather_windows, split_xy
-from trainables.datasets import step_generator
-from trainables.errors import DataError
+from trainables.data.datasets import step_generator
 
 
 def batch_offsets(seed: int, step: int, batch_size: int, seq_len: int, n_tokens: int) -> torch.Tensor:

@@ -2,7 +2,7 @@
 
 The project's top-level packages are `model`, `trainables` and `tuner`. A user's folder may hold a file of
 the same name (nanoGPT's `model.py`): a workload file is imported as a module of its folder's private
-package (trainables/user_folder.py), where `from model import GPT` finds THEIR `model.py` and the project's
+package (trainables/workloads/user_folder.py), where `from model import GPT` finds THEIR `model.py` and the project's
 `model` stays the project's; so is a workload module whose folder holds such a file. Where this cannot help
 (a workload module itself named like a project package), one line says the fix.
 """
@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
-from trainables import user_folder
 from trainables.config import ConfigError, is_file_spec
+from trainables.workloads import user_folder
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 PROJECT_PACKAGES = ("model", "trainables", "tuner")
@@ -88,7 +88,7 @@ def _load_file(spec: WorkloadSpec, path: Path, key: str) -> ModuleType:
 
 def _load_module(spec: WorkloadSpec, key: str) -> ModuleType:
     """A module by name, where the path finds it; from a folder that holds a file named like one of this
-    project's packages, privately, as a file is (trainables/user_folder.py)."""
+    project's packages, privately, as a file is (trainables/workloads/user_folder.py)."""
     module = spec.module_name
     top = module.partition(".")[0]
     if top in PROJECT_PACKAGES:

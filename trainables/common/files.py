@@ -1,5 +1,5 @@
 """Files that other processes may read while one is written: the compile cache's entries, OUT's state, the
-remembered answers, the downloaded corpus's cache (trainables/data.py); and the folder those caches live in
+remembered answers, the downloaded corpus's cache (trainables/data/__init__.py); and the folder those caches live in
 (corpus_cache_dir)."""
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from trainables.errors import first_line
+from trainables.common.errors import first_line
 
 Bound = Literal["compute", "memory", "launch", "device"]
 OpKind = Literal["compute", "memory"]
@@ -76,7 +76,7 @@ class TopOp:
 
 @dataclass(frozen=True, kw_only=True)
 class Profile:
-    """The profiled steps of a run, summed up (trainables/profile.py says the rules)."""
+    """The profiled steps of a run, summed up (trainables/training/profile.py says the rules)."""
 
     bound: Bound
     reason: str  # the rule that decided, in one line

@@ -1,4 +1,4 @@
-"""What the checks before any work ask of a workload's own code (trainables/workload.py:check_workload):
+"""What the checks before any work ask of a workload's own code (trainables/workloads/workload.py:check_workload):
 what it declares of itself (its unit, units per example, whether it reads the corpus), that a workload
 counted as a language model has token windows for examples, and its loss and metrics on a batch, each
 wrong kind refused in one line (ConfigError) that names the method or attribute and the fix."""
@@ -10,10 +10,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from trainables import datasets
 from trainables.config import ConfigError
-from trainables.workload_job import Job
-from trainables.workload_protocol import TOKENS, Batch
+from trainables.data import datasets
+from trainables.workloads.workload_job import Job
+from trainables.workloads.workload_protocol import TOKENS, Batch
 
 
 def check_declared(job: Job, name: str, section: str) -> None:

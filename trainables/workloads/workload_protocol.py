@@ -8,7 +8,7 @@ that returns an object with the methods below. The least it writes is three:
     loss(model, batch)             -> scalar tensor, the batch's MEAN loss
     train_dataset()                -> a map-style torch Dataset of examples; the loop batches it (batch_size
                                       examples a step, seeded) and applies loader / num_workers / pin_memory
-                                      (loader=device where the dataset allows: trainables/datasets.py)
+                                      (loader=device where the dataset allows: trainables/data/datasets.py)
       or train_batches(device, start_step) -> endless iterator of batches (then also val_batches)
 
 Everything else has a default:
@@ -22,10 +22,10 @@ Everything else has a default:
     compile_regions(model)         its repeated blocks (default: none): the loop compiles them one by one
                                    (compile_scope: blocks) and checkpoints every k-th (activation_checkpointing)
     flops_per_token(model)         training FLOPs per token, forward + backward, for the report's MFU
-                                   (default: 6 x trainable parameters, said as such: trainables/flops.py)
+                                   (default: 6 x trainable parameters, said as such: trainables/workloads/flops.py)
     loss_tolerance                 ("relative", 0.05) or ("absolute", 0.02): the loss rule's tolerance for
                                    its loss's scale, where the search config sets none (default: 0.05
-                                   absolute; trainables/loss_tolerance.py)
+                                   absolute; trainables/workloads/loss_tolerance.py)
     supports                       the workload knobs it implements, of WORKLOAD_KNOBS (default: none; a
                                    Dataset workload gets the loader knobs from the loop); it reads their
                                    values from the TrainConfig its factory was given (cfg.kernels, ...)
@@ -46,10 +46,10 @@ dataclass or a pydantic model (`def make_workload(cfg, model: GPTConfig)`), so
 the uncompiled model in fp32 under torch.no_grad(); a speed counts batch_size x units_per_example units
 per batch (the internal names say tokens: tokens_per_s, tokens, eval_tokens, whatever the unit); a batch
 is a tensor or a tuple/list/dict of tensors with the batch on dim 0.
-`check_workload` (trainables/workload.py) checks all this before any expensive work (ConfigError: one
+`check_workload` (trainables/workloads/workload.py) checks all this before any expensive work (ConfigError: one
 line, exit 2). docs/workloads.md is the user's guide; its table of TrainConfig fields is
-`python -m trainables.workload`. The built-in hybrid LM is trainables/hybrid_workload.py; the loop calls a
-workload through trainables/workload_job.py:Job, which fills in the defaults above.
+`python -m trainables.workloads.workload`. The built-in hybrid LM is trainables/workloads/hybrid_workload.py; the loop calls a
+workload through trainables/workloads/workload_job.py:Job, which fills in the defaults above.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The one training loop. It knows nothing of Ray: the Ray trainable and the CLI both call `train()`.
 
-Speed is measured the way the tuner needs it (`trainables.timing.StepTimer`): steady-state tokens/s after
+Speed is measured the way the tuner needs it (`trainables.training.timing.StepTimer`): steady-state tokens/s after
 `timing_warmup_steps`, compile and warm-up time apart, step-time median and p90, and the wall-clock window
 of the steady phase so GPU telemetry can be joined to it. Host-device syncs happen only at log/eval
 boundaries so the measurement does not slow what it measures. Peak memory is each run's own, also when a
@@ -26,16 +26,18 @@ import torch
 
 from model import library_env
 from model.ops import available_backends, tuning
-from trainables import compile_cache, flops, memory, profile, progress
-from trainables.cache_use import CacheCount, stable_cache_keys
+from trainables.common import progress
+from trainables.common.errors import find_cause, first_line
 from trainables.config import ConfigError, TrainConfig, dump_config
-from trainables.errors import find_cause, first_line
-from trainables.evaluation import eval_figures
-from trainables.result import RunResult
-from trainables.step_model import OptimizerStep
-from trainables.timing import CompileDeadline, FirstStepDeadline, StepTimer
-from trainables.workload import load_workload
-from trainables.workload_job import Job, as_job
+from trainables.training import compile_cache, memory, profile
+from trainables.training.cache_use import CacheCount, stable_cache_keys
+from trainables.training.evaluation import eval_figures
+from trainables.training.result import RunResult
+from trainables.training.step_model import OptimizerStep
+from trainables.training.timing import CompileDeadline, FirstStepDeadline, StepTimer
+from trainables.workloads import flops
+from trainables.workloads.workload import load_workload
+from trainables.workloads.workload_job import Job, as_job
 
 Report = Callable[[dict[str, Any]], None]
 
@@ -235,7 +237,7 @@ def train(
     if result.status != "ok":
         log(f"run ended: {result.status}: {result.error}")
     elif result.mfu is not None:
-        log(flops.mfu_line(result, cfg.precision))
+        log(result.mfu_line(cfg.precision))
     if cfg.out_dir:
         (Path(cfg.out_dir) / "result.json").write_text(json.dumps(result.as_json(), indent=1))
     return result

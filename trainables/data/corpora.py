@@ -48,13 +48,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from trainables.errors import DataError
-from trainables.files import corpus_cache_dir, write_atomically
+from trainables.common.errors import DataError
+from trainables.common.files import corpus_cache_dir, write_atomically
 
 log = logging.getLogger(__name__)
 
 BUILTIN_PREFIX = "builtin:"  # a `data` value naming a built-in corpus, not a path
-# Every character outside a corpus's vocabulary becomes this one token (here and in trainables/data.py's
+# Every character outside a corpus's vocabulary becomes this one token (here and in trainables/data/__init__.py's
 # embedded corpus, every non-ASCII one), so the vocabulary is small and stable.
 REPLACEMENT_CHAR = "\ufffd"
 CORPUS_FORMAT = 1

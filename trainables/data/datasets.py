@@ -1,6 +1,6 @@
 """Batches of a workload that gives a torch Dataset of examples (`example_batches`, `val_example_batches`):
 the loop, not the workload, applies the loader knobs. The hybrid LM batches its token stream itself
-(trainables/char_batches.py: windows at offsets, not examples); both draw a step's batch from
+(trainables/data/char_batches.py: windows at offsets, not examples); both draw a step's batch from
 `step_generator`.
 
 Batch `step` is `batch_size` examples drawn with replacement by a generator seeded from (seed, step), as the
@@ -86,7 +86,7 @@ class StepSampler(Sampler[list[int]]):
 
 def example_count(dataset: Dataset) -> int:
     """How many examples a map-style dataset holds (torch's Dataset declares no __len__; a workload's
-    datasets are checked for one when it is loaded: trainables/workload.py)."""
+    datasets are checked for one when it is loaded: trainables/workloads/workload.py)."""
     return len(cast(Sized, dataset))
 
 

@@ -37,8 +37,8 @@ import torch
 
 from model.library_env import COMPILE_CACHE_VARS
 from model.ops import tuning
-from trainables.errors import first_line
-from trainables.files import corpus_cache_dir, write_atomically
+from trainables.common.errors import first_line
+from trainables.common.files import corpus_cache_dir, write_atomically
 
 ROOTS = tuple(COMPILE_CACHE_VARS)  # the dirs of a compile cache, as `TrainConfig.compile_cache` lays them out
 BATCH_BYTES = 64 << 20  # the most one call moves through Ray's object store
