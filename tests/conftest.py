@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+import tests.user_env  # noqa: F401  before torch: what the user exported, not what torch writes later
+
 TESTS = Path(__file__).resolve().parent
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")

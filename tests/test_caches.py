@@ -18,6 +18,7 @@ import pytest
 
 from model import library_env
 from tests.test_train import toy_config
+from tests.user_env import user_env
 from trainables.common.exit_codes import Exit
 from trainables.config import ConfigError, dump_config
 from trainables.training import compile_cache
@@ -54,7 +55,7 @@ def entries(root: Path) -> dict[str, tuple[int, int]]:
 
 def run_in_new_process(cfg_path: Path, out: Path) -> dict:
     env = {
-        **os.environ,
+        **user_env(),
         "PYTHONPATH": os.pathsep.join(filter(None, (str(TESTS), os.environ.get("PYTHONPATH")))),
     }
     for var in CACHE_VARS:

@@ -35,6 +35,7 @@ from ray._raylet import GcsClient
 from tests.ray_procs import free_ports, stop_group
 from tests.test_failures import FakeTrial
 from tests.test_telemetry import read_scalars
+from tests.user_env import user_env
 from trainables.common.errors import DataError
 from trainables.data import Corpus, load_char_data, shipped_corpus
 from trainables.trainable import _own_compile_caches
@@ -72,7 +73,7 @@ NODE_PORTS = (
     "dashboard-agent-grpc-port", "runtime-env-agent-port",
 )  # fmt: skip
 ENV = {
-    **os.environ,
+    **user_env(),
     "RAY_AUTH_MODE": "disabled",
     "RAY_USAGE_STATS_ENABLED": "0",
     "TUNER_OFFLINE": "1",

@@ -6,7 +6,6 @@ checkpointing too), and (slow, nanoGPT's) runs a small CPU search to exit 0 or 3
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +14,7 @@ import pytest
 import yaml
 
 from tests.answer_checks import check_answer
+from tests.user_env import user_env
 
 REPO = Path(__file__).resolve().parents[1]
 SHAKESPEARE = REPO.parent / "shared" / "data" / "tinyshakespeare.txt"
@@ -23,7 +23,7 @@ EXAMPLES = {
     "nanogpt": ("examples/nanogpt/search.yaml", "n_layer", 1, 2),
     "hf_llama": ("examples/hf_llama/search.yaml", "num_hidden_layers", 1, 2),
 }
-ENV = {**os.environ, "PYTHONPATH": str(REPO), "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+ENV = {**user_env(), "PYTHONPATH": str(REPO), "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
 
 
 @pytest.fixture

@@ -23,6 +23,7 @@ import pytest
 import yaml
 from toy_workload import TOY
 
+from tests.user_env import user_env
 from trainables.spec import LABELS, TrialSpec
 from tuner.runs.ledger import RETELL_S, Ledger, LedgerRecorder
 from tuner.runs.request import Placement
@@ -30,7 +31,7 @@ from tuner.runs.tune import run_cases
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
-ENV = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0", "TUNER_OFFLINE": "1"}
+ENV = {**user_env(), "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0", "TUNER_OFFLINE": "1"}
 ENV["PYTHONPATH"] = os.pathsep.join(filter(None, (str(TESTS), str(ROOT), os.environ.get("PYTHONPATH"))))
 
 

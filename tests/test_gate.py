@@ -11,6 +11,7 @@ import time
 import pytest
 import ray
 
+from tests.user_env import user_env
 from trainables.training import gate as gate_module
 from trainables.training.gate import (
     BESIDE_CHECK_S,
@@ -272,7 +273,7 @@ print("GPU", ray.get(second.remote([one]), timeout=120))
 
 
 def test_a_gpu_ray_numbers_other_than_its_index_keeps_its_gate_after_the_first_trial_ends(tmp_path):
-    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "1", "RAY_ADDRESS": ""}
+    env = {**user_env(), "CUDA_VISIBLE_DEVICES": "1", "RAY_ADDRESS": ""}
     done = subprocess.run([sys.executable, "-c", GPU_ONE, str(tmp_path / "handed")], env=env,
                           capture_output=True, text=True, timeout=240)  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]

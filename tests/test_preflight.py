@@ -4,7 +4,6 @@ a machine without it is the machine's fault (exit 5), refused as early; duration
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.user_env import user_env
 from trainables import train
 from trainables.common.errors import EnvironmentFault
 from trainables.common.exit_codes import Exit
@@ -152,7 +152,7 @@ def test_the_training_cli_refuses_a_config_that_needs_cuda_without_it_with_exit_
     done = subprocess.run(
         [sys.executable, "-m", "trainables.train", *argv],
         cwd=here,
-        env={**os.environ, "CUDA_VISIBLE_DEVICES": ""},
+        env={**user_env(), "CUDA_VISIBLE_DEVICES": ""},
         capture_output=True,
         text=True,
         timeout=120,

@@ -31,6 +31,7 @@ from pathlib import Path
 import pytest
 
 from tests.ray_procs import free_ports, stop_group
+from tests.user_env import user_env
 
 ROOT = Path(__file__).resolve().parents[1]
 SHAKESPEARE = ROOT.parent / "shared" / "data" / "tinyshakespeare.txt"
@@ -84,7 +85,7 @@ class Head:
     def env(self) -> dict[str, str]:
         """What a client of this head needs: Ray's token auth on, with its token."""
         return {
-            **os.environ,
+            **user_env(),
             "RAY_AUTH_MODE": "token",
             "RAY_AUTH_TOKEN": self.token,
             "RAY_USAGE_STATS_ENABLED": "0",

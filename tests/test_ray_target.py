@@ -5,7 +5,6 @@ the environment's exit code, SIGTERM while connecting is an interrupt, and one d
 from __future__ import annotations
 
 import json
-import os
 import signal
 import socket
 import subprocess
@@ -15,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.user_env import user_env
 from trainables.common.errors import EnvironmentFault
 from trainables.common.exit_codes import Exit
 from trainables.config import ConfigError
@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SMOKE = str(ROOT / "configs" / "smoke.yaml")
 SHAKESPEARE = ROOT.parent / "shared" / "data" / "tinyshakespeare.txt"
 DATA = ["--data", str(SHAKESPEARE)] if SHAKESPEARE.exists() else []
-ENV = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0", "TUNER_OFFLINE": "1"}
+ENV = {**user_env(), "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0", "TUNER_OFFLINE": "1"}
 
 
 @pytest.fixture

@@ -21,6 +21,7 @@ from ray._raylet import GcsClient
 from tests.answer_checks import check_answer
 from tests.k8s import checks
 from tests.ray_procs import free_ports, stop_group
+from tests.user_env import user_env
 from trainables.config import load_config
 from trainables.data import resolve_corpus
 from tuner.decide.select import pick_winner, spread
@@ -30,7 +31,7 @@ from tuner.state.records import Finalist
 ROOT = Path(__file__).resolve().parents[1]
 SHAKESPEARE = ROOT.parent / "shared" / "data" / "tinyshakespeare.txt"
 DATA = [str(SHAKESPEARE)] if SHAKESPEARE.exists() else []  # else the embedded default corpus
-ENV = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0", "TUNER_OFFLINE": "1"}
+ENV = {**user_env(), "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0", "TUNER_OFFLINE": "1"}
 
 pytestmark = pytest.mark.slow
 

@@ -20,12 +20,13 @@ import psutil
 import pytest
 
 from tests.test_failures import left_running
+from tests.user_env import user_env
 from tuner.session.ray_session import REAPER
 
 ROOT = Path(__file__).resolve().parents[1]
 SHAKESPEARE = ROOT.parent / "shared" / "data" / "tinyshakespeare.txt"
 DATA = ["--data", str(SHAKESPEARE)] if SHAKESPEARE.exists() else []
-ENV = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0", "TUNER_OFFLINE": "1"}
+ENV = {**user_env(), "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0", "TUNER_OFFLINE": "1"}
 ENV["PYTHONPATH"] = os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH"))))
 
 pytestmark = pytest.mark.slow

@@ -19,6 +19,7 @@ from tensorboardX.proto.event_pb2 import Event
 
 from tests.factories import make_row
 from tests.fake_nvml import POWER_CAP, THERMAL, FakeNvml, NVMLError_LibraryNotFound
+from tests.user_env import user_env
 from trainables.spec import TrialSpec
 from tuner.runs import observe
 from tuner.runs.observe import Telemetry
@@ -552,7 +553,7 @@ def test_overhead_bench_alternates_paused_and_sampling_segments(tmp_path):
         "2",
     ]
     done = subprocess.run(
-        cmd, cwd=REPO, env={**os.environ, "PYTHONPATH": path}, capture_output=True, text=True, timeout=300
+        cmd, cwd=REPO, env={**user_env(), "PYTHONPATH": path}, capture_output=True, text=True, timeout=300
     )
     assert done.returncode == 0, done.stderr[-2000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])

@@ -23,6 +23,7 @@ import pytest
 import torch
 import toy_workload
 
+from tests.user_env import user_env
 from trainables import train as train_cli
 from trainables.common.errors import DataError
 from trainables.config import (
@@ -128,7 +129,7 @@ def run_cli(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "trainables.train", *args],
         cwd=REPO,
-        env={**os.environ, "PYTHONPATH": path},
+        env={**user_env(), "PYTHONPATH": path},
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -5,7 +5,6 @@ from elsewhere and in a Ray trial; and nothing in the package writes into `sys.m
 from __future__ import annotations
 
 import ast
-import os
 import subprocess
 import sys
 import textwrap
@@ -17,6 +16,7 @@ import model as project_model
 import trainables as project_trainables
 import tuner as project_tuner
 from tests.test_workloads import GOOD
+from tests.user_env import user_env
 from trainables.config import make_config
 from trainables.training.loop import train
 from trainables.workloads import user_folder
@@ -85,7 +85,7 @@ def test_a_fresh_process_started_elsewhere_trains_it(folder, tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "trainables.train", "--json", *sets, "--set", f"workload={folder / 'job.py'}:make_workload"],
         cwd=elsewhere,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
+        env={**user_env(), "PYTHONPATH": str(REPO)},
         capture_output=True,
         text=True,
         timeout=300,

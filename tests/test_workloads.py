@@ -7,7 +7,6 @@ them end to end.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import textwrap
@@ -20,6 +19,7 @@ import yaml
 from torch.utils.data import TensorDataset
 
 import model as project_model
+from tests.user_env import user_env
 from trainables.config import ConfigError, load_config, make_config
 from trainables.data import CharWindows, datasets
 from trainables.training.loop import train
@@ -154,7 +154,7 @@ def test_the_training_cli_refuses_a_bad_workload_in_one_line(tmp_path, corpus):
             f"workload={job}:make_workload",
         ],
         cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
+        env={**user_env(), "PYTHONPATH": str(REPO)},
         capture_output=True,
         text=True,
         timeout=300,
@@ -212,7 +212,7 @@ def test_a_module_workload_beside_its_own_model_py_runs_from_that_folder(corpus)
         [sys.executable, "-m", "trainables.train", "--config", "search.yaml", "--data", str(corpus), "--json",
          "--set", "workload=job:make_workload", "--set", "tokens=2048", "--set", "model.n_layer=1"],
         cwd=NANOGPT,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
+        env={**user_env(), "PYTHONPATH": str(REPO)},
         capture_output=True,
         text=True,
         timeout=300,
