@@ -1,0 +1,64 @@
+"""What the README says about the project, held to what it cites (issue 56 items 6 and 7): the first
+screen and the links. Files only: no search, no import of torch."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+LINK = re.compile(r"\]\(([^)\s]+)\)")  # a Markdown link's target
+CODE = re.compile(r"`([^`]+)`")
+
+
+def section(text: str, title: str) -> str:
+    """The text under `## title` (a title's start is enough), up to the next `## `."""
+    start = re.search(rf"^## {re.escape(title)}.*$", text, re.M)
+    assert start, f"README has a '## {title}' section"
+    end = re.search(r"^## ", text[start.end() :], re.M)
+    return text[start.end() : start.end() + end.start()] if end else text[start.end() :]
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+# --- the first screen (issue 56 item 7) ---
+
+
+def test_the_first_screen_says_what_it_does_one_figure_with_its_link_then_the_quick_start():
+    text = README.read_text()
+    first = text[: text.index("\n## Quick start")]
+    assert len(first.splitlines()) <= 15, "the Quick start is on the first screen"
+    ratios = re.findall(r"\b\d[\d,.]*x\b", LINK.sub("]", first))  # not the anchors' "1x-h200"
+    assert len(ratios) == 1, f"one headline figure before the Quick start, not {ratios}"
+    evidence = [t for t in LINK.findall(first) if t.startswith(("docs/benchmarks.md", "docs/results"))]
+    assert len(evidence) == 1, f"the headline's one link to its evidence, not {evidence}"
+    assert re.search(r"20\d\d-\d\d-\d\d", first), "the headline says when it was measured"
+    # what left the first screen is kept further down, not lost
+    results = section(text, "Results")
+    for figure in ("117.5x", "50.4x", "115.5x", "91.8x-145.3x", "47.8x", "5.07x", "2.20x", "2.79x", "1.24x"):
+        assert figure in results
+    assert "6.99x in images/s" in results
+
+
+@pytest.mark.parametrize("doc", ["README.md", "docs/workloads.md", "docs/test-times.md", "docs/quality.md"])
+def test_every_local_link_resolves_and_every_anchor_is_a_heading(doc):
+    path = ROOT / doc
+    broken = []
+    for target in LINK.findall(path.read_text()):
+        if target.startswith(("http://", "https://", "mailto:")):
+            continue
+        file, _, anchor = target.partition("#")
+        linked = (path.parent / file) if file else path
+        if not linked.exists():
+            broken.append(target)
+        elif anchor and linked.suffix == ".md":
+            headings = [line.lstrip("#") for line in linked.read_text().splitlines() if line.startswith("#")]
+            if anchor not in {slug(h) for h in headings}:
+                broken.append(target)
+    assert broken == []
