@@ -1,8 +1,9 @@
-"""What the README says about the project, held to what it cites (issue 56 items 6 and 7): the first
-screen and the links. Files only: no search, no import of torch."""
+"""What the README says about the project, held to the tree and to what it cites (issue 56 items 6 and 7):
+the first screen, the links and the layout. Files only: no search, no import of torch."""
 
 from __future__ import annotations
 
+import fnmatch
 import re
 from pathlib import Path
 
@@ -62,3 +63,57 @@ def test_every_local_link_resolves_and_every_anchor_is_a_heading(doc):
             if anchor not in {slug(h) for h in headings}:
                 broken.append(target)
     assert broken == []
+
+
+# --- the layout, drawn from the tree (issue 56 items 6 and 7) ---
+
+
+def _named_paths(text: str) -> set[str]:
+    """The repository paths a text names in code spans: `tuner/space/`, `model/hybrid.py` (not commands)."""
+    spans = (s for s in CODE.findall(text) if " " not in s)
+    return {s for s in spans if "/" in s or re.search(r"\.(py|yaml|md|json)$", s)}
+
+
+def _ignored(name: str) -> bool:
+    patterns = [p.strip().strip("/") for p in (ROOT / ".gitignore").read_text().splitlines() if p.strip()]
+    return any(fnmatch.fnmatch(name, p) for p in patterns)
+
+
+def _packages(top: str) -> list[str]:
+    """The package folders under `top`: folders holding Python files."""
+    return sorted(
+        f"{top}/{d.name}/"
+        for d in (ROOT / top).iterdir()
+        if d.is_dir() and d.name != "__pycache__" and any(d.glob("*.py"))
+    )
+
+
+def test_the_layout_names_only_paths_that_exist():
+    named = _named_paths(section(README.read_text(), "Layout"))
+    assert len(named) > 30, "the layout's paths were found"
+    assert sorted(p for p in named if not (ROOT / p).exists()) == []
+
+
+def test_the_layout_names_every_package_and_every_top_level_folder():
+    named = _named_paths(section(README.read_text(), "Layout"))
+    packages = _packages("tuner") + _packages("trainables")
+    assert {"tuner/space/", "tuner/session/", "trainables/common/"} <= set(packages), (
+        "the packages were found"
+    )
+    folders = [
+        f"{d.name}/"
+        for d in ROOT.iterdir()
+        if d.is_dir() and not d.name.startswith(".") and not _ignored(d.name)
+    ]
+    assert sorted(p for p in packages + folders if p not in named) == []
+
+
+def test_every_project_path_the_readme_names_exists():
+    """Anywhere in the README, not only its layout: a file that moved is not named at its old place."""
+    tops = "|".join(
+        ("model", "trainables", "tuner", "bench", "configs", "workloads", "examples", "k8s", "docs")
+    )
+    found = re.findall(rf"(?<![\w./~-])((?:{tops})/[\w./-]*)", README.read_text())
+    paths = {p.rstrip(".,;:") for p in found}
+    assert len(paths) > 40
+    assert sorted(p for p in paths if not (ROOT / p).exists()) == []
