@@ -1,5 +1,5 @@
 """What the README says about the project, held to the tree and to what it cites (issue 56 items 6 and 7):
-the first screen, the links and the layout. Files only: no search, no import of torch."""
+the first screen, the links, the layout and the adapters' line counts. Files only: no search, no torch."""
 
 from __future__ import annotations
 
@@ -117,3 +117,22 @@ def test_every_project_path_the_readme_names_exists():
     paths = {p.rstrip(".,;:") for p in found}
     assert len(paths) > 40
     assert sorted(p for p in paths if not (ROOT / p).exists()) == []
+
+
+# --- the adapters' line counts (issue 56 item 6) ---
+
+# "N lines" said of a file: a link to it, then ", N lines" or " (N lines)"
+LINE_CLAIM = re.compile(r"\]\(([^)\s]+\.py)\)(?:, | \()(\d+) lines\b")
+LINE_COUNT = re.compile(r"\b\d[\d,]*[- ]lines?\b")
+
+
+@pytest.mark.parametrize("doc", ["README.md", "docs/workloads.md"])
+def test_every_line_count_is_a_files_own(doc):
+    path = ROOT / doc
+    text = path.read_text()
+    claims = LINE_CLAIM.findall(text)
+    assert len(claims) == len(LINE_COUNT.findall(text)), "every 'N lines' names the file it counts, by a link"
+    assert len(claims) >= 2, "both examples' adapters are counted"
+    said = {target: int(n) for target, n in claims}
+    counted = {target: len((path.parent / target).read_text().splitlines()) for target in said}
+    assert said == counted
