@@ -1,5 +1,6 @@
 """What the README says about the project, held to the tree and to what it cites (issue 56 items 6 and 7):
-the first screen, the links, the layout and the adapters' line counts. Files only: no search, no torch."""
+the first screen, the links, the layout, the adapters' line counts and the Quick start's timings. Files
+only: no search, no torch."""
 
 from __future__ import annotations
 
@@ -136,3 +137,49 @@ def test_every_line_count_is_a_files_own(doc):
     said = {target: int(n) for target, n in claims}
     counted = {target: len((path.parent / target).read_text().splitlines()) for target in said}
     assert said == counted
+
+
+# --- the timings the Quick start states (issue 56 item 6) ---
+
+DATE = re.compile(r"\b20\d\d-\d\d-\d\d\b")
+# a duration: "99 s", "132-177 s", "1,148 s", "6m57s", "4 minutes", "13 min"
+DURATION = re.compile(
+    r"\d+m\d+s\b|\b\d[\d,.]*(?:[-–]\d[\d,.]*)? ?(?:s|seconds?|min|minutes?|h|hours?)\b(?![-/])"
+)
+
+
+def _evidence(date: str) -> str:
+    """What docs/test-times.md (its rows of that date) and docs/benchmarks.md (its sections of that date)
+    recorded on `date`, dashes made plain and bold dropped."""
+    rows = [
+        r for r in (ROOT / "docs" / "test-times.md").read_text().splitlines() if r.startswith(f"| {date} ")
+    ]
+    sections = re.split(r"^(?=## )", (ROOT / "docs" / "benchmarks.md").read_text(), flags=re.M)
+    dated = [s for s in sections if date in s.split("\n", 1)[0]]
+    return "\n".join(rows + dated).replace("–", "-").replace("**", "")
+
+
+def test_every_time_the_quick_start_states_was_measured_on_a_date_it_names():
+    quick = section(README.read_text(), "Quick start")
+    paragraphs = [p for p in quick.split("\n\n") if not p.startswith("    ")]  # not the commands
+    stated = 0
+    for paragraph in paragraphs:
+        text = paragraph.replace("–", "-").replace("**", "")
+        times = DURATION.findall(text)
+        if not times:
+            continue
+        dates = DATE.findall(text)
+        assert dates, f"a time without the date it was measured: {times} in {paragraph[:80]!r}"
+        evidence = "\n".join(_evidence(d) for d in dates)
+        for time in times:
+            stated += 1
+            assert re.search(rf"(?<![\d,.]){re.escape(time)}", evidence), (
+                f"{time} is not in the runs of {dates}"
+            )
+    assert stated >= 6, "the set-up, the smoke search, its loss check and the tests' times were found"
+
+
+def test_the_quick_start_gives_no_time_as_a_bound_or_a_guess():
+    quick = section(README.read_text(), "Quick start")
+    vague = re.findall(r"(?:about|under|around|roughly|within|~) ?\d[\d,.]* ?(?:s|min|minutes?)\b", quick)
+    assert vague == []
