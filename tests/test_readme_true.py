@@ -1,6 +1,6 @@
-"""What the README says about the project, held to the tree and to what it cites (issue 56 items 6 and 7):
-the first screen, the links, the layout, the adapters' line counts and the Quick start's timings. Files
-only: no search, no torch."""
+"""What the README says about the project, held to the tree, the code and what it cites (issue 56 items 6 and
+7): the first screen, the links, the layout, the adapters' line counts, the Quick start's timings and the
+search's last lines. Files only: no search, no torch."""
 
 from __future__ import annotations
 
@@ -183,3 +183,29 @@ def test_the_quick_start_gives_no_time_as_a_bound_or_a_guess():
     quick = section(README.read_text(), "Quick start")
     vague = re.findall(r"(?:about|under|around|roughly|within|~) ?\d[\d,.]* ?(?:s|min|minutes?)\b", quick)
     assert vague == []
+
+
+# --- the search's last lines (issue 56 item 6) ---
+
+
+def _logged(path: str, prefix: str) -> str:
+    """The f-string a module logs that starts with `prefix` (one call, found in its source)."""
+    calls = re.findall(rf'\blog\(f"({re.escape(prefix)}[^"]*)"\)', (ROOT / path).read_text())
+    assert len(calls) == 1, f"{path} logs one line starting {prefix!r}"
+    return calls[0]
+
+
+def test_the_readme_quotes_the_searchs_last_lines_as_the_code_prints_them():
+    text = README.read_text()
+    run_it = _logged("tuner/phases/finish.py", "run it: ")
+    assert run_it.endswith(".resolve()}"), "the command names best.yaml by its absolute path"
+    shown = re.findall(r"^ +(run it: python -m trainables\.train --config (\S+))$", text, re.M)
+    assert shown, "the README shows the run-it line as printed"
+    assert all(line.startswith(run_it.split("{")[0]) and path.startswith("/") for line, path in shown)
+    # after the run-it line: the line that says why the search is not remembered, where it is not
+    pipeline = (ROOT / "tuner" / "pipeline.py").read_text()
+    not_kept = _logged("tuner/pipeline.py", "not remembered for a later search: ").split("{")[0]
+    assert pipeline.index("finish.write(") < pipeline.index("_remember(ctx,")
+    assert f"`{not_kept}…`" in text
+    assert "Its last line is the command that trains" not in text
+    assert "last line of every finished search is the command" not in text
