@@ -108,6 +108,29 @@ def test_ray_address_local_and_auto_mean_what_they_mean_to_ray(monkeypatch, tmp_
         ray_target(None)
 
 
+def test_a_ray_address_that_fails_names_ray_address_not_an_address_the_user_never_passed(
+    tmp_path, monkeypatch
+):
+    """RAY_ADDRESS=auto with no cluster, or RAY_ADDRESS naming one that is gone: leaving --address out would
+    join it again, so the line says how to run locally from there (issue 56 item 6)."""
+    monkeypatch.setattr("ray._common.utils.get_ray_address_file", lambda _: str(tmp_path / "none"))
+    monkeypatch.setattr("ray._private.services.find_gcs_addresses", lambda: [])
+    monkeypatch.setenv("RAY_ADDRESS", "auto")
+    with pytest.raises(EnvironmentFault) as auto:
+        ray_target(None)
+    monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:1")
+    with pytest.raises(EnvironmentFault) as gone:
+        check_reachable(ray_target(None), timeout_s=5)
+    assert "127.0.0.1:1 (from RAY_ADDRESS)" in str(gone.value)
+    for err in (auto, gone):
+        assert "leave --address out" not in str(err.value)
+        assert "pass --address local (or unset RAY_ADDRESS)" in str(err.value)
+    # --address auto with RAY_ADDRESS unset: leaving --address out is the way to a local instance
+    monkeypatch.delenv("RAY_ADDRESS")
+    with pytest.raises(EnvironmentFault, match="or leave --address out to run on a private local instance"):
+        ray_target("auto")
+
+
 @pytest.mark.parametrize("bad", ["bogus", "host:", ":6379", "host:port"])
 def test_a_malformed_address_is_bad_input(bad, monkeypatch):
     monkeypatch.delenv("RAY_ADDRESS", raising=False)

@@ -109,8 +109,18 @@ def _auto(where: str = "--address") -> RayTarget:
         return RayTarget(running[0], f"{where} auto: a Ray cluster running on this host", auto=True)
     raise EnvironmentFault(
         f"{where} auto: no Ray cluster runs on this host (start one with `ray start --head`, "
-        "or leave --address out to run on a private local instance)"
+        f"or {_local_instead(where)} to run on a private local instance)"
     )
+
+
+def _local_instead(source: str) -> str:
+    """How to get a private local instance instead of the address from `source`: leaving --address out does
+    it only where RAY_ADDRESS names no cluster (a user who passed none, RAY_ADDRESS=auto, would be told to
+    leave out what they never gave); else --address local, which wins over RAY_ADDRESS."""
+    env = os.environ.get("RAY_ADDRESS")
+    if "RAY_ADDRESS" in source or (env and env != "local"):
+        return "pass --address local (or unset RAY_ADDRESS)"
+    return "leave --address out"
 
 
 def check_reachable(target: RayTarget, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
@@ -133,7 +143,7 @@ def check_reachable(target: RayTarget, timeout_s: float = CONNECT_TIMEOUT_S) -> 
         stale = " (that cluster is gone: `ray stop` removes its record)" if "record" in target.source else ""
         raise EnvironmentFault(
             f"cannot reach Ray at {target.address} (from {target.source}) within {timeout_s:.0f} s: {why}"
-            f"{stale}; start it, pass another --address, or leave --address out to run locally"
+            f"{stale}; start it, pass another --address, or {_local_instead(target.source)} to run locally"
         )
 
 
