@@ -37,9 +37,29 @@ pytestmark = pytest.mark.slow
 
 
 def search(out: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    """The search's CLI to its end; past `timeout` it and its Ray are killed and the test fails with what the
+    search printed last and the phases it finished (a CI timeout showed only its first three lines)."""
     data = ["--data", DATA[0]] if DATA else []
     cmd = [sys.executable, "-m", "tuner.search", "--out", str(out), *data, *args]
-    return subprocess.run(cmd, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.Popen(
+        cmd,
+        cwd=ROOT,
+        env=ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        stdout, stderr = proc.communicate()
+        state = out / "state.json"
+        phases = list(json.loads(state.read_text())["phases"]) if state.exists() else []
+        tail = "\n".join(stderr.splitlines()[-40:])
+        pytest.fail(f"the search ran past {timeout} s; phases finished: {phases}; its last lines:\n{tail}")
+    return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
 
 
 # A shorter planned run (16 steps at batch 16, a one-batch eval) for the loss checks of the tests whose
