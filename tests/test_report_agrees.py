@@ -172,3 +172,22 @@ def test_a_winner_chosen_from_a_tie_is_not_called_the_fastest():
         "**screen-3** is chosen from a tie with screen-13 (471,575 tok/s, range 400,164–581,469), within each "
         "other's spread (tie break: the fastest, with no more non-default knobs than the others): 553,377 tok/s"
     )
+
+
+# --- where the evidence is -----------------------------------------------------------------------------------
+
+
+def test_a_confirmation_points_to_the_earlier_out_only_while_it_holds_the_evidence(tmp_path):
+    # issue 56 item 6: a confirmation's report still sent the reader to an OUT deleted since, also once
+    # `python -m tuner.report` rebuilt it
+    earlier = tmp_path / "first"
+    (earlier / "trials").mkdir(parents=True)
+    summary = recorded("decisions-smoke-026b348-8963593/after").model_copy(
+        update={"remembered": {"when": "2026-12-07 10:00", "out": str(earlier)}}
+    )
+    kept = render_markdown(summary)
+    assert f"The evidence they rest on (trial folders, ledgers, Optuna journal) is in {earlier}." in kept
+    (earlier / "trials").rmdir()
+    earlier.rmdir()
+    gone = render_markdown(summary)
+    assert f"is in {earlier}" not in gone and f"was in {earlier}, which no longer holds it" in gone

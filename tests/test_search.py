@@ -207,6 +207,7 @@ def test_a_killed_search_whose_journal_and_ledger_were_cut_resumes_and_loses_not
     again = search(out, *settings, "--resume")  # a finished search just re-reports
     assert again.returncode == resumed.returncode
     check_answer(out, again.returncode)
+    assert "estimated" not in again.stderr  # no estimate for phases it then skips (issue 56 item 6)
     assert load_summary(out)["trials"] == s["trials"]
 
 

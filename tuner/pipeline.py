@@ -79,7 +79,12 @@ def _pipeline(ctx: SearchContext, fresh: bool, kept: Path) -> int:
     )
     screened = ctx.phase("screen", lambda: screen.time_proposals(looking, space), list[TrialRow])
     remaining = eta.Remaining(ctx.shapes, s, ctx.hw.gpus, again.confirming, loss_checked)
-    planned_remeasure_s = eta.after_screen(remaining, screened, pending(besides, ahead))  # as the pool says
+    # as the pool says; none for a search resumed after its re-measure, which it then skips
+    planned_remeasure_s = (
+        None
+        if ctx.state.phase("remeasure") is not None
+        else eta.after_screen(remaining, screened, pending(besides, ahead))
+    )
 
     done = ctx.phase(
         "loss_check",

@@ -4,6 +4,7 @@ trained each loss figure, what the planned run takes, and whether the figures ar
 from __future__ import annotations
 
 import statistics
+from pathlib import Path
 
 from trainables.common.progress import metrics_text
 from tuner.report.cost_section import planned_run
@@ -120,11 +121,18 @@ def _trained_clause(winner: Entry | None, base: Entry) -> str:
 
 def confirmed_line(was: dict[str, str]) -> str:
     """The top line of a confirmation's report: the earlier search it took its screen from, and where its
-    evidence is."""
-    return (
+    evidence is, as the report is written (`python -m tuner.report` rebuilds it after that OUT is deleted)."""
+    taken = (
         f"**A confirmation:** this search matched one finished on {was['when']} ({was['out']}); its probe, "
         "screen and loss check were taken from it, and its finalists and the baseline re-measured now. "
-        f"The evidence they rest on (trial folders, ledgers, Optuna journal) is in {was['out']}."
+    )
+    if (Path(was["out"]) / "trials").is_dir():
+        return (
+            f"{taken}The evidence they rest on (trial folders, ledgers, Optuna journal) is in {was['out']}."
+        )
+    return (
+        f"{taken}The evidence they rest on (trial folders, ledgers, Optuna journal) was in {was['out']}, "
+        "which no longer holds it: of the screen and the loss check, only this report's figures remain."
     )
 
 
