@@ -119,8 +119,22 @@ def xdist_unit(nodeid: str) -> str:
     once for all of them, not again after each module between them (8 starts -> 1; issue 44); and the slow
     suite's two Ray Job modules together, so their head and job start once (-m slow -n 2); the same for the
     shared two-fake-GPU Ray. Which modules use which is read from their source here: the controller sees
-    test ids, not fixtures."""
-    return _module_unit(nodeid.split("::", 1)[0])
+    test ids, not fixtures. A module of slow tests only that shares nothing between its tests (each starts
+    its own search and Ray) is split test by test: test_search.py's four searches, one unit, were one
+    worker's last 1,341 s of CI's slow suite (2026-12-07)."""
+    module = nodeid.split("::", 1)[0]
+    unit = _module_unit(module)
+    return nodeid if unit == module and _shares_nothing(module) else unit
+
+
+@functools.cache
+def _shares_nothing(module: str) -> bool:
+    """Whether every test of `module` is slow and none shares a module-scoped fixture with another."""
+    try:
+        source = (TESTS.parent / module).read_text()
+    except OSError:
+        return False
+    return "\npytestmark = pytest.mark.slow\n" in source and 'scope="module"' not in source
 
 
 @functools.cache  # asked again as each test ends
