@@ -17,6 +17,7 @@ from toy_workload import TOY
 
 from tests.factories import make_row, synthetic_summary, without_best, without_telemetry
 from trainables.spec import TrialSpec
+from tuner.decide import finalists as records
 from tuner.decide.select import finish_first, pick_winner, refuse_untrusted
 from tuner.phases import finish, remeasure
 from tuner.pipeline import remeasure_inputs
@@ -48,7 +49,7 @@ def remeasured(fid: str, *speeds: float, contended: tuple[bool, ...] = ()) -> li
 
 def finalists_of(rows: list[TrialRow], screen: list[TrialRow]):
     baseline = make_row(BASELINE_ID, "baseline", val_loss=2.0, feasible=True)
-    return finish._finalists({}, baseline, screen, rows, tokens=10_000)
+    return records.finalists_of({}, baseline, screen, rows, tokens=10_000)
 
 
 SCREEN = [make_row("screen-1", config={"batch_size": 32}, tokens_per_s=9000.0, feasible=True, val_loss=2.0)]
@@ -252,7 +253,7 @@ def test_the_baseline_is_timed_no_further_when_every_finalist_is_far_beyond_it()
     why = remeasure.baseline_settled(rows, PLANNED)
     assert why is not None and "2.25x the baseline's fastest (2,400 against 1,010)" in why
     # whatever it times within 1.5x of its runs, the answer is the same config
-    for extra in (1010.0 * remeasure.REACH, 990.0 / remeasure.REACH):
+    for extra in (1010.0 * records.REACH, 990.0 / records.REACH):
         more = rows + timed(BASELINE_ID, extra, warmup_s=0.0)
         screen = SCREEN + [make_row("screen-2", config={"batch_size": 64}, feasible=True)]
         finalists = finalists_of(more, screen)
