@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from tests.recorded_search import BASE_LOSS, loss_run, run_recorded, screened, timed
+from tests.recorded_search import BASE_LOSS, BUSY, QUIET, loss_run, run_recorded, screened, timed
 from tests.test_recorded_summaries import RECORDED, RESULTS
 from trainables.common.exit_codes import Exit
 from tuner.report import render_markdown
@@ -56,6 +56,31 @@ def test_every_recorded_notice_of_the_runs_a_figure_rests_on_agrees_with_the_mea
     baseline = next(f for f in summary.finalists if f.id == "baseline")
     assert len(baseline.runs) == said
     assert f"the baseline's figure rests on {said} of the" in remeasure_line(render_markdown(summary))
+
+
+def test_the_notice_and_the_measured_section_count_the_baselines_runs_from_its_record(
+    tmp_path, shared_cpu_ray
+):
+    # the re-measure left out the baseline's third run (every finalist timed far beyond it) and one of its
+    # two windows was contended: the notice, said at finish from the baseline's finalist record (so also
+    # after --resume), counts 1 run not timed, as the measured section does; the re-measure's own count was 2
+    # (the contended window's re-run among them)
+    fast = screened("screen-0", 30000.0, batch_size=64)
+    base = timed(BASELINE_ID, [9000.0, 5000.0], warmup_s=1.0, **QUIET)
+    base[1] = base[1].model_copy(update=BUSY)
+    runs = base + timed("screen-0", [31000.0, 31500.0, 30500.0], fast.config, warmup_s=1.0, **QUIET)
+    code, summary = run_recorded(tmp_path, [fast], [loss_run("loss_check_0-0", fast, BASE_LOSS)], runs)
+    assert code == Exit.OK and summary.best.id == "screen-0"
+    (notice,) = [n for n in summary.notices if "can no longer change the answer" in n]
+    assert ": 1 of its runs not timed (every other finalist's slowest run is over 2.25x" in notice
+    baseline = next(f for f in summary.finalists if f.id == BASELINE_ID)
+    assert (baseline.runs, baseline.not_timed) == ([9000.0], 1)
+    assert notice.endswith(f"({baseline.settled}); its figure rests on 1 run")
+    line = remeasure_line((tmp_path / "report.md").read_text())
+    assert (
+        "the baseline's figure rests on 1 of the 3 runs asked: 1 not timed, as its figure could no longer "
+        "change the answer, 1 left out as contended"
+    ) in line
 
 
 def test_a_figure_on_every_run_asked_says_nothing_more():

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from trainables.common.progress import log
 from tuner.decide import costs
 from tuner.decide.select import spread
 from tuner.state.records import BASELINE_ID, Finalist, TrialRow
@@ -77,6 +78,36 @@ def _speed_trusted(timed: list[TrialRow], loaded: bool) -> bool:
     if not clean:
         return not timed
     return any(r.judged for r in clean) or not loaded
+
+
+def left_out(
+    finalists: Sequence[Finalist], rows: Sequence[TrialRow], tokens: int, asked: tuple[int, int]
+) -> list[Finalist]:
+    """`finalists` with the runs asked of each (`asked`: the baseline's, each other's) that never ran, and
+    for the baseline why (`baseline_settled` on the rows the re-measure ended with): the record that the
+    notice (`settled_notices`) and the report's measured section both read, so they count its runs alike."""
+    why = baseline_settled(rows, tokens)
+    out = []
+    for finalist in finalists:
+        wanted = asked[0] if finalist.id == BASELINE_ID else asked[1]
+        missing = max(0, wanted - sum(1 for r in rows if r.finalist == finalist.id))
+        settled = why if finalist.id == BASELINE_ID and missing else None
+        out.append(finalist.model_copy(update={"not_timed": missing, "settled": settled}))
+    return out
+
+
+def settled_notices(finalists: Sequence[Finalist]) -> list[str]:
+    """One line, where the baseline's runs were left out: how many, why, and how many its figure rests on;
+    logged as the phases' notices are (context.Notices)."""
+    out = []
+    for f in (f for f in finalists if f.settled and f.not_timed):
+        used = len(f.runs)
+        out.append(
+            f"remeasure: the baseline's figure can no longer change the answer: {f.not_timed} of its runs not "
+            f"timed ({f.settled}); its figure rests on {used} run{'s' if used != 1 else ''}"
+        )
+        log(f"notice: {out[-1]}")
+    return out
 
 
 def has_figure(row: TrialRow) -> bool:

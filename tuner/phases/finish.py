@@ -15,7 +15,7 @@ from trainables.config import TrainConfig, dump_config, make_config
 from trainables.workloads.workload import WorkloadInfo
 from tuner.config import ResourcesSection, SearchSection
 from tuner.decide import costs
-from tuner.decide.finalists import finalists_of
+from tuner.decide.finalists import finalists_of, left_out, settled_notices
 from tuner.decide.ratio import one_run_ratio_range, too_few_runs
 from tuner.decide.screen_outcome import ScreenOutcome, nothing_screened
 from tuner.decide.select import finish_first, headline_untrusted, pick_winner, refuse_untrusted, spread
@@ -89,7 +89,7 @@ def summarize(
     loss_check: LossCheckOutcome | None = None,
 ) -> Summary:
     base, tokens = inputs.base.model_dump(), inputs.base.tokens
-    finalists = finalists_of(base, baseline, screen, remeasure, tokens, checked)
+    finalists = _finalists(inputs, baseline, screen, checked, remeasure)
     base_runs = next((f.runs for f in finalists if f.id == BASELINE_ID), [])
     # The baseline competes too: when nothing beats it beyond noise, the simplest (it) wins; and a planned
     # run too short to pay for a winner's compile goes to the config that finishes it first.
@@ -116,7 +116,7 @@ def summarize(
         versions=_versions(leave_out=KERNEL_DISTS if "kernels" in inputs.knobs_left_out else ()),
         timings=timings,
         selection=selection.to_record(),
-        notices=inputs.notices,
+        notices=[*inputs.notices, *settled_notices(finalists)],
         telemetry=TelemetrySummary(
             available=inputs.telemetry.available,
             notice=inputs.telemetry.notice,
@@ -138,6 +138,22 @@ def summarize(
             screen,
             str(inputs.out / "recipe.yaml"),
         ),
+    )
+
+
+def _finalists(
+    inputs: FinishInputs,
+    baseline: TrialRow,
+    screen: list[TrialRow],
+    checked: list[TrialRow],
+    remeasure: list[TrialRow],
+) -> list[Finalist]:
+    """The finalists' records, with the runs asked of each that never ran: the one record the notice of the
+    baseline's left-out runs and the report's measured section both count from."""
+    base, tokens = inputs.base.model_dump(), inputs.base.tokens
+    asked = inputs.search.remeasure_runs(confirming=bool(inputs.state.data.get("remembered")))
+    return left_out(
+        finalists_of(base, baseline, screen, remeasure, tokens, checked), remeasure, tokens, asked
     )
 
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from trainables.config import TrainConfig
 from trainables.spec import TrialSpec
 from tuner.config import SearchSection
-from tuner.decide.finalists import baseline_settled, has_figure
+from tuner.decide.finalists import baseline_settled
 from tuner.runs.placement import PlacementPolicy
 from tuner.runs.pool import RunPool
 from tuner.runs.request import Placement, Role, RunRequest
@@ -143,8 +143,7 @@ def measure(
         if settled is not None:  # the baseline's further runs are left out; the finalists' go on
             wanted = [c if b else w for w, c, b in zip(wanted, counts, base, strict=True)]
         if all(w <= c for w, c in zip(wanted, counts, strict=True)):
-            _say_settled(inputs, settled, rows, asked, counts, base)
-            return rows
+            return rows  # finish says what was left out, from the finalists' record (finalists.left_out)
         again = sum(max(0, w - max(c, a)) for w, c, a in zip(wanted, counts, asked, strict=True))
         if again:  # beyond a case's repeats; the baseline's later repeats are not re-runs
             inputs.notice(
@@ -152,27 +151,6 @@ def measure(
                 "(each config at most twice its repeats)"
             )
         counts = [max(w, c) for w, c in zip(wanted, counts, strict=True)]
-
-
-def _say_settled(
-    inputs: RemeasureInputs,
-    settled: str | None,
-    rows: list[TrialRow],
-    asked: Sequence[int],
-    counts: Sequence[int],
-    base: Sequence[bool],
-) -> None:
-    """One line, where baseline runs were left out: how many, why, and how many its figure rests on."""
-    wanted = more_runs(rows, asked)
-    left = sum(max(0, w - c) for w, c, b in zip(wanted, counts, base, strict=True) if b)
-    if settled is None or not left:
-        return
-    timed = [r for r in rows if r.finalist == BASELINE_ID and has_figure(r)]
-    used = len([r for r in timed if not r.contended] or timed)  # finalists_of's choice of figures
-    inputs.notice(
-        f"remeasure: the baseline's figure can no longer change the answer: {left} of its runs not timed "
-        f"({settled}); its figure rests on {used} run{'s' if used != 1 else ''}"
-    )
 
 
 def first_round(finalists: Sequence[str | None], asked: Sequence[int]) -> list[int]:

@@ -195,6 +195,16 @@ class Finalist(Record):
     contended_runs: list[float] = Field(
         default_factory=list, description="tok/s of the runs left out of `runs`: their window was contended"
     )
+    not_timed: int | None = Field(
+        None,
+        description="runs the re-measure asked of it that never ran (None: a summary from before this was "
+        "recorded, whose report counts its rows)",
+    )
+    settled: str | None = Field(
+        None,
+        description="the baseline: why its runs in not_timed were left out, its figure no longer able to "
+        "change the answer (tuner/phases/remeasure.py: baseline_settled)",
+    )
     speed_trusted: bool = Field(
         True,
         description="false: every timed window of it was contended, so `runs` are those figures, or none "
