@@ -5,6 +5,7 @@ summary under docs/results/ or a search's recorded rows run through its own fini
 
 from __future__ import annotations
 
+import html
 import json
 import re
 
@@ -13,7 +14,7 @@ import pytest
 from tests.recorded_search import BASE_LOSS, BUSY, QUIET, loss_run, run_recorded, screened, timed
 from tests.test_recorded_summaries import RECORDED, RESULTS
 from trainables.common.exit_codes import Exit
-from tuner.report import render_markdown
+from tuner.report import render_html, render_markdown
 from tuner.state.records import BASELINE_ID, Summary
 
 
@@ -125,6 +126,27 @@ def test_the_cap_that_ended_the_loss_check_is_named_alike_in_its_note_and_each_r
         "- screen-2: its loss was never checked: the loss check ended at its cap of 2 runs "
         "(search.max_loss_checks) before it; 10,299 tok/s in the screen"
     ) in why
+
+
+def html_note(summary: Summary) -> str:
+    """report.html's note under the answer, as its text."""
+    found = re.findall(r'<p id="loss-check-note">(.*?)</p>', render_html(summary), re.S)
+    return html.unescape(found[0]) if found else ""
+
+
+def test_report_html_names_the_cap_that_ended_the_loss_check_as_report_md_does():
+    # report.md said "Note: the loss check ended at its cap of 2 runs (search.max_loss_checks) ...";
+    # report.html said nothing of the stop, while its rejection of screen-2 named the cap
+    summary = recorded("decisions-smoke-9c63ccd-19d39db/after")
+    (md_note,) = [l for l in render_markdown(summary).splitlines() if l.startswith("Note: the loss check")]
+    assert html_note(summary) == md_note
+    assert md_note.startswith("Note: the loss check ended at its cap of 2 runs (search.max_loss_checks)")
+    timed_out = summary.loss_check.model_copy(update={"ended_by": "loss_check_time", "time_budget_s": 120.0})
+    assert "at its time budget of 120 s (search.loss_check_time) after 2 runs" in html_note(
+        summary.model_copy(update={"loss_check": timed_out})
+    )
+    checked = summary.loss_check.model_copy(update={"ended_by": "all_checked", "unchecked_faster": []})
+    assert html_note(summary.model_copy(update={"loss_check": checked})) == ""
 
 
 def test_a_time_budget_or_a_failure_is_named_where_it_left_a_config_unchecked():
