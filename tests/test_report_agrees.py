@@ -190,6 +190,31 @@ def test_a_config_stopped_early_on_a_trusted_figure_is_slower():
     assert "- screen-6: stopped early: slower than the early-stop threshold (416 tok/s)" in why
 
 
+def test_an_early_stop_quotes_the_ratio_summary_json_records(tmp_path, shared_cpu_ray):
+    # the rejection said "slower than the early-stop threshold" and summary.json held no threshold to say
+    fast, slow = (
+        screened("screen-0", 30000.0, batch_size=64),
+        screened("screen-1", 416.0, "stopped", batch_size=8),
+    )
+    runs = timed(BASELINE_ID, [9000.0, 9100.0, 8900.0]) + timed("screen-0", [31000.0, 31500.0], fast.config)
+    code, summary = run_recorded(tmp_path, [fast, slow], [loss_run("loss_check_0-0", fast, BASE_LOSS)], runs)
+    why = section((tmp_path / "report.md").read_text(), "Why others were rejected")
+    assert (
+        "- screen-1: stopped early: 416 tok/s, under the early-stop threshold (0.5 x the fastest finished so "
+        "far: search.early_stop_ratio)"
+    ) in why
+    assert code == Exit.OK and summary.early_stop_ratio == 0.5  # configs/smoke.yaml leaves it at its default
+
+
+def test_an_early_stop_on_a_contended_figure_quotes_the_recorded_ratio():
+    summary = recorded("decisions-smoke-40bcd84-77a8983/after").model_copy(update={"early_stop_ratio": 0.3})
+    why = section(render_markdown(summary), "Why others were rejected")
+    assert (
+        "was under the early-stop threshold (0.3 x the fastest finished so far: search.early_stop_ratio); "
+        "alone it may have been faster"
+    ) in why
+
+
 # --- a tie ---------------------------------------------------------------------------------------------------------
 
 

@@ -98,8 +98,7 @@ def summarize(
     winner = selection.winner
     if not any(f.feasible for f in finalists if f.id != BASELINE_ID):
         winner = None  # nothing but the baseline itself passed: exit 3, the baseline is the answer
-    trials = [baseline, *screen, *checked, *remeasure]
-    timings = _timings(inputs)
+    trials, timings = [baseline, *screen, *checked, *remeasure], _timings(inputs)
     return Summary(
         baseline=_baseline_result(base, base_runs, baseline),
         unit=inputs.workload.unit if inputs.workload else "tokens",
@@ -125,6 +124,7 @@ def summarize(
         command=inputs.command,
         best_yaml=str(inputs.out / "best.yaml"),
         measurement=_measurement(inputs),
+        early_stop_ratio=inputs.search.early_stop_ratio,  # what the report's early stops quote
         planned_tokens=tokens,
         compile_cache=inputs.compile_cache,
         finalists=finalists,

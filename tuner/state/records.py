@@ -338,6 +338,11 @@ class Summary(Record):
     command: str | None = None
     best_yaml: str | None = None
     measurement: dict[str, Any] = Field(default_factory=dict)
+    early_stop_ratio: float | None = Field(
+        None,
+        description="search.early_stop_ratio as the screen applied it: a trial timed under this x the fastest "
+        "finished so far was stopped (0: none was; None: a summary from before it was recorded)",
+    )
     planned_tokens: int | None = Field(None, description="train.tokens: the run the answer is for")
     compile_cache: str | None = Field(
         None, description="the search's Inductor/Triton caches (best.yaml uses them)"
