@@ -17,6 +17,7 @@ from toy_workload import TOY
 
 from tests.factories import make_row, synthetic_summary, without_best, without_telemetry
 from trainables.spec import TrialSpec
+from tuner.decide import finalists as records
 from tuner.decide.select import finish_first, pick_winner, refuse_untrusted
 from tuner.phases import finish, remeasure
 from tuner.pipeline import remeasure_inputs
@@ -48,7 +49,7 @@ def remeasured(fid: str, *speeds: float, contended: tuple[bool, ...] = ()) -> li
 
 def finalists_of(rows: list[TrialRow], screen: list[TrialRow]):
     baseline = make_row(BASELINE_ID, "baseline", val_loss=2.0, feasible=True)
-    return finish._finalists({}, baseline, screen, rows, tokens=10_000)
+    return records.finalists_of({}, baseline, screen, rows, tokens=10_000)
 
 
 SCREEN = [make_row("screen-1", config={"batch_size": 32}, tokens_per_s=9000.0, feasible=True, val_loss=2.0)]
@@ -252,7 +253,7 @@ def test_the_baseline_is_timed_no_further_when_every_finalist_is_far_beyond_it()
     why = remeasure.baseline_settled(rows, PLANNED)
     assert why is not None and "2.25x the baseline's fastest (2,400 against 1,010)" in why
     # whatever it times within 1.5x of its runs, the answer is the same config
-    for extra in (1010.0 * remeasure.REACH, 990.0 / remeasure.REACH):
+    for extra in (1010.0 * records.REACH, 990.0 / records.REACH):
         more = rows + timed(BASELINE_ID, extra, warmup_s=0.0)
         screen = SCREEN + [make_row("screen-2", config={"batch_size": 64}, feasible=True)]
         finalists = finalists_of(more, screen)
@@ -331,12 +332,16 @@ def test_the_remeasure_leaves_out_the_baseline_runs_that_cannot_change_the_answe
     cases = [TrialSpec.of(TOY, finalist=BASELINE_ID), TrialSpec.of(TOY, finalist="screen-1")]
     rows = remeasure.measure(ctx, cases, [6, 3], Placement({"cpu": 1}, 1))
     assert FakePool.asked == rounds
-    skipped = [n for n in ctx.notices if "can no longer change the answer" in n]
+    assert ctx.notices == []  # finish says what was left out, from the finalists' record
+    finalists = records.left_out(finalists_of(rows, SCREEN), rows, PLANNED, (6, 3))
+    baseline = next(f for f in finalists if f.id == BASELINE_ID)
+    said = records.settled_notices(finalists)
     if len(rounds) == 1:  # far beyond: its 3 later repeats are left out, said once
-        assert len(skipped) == 1 and "3 of its runs not timed" in skipped[0], ctx.notices
-        assert "its figure rests on 3 runs" in skipped[0]
+        assert baseline.not_timed == 3 and baseline.settled is not None and len(said) == 1
+        assert "3 of its runs not timed" in said[0] and "its figure rests on 3 runs" in said[0]
     else:  # close: all 6 timed, nothing said of re-runs either (none were contended)
-        assert ctx.notices == [] and sum(r.finalist == BASELINE_ID for r in rows) == 6
+        assert (baseline.not_timed, baseline.settled, said) == (0, None, [])
+        assert sum(r.finalist == BASELINE_ID for r in rows) == 6
 
 
 def test_a_baseline_figure_from_fewer_runs_still_makes_the_summary_and_report():

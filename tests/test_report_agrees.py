@@ -5,15 +5,16 @@ summary under docs/results/ or a search's recorded rows run through its own fini
 
 from __future__ import annotations
 
+import html
 import json
 import re
 
 import pytest
 
-from tests.recorded_search import BASE_LOSS, loss_run, run_recorded, screened, timed
+from tests.recorded_search import BASE_LOSS, BUSY, QUIET, loss_run, run_recorded, screened, timed
 from tests.test_recorded_summaries import RECORDED, RESULTS
 from trainables.common.exit_codes import Exit
-from tuner.report import render_markdown
+from tuner.report import render_html, render_markdown
 from tuner.state.records import BASELINE_ID, Summary
 
 
@@ -56,6 +57,31 @@ def test_every_recorded_notice_of_the_runs_a_figure_rests_on_agrees_with_the_mea
     baseline = next(f for f in summary.finalists if f.id == "baseline")
     assert len(baseline.runs) == said
     assert f"the baseline's figure rests on {said} of the" in remeasure_line(render_markdown(summary))
+
+
+def test_the_notice_and_the_measured_section_count_the_baselines_runs_from_its_record(
+    tmp_path, shared_cpu_ray
+):
+    # the re-measure left out the baseline's third run (every finalist timed far beyond it) and one of its
+    # two windows was contended: the notice, said at finish from the baseline's finalist record (so also
+    # after --resume), counts 1 run not timed, as the measured section does; the re-measure's own count was 2
+    # (the contended window's re-run among them)
+    fast = screened("screen-0", 30000.0, batch_size=64)
+    base = timed(BASELINE_ID, [9000.0, 5000.0], warmup_s=1.0, **QUIET)
+    base[1] = base[1].model_copy(update=BUSY)
+    runs = base + timed("screen-0", [31000.0, 31500.0, 30500.0], fast.config, warmup_s=1.0, **QUIET)
+    code, summary = run_recorded(tmp_path, [fast], [loss_run("loss_check_0-0", fast, BASE_LOSS)], runs)
+    assert code == Exit.OK and summary.best.id == "screen-0"
+    (notice,) = [n for n in summary.notices if "can no longer change the answer" in n]
+    assert ": 1 of its runs not timed (every other finalist's slowest run is over 2.25x" in notice
+    baseline = next(f for f in summary.finalists if f.id == BASELINE_ID)
+    assert (baseline.runs, baseline.not_timed) == ([9000.0], 1)
+    assert notice.endswith(f"({baseline.settled}); its figure rests on 1 run")
+    line = remeasure_line((tmp_path / "report.md").read_text())
+    assert (
+        "the baseline's figure rests on 1 of the 3 runs asked: 1 not timed, as its figure could no longer "
+        "change the answer, 1 left out as contended"
+    ) in line
 
 
 def test_a_figure_on_every_run_asked_says_nothing_more():
@@ -102,6 +128,27 @@ def test_the_cap_that_ended_the_loss_check_is_named_alike_in_its_note_and_each_r
     ) in why
 
 
+def html_note(summary: Summary) -> str:
+    """report.html's note under the answer, as its text."""
+    found = re.findall(r'<p id="loss-check-note">(.*?)</p>', render_html(summary), re.S)
+    return html.unescape(found[0]) if found else ""
+
+
+def test_report_html_names_the_cap_that_ended_the_loss_check_as_report_md_does():
+    # report.md said "Note: the loss check ended at its cap of 2 runs (search.max_loss_checks) ...";
+    # report.html said nothing of the stop, while its rejection of screen-2 named the cap
+    summary = recorded("decisions-smoke-9c63ccd-19d39db/after")
+    (md_note,) = [l for l in render_markdown(summary).splitlines() if l.startswith("Note: the loss check")]
+    assert html_note(summary) == md_note
+    assert md_note.startswith("Note: the loss check ended at its cap of 2 runs (search.max_loss_checks)")
+    timed_out = summary.loss_check.model_copy(update={"ended_by": "loss_check_time", "time_budget_s": 120.0})
+    assert "at its time budget of 120 s (search.loss_check_time) after 2 runs" in html_note(
+        summary.model_copy(update={"loss_check": timed_out})
+    )
+    checked = summary.loss_check.model_copy(update={"ended_by": "all_checked", "unchecked_faster": []})
+    assert html_note(summary.model_copy(update={"loss_check": checked})) == ""
+
+
 def test_a_time_budget_or_a_failure_is_named_where_it_left_a_config_unchecked():
     summary = recorded("decisions-smoke-9c63ccd-19d39db/after")
     timed_out = summary.loss_check.model_copy(update={"ended_by": "loss_check_time", "time_budget_s": 120.0})
@@ -141,6 +188,31 @@ def test_a_config_stopped_early_on_a_trusted_figure_is_slower():
     quiet = [t.model_copy(update={"cpu_shared": False, "cpu_others_cores": 0.05}) for t in summary.trials]
     why = section(render_markdown(summary.model_copy(update={"trials": quiet})), "Why others were rejected")
     assert "- screen-6: stopped early: slower than the early-stop threshold (416 tok/s)" in why
+
+
+def test_an_early_stop_quotes_the_ratio_summary_json_records(tmp_path, shared_cpu_ray):
+    # the rejection said "slower than the early-stop threshold" and summary.json held no threshold to say
+    fast, slow = (
+        screened("screen-0", 30000.0, batch_size=64),
+        screened("screen-1", 416.0, "stopped", batch_size=8),
+    )
+    runs = timed(BASELINE_ID, [9000.0, 9100.0, 8900.0]) + timed("screen-0", [31000.0, 31500.0], fast.config)
+    code, summary = run_recorded(tmp_path, [fast, slow], [loss_run("loss_check_0-0", fast, BASE_LOSS)], runs)
+    why = section((tmp_path / "report.md").read_text(), "Why others were rejected")
+    assert (
+        "- screen-1: stopped early: 416 tok/s, under the early-stop threshold (0.5 x the fastest finished so "
+        "far: search.early_stop_ratio)"
+    ) in why
+    assert code == Exit.OK and summary.early_stop_ratio == 0.5  # configs/smoke.yaml leaves it at its default
+
+
+def test_an_early_stop_on_a_contended_figure_quotes_the_recorded_ratio():
+    summary = recorded("decisions-smoke-40bcd84-77a8983/after").model_copy(update={"early_stop_ratio": 0.3})
+    why = section(render_markdown(summary), "Why others were rejected")
+    assert (
+        "was under the early-stop threshold (0.3 x the fastest finished so far: search.early_stop_ratio); "
+        "alone it may have been faster"
+    ) in why
 
 
 # --- a tie ---------------------------------------------------------------------------------------------------------

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import importlib.metadata as md
 import sys
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ from trainables.config import TrainConfig, dump_config, make_config
 from trainables.workloads.workload import WorkloadInfo
 from tuner.config import ResourcesSection, SearchSection
 from tuner.decide import costs
+from tuner.decide.finalists import finalists_of, left_out, settled_notices
 from tuner.decide.ratio import one_run_ratio_range, too_few_runs
 from tuner.decide.screen_outcome import ScreenOutcome, nothing_screened
 from tuner.decide.select import finish_first, headline_untrusted, pick_winner, refuse_untrusted, spread
@@ -89,7 +89,7 @@ def summarize(
     loss_check: LossCheckOutcome | None = None,
 ) -> Summary:
     base, tokens = inputs.base.model_dump(), inputs.base.tokens
-    finalists = _finalists(base, baseline, screen, remeasure, tokens, checked)
+    finalists = _finalists(inputs, baseline, screen, checked, remeasure)
     base_runs = next((f.runs for f in finalists if f.id == BASELINE_ID), [])
     # The baseline competes too: when nothing beats it beyond noise, the simplest (it) wins; and a planned
     # run too short to pay for a winner's compile goes to the config that finishes it first.
@@ -98,8 +98,7 @@ def summarize(
     winner = selection.winner
     if not any(f.feasible for f in finalists if f.id != BASELINE_ID):
         winner = None  # nothing but the baseline itself passed: exit 3, the baseline is the answer
-    trials = [baseline, *screen, *checked, *remeasure]
-    timings = _timings(inputs)
+    trials, timings = [baseline, *screen, *checked, *remeasure], _timings(inputs)
     return Summary(
         baseline=_baseline_result(base, base_runs, baseline),
         unit=inputs.workload.unit if inputs.workload else "tokens",
@@ -116,7 +115,7 @@ def summarize(
         versions=_versions(leave_out=KERNEL_DISTS if "kernels" in inputs.knobs_left_out else ()),
         timings=timings,
         selection=selection.to_record(),
-        notices=inputs.notices,
+        notices=[*inputs.notices, *settled_notices(finalists)],
         telemetry=TelemetrySummary(
             available=inputs.telemetry.available,
             notice=inputs.telemetry.notice,
@@ -125,6 +124,7 @@ def summarize(
         command=inputs.command,
         best_yaml=str(inputs.out / "best.yaml"),
         measurement=_measurement(inputs),
+        early_stop_ratio=inputs.search.early_stop_ratio,  # what the report's early stops quote
         planned_tokens=tokens,
         compile_cache=inputs.compile_cache,
         finalists=finalists,
@@ -138,6 +138,22 @@ def summarize(
             screen,
             str(inputs.out / "recipe.yaml"),
         ),
+    )
+
+
+def _finalists(
+    inputs: FinishInputs,
+    baseline: TrialRow,
+    screen: list[TrialRow],
+    checked: list[TrialRow],
+    remeasure: list[TrialRow],
+) -> list[Finalist]:
+    """The finalists' records, with the runs asked of each that never ran: the one record the notice of the
+    baseline's left-out runs and the report's measured section both count from."""
+    base, tokens = inputs.base.model_dump(), inputs.base.tokens
+    asked = inputs.search.remeasure_runs(confirming=bool(inputs.state.data.get("remembered")))
+    return left_out(
+        finalists_of(base, baseline, screen, remeasure, tokens, checked), remeasure, tokens, asked
     )
 
 
@@ -223,64 +239,6 @@ def _say_outcome(summary: Summary) -> Exit:
         f"planned run ({summary.planned_tokens:,} {summary.unit}) takes {takes}{best.time_to_train_s:,.0f} s, compile included"
     )
     return Exit.OK
-
-
-def _finalists(
-    base_config: dict,
-    baseline: TrialRow,
-    screen: list[TrialRow],
-    remeasure: list[TrialRow],
-    tokens: int,
-    loss_runs: Sequence[TrialRow] = (),
-) -> list[Finalist]:
-    by_finalist: dict[str, list[TrialRow]] = {}
-    for row in remeasure:
-        assert row.finalist is not None  # a re-measure run names the finalist it timed
-        by_finalist.setdefault(row.finalist, []).append(row)
-    screened = {t.id: t for t in screen}
-    loaded = any(r.contended for r in remeasure)  # the re-measure saw load: an unjudged window says nothing
-    out = []
-    for fid, rows in by_finalist.items():
-        src = screened.get(fid, baseline)
-        speeds = [(r, r.tokens_per_s) for r in rows if r.status == "ok" and r.tokens_per_s]
-        timed = [r for r, _ in speeds]
-        clean = [tps for r, tps in speeds if not r.contended]
-        contended = [tps for r, tps in speeds if r.contended]
-        runs = clean or contended  # contended figures only where no others were had
-        rows = [r for r in rows if not r.contended] if clean else rows  # the runs its figures come from
-        joules = [r.joules_per_token for r in rows if r.joules_per_token]
-        trusted = [r.telemetry_trusted for r in rows if r.telemetry_trusted is not None]
-        earlier = [*screen, *loss_runs] if fid in screened else []
-        warm = costs.warm_warmup(rows, earlier, base_config, [*screen, *loss_runs, *remeasure])
-        warm_s = warm.seconds if warm else None
-        out.append(
-            Finalist(
-                id=fid,
-                config=src.config if fid in screened else {},
-                runs=runs,
-                contended_runs=contended if clean else [],
-                speed_trusted=_speed_trusted(timed, loaded),
-                val_loss=src.val_loss,
-                feasible=src.feasible,
-                # a J/token figure for every run, or none: a partial median would favour the lucky
-                joules_per_token=spread(joules)[0] if joules and len(joules) == len(rows) else None,
-                telemetry_trusted=all(trusted) if trusted else None,
-                warmup_s=warm_s,
-                warmup_beside=warm.beside if warm else None,
-                warmup_cold_s=costs.cold_warmup(src, screen, base_config) if fid in screened else None,
-                time_to_train_s=costs.time_to_train(warm_s, tokens, spread(runs)[0] if runs else None),
-            )
-        )
-    return out
-
-
-def _speed_trusted(timed: list[TrialRow], loaded: bool) -> bool:
-    """Whether the figure of these timed runs stands: from an uncontended window judged so, or one too short
-    to judge (no CPU shares recorded) on a machine the re-measure never saw contended; or no figure at all."""
-    clean = [r for r in timed if not r.contended]
-    if not clean:
-        return not timed
-    return any(r.judged for r in clean) or not loaded
 
 
 def _val_metrics(

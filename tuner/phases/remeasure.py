@@ -15,13 +15,13 @@ the pick (no feasible finalist but it, or every other finalist timed far beyond 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from trainables.config import TrainConfig
 from trainables.spec import TrialSpec
 from tuner.config import SearchSection
+from tuner.decide.finalists import baseline_settled
 from tuner.runs.placement import PlacementPolicy
 from tuner.runs.pool import RunPool
 from tuner.runs.request import Placement, Role, RunRequest
@@ -33,12 +33,6 @@ from tuner.state.records import BASELINE_ID, TrialRow
 # steps one re-measure run of each finalist trains under torch.profiler after its timed window
 # (trainables/training/profile.py): a fraction of its timed steps, enough for each op's share
 PROFILE_STEPS = 10
-
-# A further uncontended run of a config times within this factor of its uncontended runs so far, either way
-# (`baseline_settled` rests on it): a launch-bound run varies ~8% from one process to the next
-# (search.baseline_repeats), so 1.5x is six times that; load beyond it is what the contention flag catches,
-# and a contended window is not one of a config's figures while it has an uncontended one.
-REACH = 1.5
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -149,8 +143,7 @@ def measure(
         if settled is not None:  # the baseline's further runs are left out; the finalists' go on
             wanted = [c if b else w for w, c, b in zip(wanted, counts, base, strict=True)]
         if all(w <= c for w, c in zip(wanted, counts, strict=True)):
-            _say_settled(inputs, settled, rows, asked, counts, base)
-            return rows
+            return rows  # finish says what was left out, from the finalists' record (finalists.left_out)
         again = sum(max(0, w - max(c, a)) for w, c, a in zip(wanted, counts, asked, strict=True))
         if again:  # beyond a case's repeats; the baseline's later repeats are not re-runs
             inputs.notice(
@@ -158,27 +151,6 @@ def measure(
                 "(each config at most twice its repeats)"
             )
         counts = [max(w, c) for w, c in zip(wanted, counts, strict=True)]
-
-
-def _say_settled(
-    inputs: RemeasureInputs,
-    settled: str | None,
-    rows: list[TrialRow],
-    asked: Sequence[int],
-    counts: Sequence[int],
-    base: Sequence[bool],
-) -> None:
-    """One line, where baseline runs were left out: how many, why, and how many its figure rests on."""
-    wanted = more_runs(rows, asked)
-    left = sum(max(0, w - c) for w, c, b in zip(wanted, counts, base, strict=True) if b)
-    if settled is None or not left:
-        return
-    timed = [r for r in rows if r.finalist == BASELINE_ID and _timed(r)]
-    used = len([r for r in timed if not r.contended] or timed)  # finish._finalists' choice of figures
-    inputs.notice(
-        f"remeasure: the baseline's figure can no longer change the answer: {left} of its runs not timed "
-        f"({settled}); its figure rests on {used} run{'s' if used != 1 else ''}"
-    )
 
 
 def first_round(finalists: Sequence[str | None], asked: Sequence[int]) -> list[int]:
@@ -210,62 +182,3 @@ def more_runs(rows: list[TrialRow], asked: Sequence[int]) -> list[int]:
         clean = sum(1 for r in mine if r.status == "ok" and not r.contended)
         out.append(min(2 * want, len(mine) + max(0, want - clean)))
     return out
-
-
-def _timed(row: TrialRow) -> bool:
-    """The run timed a window (finish._finalists takes its figure)."""
-    tps = row.tokens_per_s
-    return row.status == "ok" and tps is not None and bool(tps) and math.isfinite(tps)
-
-
-def _clean(rows: Sequence[TrialRow]) -> list[TrialRow]:
-    """The runs whose figures a config's figure is: those of uncontended windows (finish._finalists)."""
-    return [r for r in rows if _timed(r) and not r.contended]
-
-
-def baseline_settled(rows: Sequence[TrialRow], tokens: int) -> str | None:
-    """Why no further run of the baseline (a repeat, or a contended window's re-run) can change which config
-    is the answer, from the re-measure's `rows` so far (labelled by finalist); None where one might, or
-    where the baseline has no uncontended figure yet: then it is timed.
-
-    1. No finalist but the baseline is feasible (each re-measured finalist is, unless all its rows say
-       feasible False): the baseline stays the answer whatever it times.
-    2. The baseline and every other finalist F have an uncontended figure from a judged window (so a
-       contended run, the baseline's or any, leaves every figure's trust as it is: select.refuse_untrusted),
-       min(F) > max(baseline) x REACH² over their uncontended figures, and some F with a measured warm-up w
-       trains the planned `tokens` sooner however the runs vary: w + tokens·REACH/min(F) <
-       tokens/(max(baseline)·REACH). With each further uncontended figure within REACH of its config's so
-       far (a contended one is no figure while an uncontended one is had), every final range of the
-       baseline then lies below every F's: it is neither the fastest nor overlaps the fastest
-       (select.pick_winner), and some F's median time to train stays under its, so it is never the one
-       that finishes the planned run first (select.finish_first; warm-ups only get shorter with runs)."""
-    clean = _clean([r for r in rows if r.finalist == BASELINE_ID])
-    if not clean:
-        return None
-    groups: dict[str | None, list[TrialRow]] = {}
-    for row in rows:
-        if row.finalist != BASELINE_ID:
-            groups.setdefault(row.finalist, []).append(row)
-    feasible = [g for g in groups.values() if any(r.feasible is not False for r in g)]
-    if not feasible:
-        return "no finalist but the baseline is feasible: the baseline stays the answer whatever it times"
-    fastest = max(r.tokens_per_s or 0.0 for r in clean)
-    ceiling, sooner, slowest = fastest * REACH, False, math.inf
-    if not any(r.judged for r in clean) or tokens <= 0:
-        return None
-    for group in feasible:
-        mine = _clean(group)
-        if not any(r.judged for r in mine):
-            return None  # no figure yet, or one whose trust a contended run elsewhere could still take
-        floor = min(r.tokens_per_s or 0.0 for r in mine) / REACH
-        if floor <= ceiling:
-            return None  # near enough that a run of either could bring their ranges together
-        slowest = min(slowest, floor * REACH)
-        warm = min((r.warmup_s for r in mine if r.warmup_s is not None), default=None)
-        sooner = sooner or (warm is not None and warm + tokens / floor < tokens / ceiling)
-    if not sooner:
-        return None  # the baseline, compiling nothing, might still train the planned run first
-    return (
-        f"every other finalist's slowest run is over {REACH**2:.2f}x the baseline's fastest ({slowest:,.0f} "
-        f"against {fastest:,.0f}): no run within {REACH}x of its config's brings them together"
-    )

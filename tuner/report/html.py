@@ -337,6 +337,7 @@ def _answer(view: View) -> dict[str, Any]:
         "answer": view.answer,
         "profile": answer_line(summary),
         "recipe": recipe_line(summary),
+        "loss_check_note": view.loss_check_note,
         "cards": _cards(view),
         "changes": view.changes,
         "reasons": summary.selection.reasons,

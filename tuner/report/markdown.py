@@ -123,7 +123,7 @@ def render_markdown(summary: Summary | Mapping[str, Any]) -> str:
         return [in_unit(line, summary.unit) for line in lines]
 
     out = ["# Tuning report", "", *said([report.answer, "", *answer_lines(summary), *recipe_lines(summary)])]
-    out += [f"Note: {capped}.", ""] if summary.loss_check and (capped := summary.loss_check.line()) else []
+    out += [report.loss_check_note, ""] if report.loss_check_note else []
     out += _section("Configs compared", said(_table(report)) + _changes(report))
     out += _bullets(HORIZON_HEAD, said(horizon_lines(summary)))
     changes = [f"{k}: {old} -> {new}" for k, (old, new) in report.changes.items()]

@@ -83,6 +83,17 @@ def _stopped(row: ConfigRow, summary: Summary, speed: str) -> str:
     if trust in STOPPED_ON:
         return (
             f"stopped early on a {trust} figure: {speed}, {STOPPED_ON[trust]}, was under the early-stop "
-            "threshold (search.early_stop_ratio x the fastest finished so far); alone it may have been faster"
+            f"threshold ({_threshold(summary)}); alone it may have been faster"
         )
-    return f"stopped early: slower than the early-stop threshold ({speed})"
+    if summary.early_stop_ratio is None:
+        return f"stopped early: slower than the early-stop threshold ({speed})"
+    return f"stopped early: {speed}, under the early-stop threshold ({_threshold(summary)})"
+
+
+def _threshold(summary: Summary) -> str:
+    """The early-stop threshold, quoting the ratio the screen applied (summary.json's early_stop_ratio); a
+    summary from before it was recorded names the setting only."""
+    ratio = summary.early_stop_ratio
+    if ratio is None:
+        return "search.early_stop_ratio x the fastest finished so far"
+    return f"{ratio:g} x the fastest finished so far: search.early_stop_ratio"

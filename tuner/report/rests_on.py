@@ -22,9 +22,11 @@ def _what_became(summary: Summary, finalist: Finalist, asked: int) -> list[str]:
     rows = [t for t in summary.trials if t.finalist == finalist.id]
     timed = [t for t in rows if t.status == "ok" and is_num(t.tokens_per_s) and t.tokens_per_s]
     out = []
-    if len(rows) < asked:
+    # the record the notice of them reads; a summary from before it: counted from its rows
+    missing = finalist.not_timed if finalist.not_timed is not None else max(0, asked - len(rows))
+    if missing:
         why = ", as its figure could no longer change the answer" if finalist.id == BASELINE_ID else ""
-        out.append(f"{asked - len(rows)} not timed{why}")
+        out.append(f"{missing} not timed{why}")
     if len(rows) > asked:
         out.append(f"{len(rows) - asked} more timed again after contended or failed windows")
     if len(rows) > len(timed):

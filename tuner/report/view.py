@@ -139,6 +139,13 @@ class View:
         return changed(best.config, self.summary.baseline.config) if best else {}
 
     @property
+    def loss_check_note(self) -> str:
+        """Under the answer, where a cap ended the loss check with faster configs unchecked ("" where none):
+        the line summary.json's loss_check gives, which each unchecked config's rejection names alike."""
+        capped = self.summary.loss_check.line() if self.summary.loss_check else None
+        return f"Note: {capped}." if capped else ""
+
+    @property
     def answer(self) -> str:
         """The reports' first sentences (answer.py): the winner against the baseline, or no change."""
         return answer(self.summary, self.baseline, self.winner)

@@ -195,6 +195,16 @@ class Finalist(Record):
     contended_runs: list[float] = Field(
         default_factory=list, description="tok/s of the runs left out of `runs`: their window was contended"
     )
+    not_timed: int | None = Field(
+        None,
+        description="runs the re-measure asked of it that never ran (None: a summary from before this was "
+        "recorded, whose report counts its rows)",
+    )
+    settled: str | None = Field(
+        None,
+        description="the baseline: why its runs in not_timed were left out, its figure no longer able to "
+        "change the answer (tuner/phases/remeasure.py: baseline_settled)",
+    )
     speed_trusted: bool = Field(
         True,
         description="false: every timed window of it was contended, so `runs` are those figures, or none "
@@ -328,6 +338,11 @@ class Summary(Record):
     command: str | None = None
     best_yaml: str | None = None
     measurement: dict[str, Any] = Field(default_factory=dict)
+    early_stop_ratio: float | None = Field(
+        None,
+        description="search.early_stop_ratio as the screen applied it: a trial timed under this x the fastest "
+        "finished so far was stopped (0: none was; None: a summary from before it was recorded)",
+    )
     planned_tokens: int | None = Field(None, description="train.tokens: the run the answer is for")
     compile_cache: str | None = Field(
         None, description="the search's Inductor/Triton caches (best.yaml uses them)"
