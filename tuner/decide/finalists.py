@@ -8,7 +8,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from trainables.common.progress import log
 from tuner.decide import costs
 from tuner.decide.select import spread
 from tuner.state.records import BASELINE_ID, Finalist, TrialRow
@@ -97,8 +96,8 @@ def left_out(
 
 
 def settled_notices(finalists: Sequence[Finalist]) -> list[str]:
-    """One line, where the baseline's runs were left out: how many, why, and how many its figure rests on;
-    logged as the phases' notices are (context.Notices)."""
+    """One line, where the baseline's runs were left out: how many, why, and how many its figure rests on
+    (the finish logs it as the phases' notices are logged: context.Notices)."""
     out = []
     for f in (f for f in finalists if f.settled and f.not_timed):
         used = len(f.runs)
@@ -106,7 +105,6 @@ def settled_notices(finalists: Sequence[Finalist]) -> list[str]:
             f"remeasure: the baseline's figure can no longer change the answer: {f.not_timed} of its runs not "
             f"timed ({f.settled}); its figure rests on {used} run{'s' if used != 1 else ''}"
         )
-        log(f"notice: {out[-1]}")
     return out
 
 

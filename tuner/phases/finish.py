@@ -115,7 +115,7 @@ def summarize(
         versions=_versions(leave_out=KERNEL_DISTS if "kernels" in inputs.knobs_left_out else ()),
         timings=timings,
         selection=selection.to_record(),
-        notices=[*inputs.notices, *settled_notices(finalists)],
+        notices=[*inputs.notices, *_said(settled_notices(finalists))],
         telemetry=TelemetrySummary(
             available=inputs.telemetry.available,
             notice=inputs.telemetry.notice,
@@ -351,3 +351,10 @@ def _versions(leave_out: tuple[str, ...] = ()) -> dict[str, str]:
         except md.PackageNotFoundError:
             pass
     return out
+
+
+def _said(notices: list[str]) -> list[str]:
+    """The notices, each logged as the phases log theirs (context.Notices)."""
+    for line in notices:
+        log(f"notice: {line}")
+    return notices
