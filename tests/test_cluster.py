@@ -301,9 +301,10 @@ def named_actors(cluster: Cluster) -> list[str]:
 
 
 def finished_rows(out: Path) -> dict[str, dict]:
-    """Every finished trial of every phase so far, by its Ray trial id."""
+    """Every finished trial of every phase so far, by its Ray trial id; a loss run trained as a Ray task (the
+    baseline's beside the screen, a candidate's ahead of the loss check) has none: by its phase and id."""
     rows = [json.loads(line) for f in out.glob("trials/*.jsonl") for line in f.read_text().splitlines()]
-    by_trial = {r["ray_trial_id"]: r for r in rows}
+    by_trial = {r["ray_trial_id"] or f"{r['phase']}/{r['id']}": r for r in rows}
     assert len(by_trial) == len(rows), "a Ray trial has two rows"
     return by_trial
 
