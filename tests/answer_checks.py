@@ -14,13 +14,19 @@ from tuner.state.records import BASELINE_ID, Summary, could_win
 
 
 def check_answer(out: Path, code: int) -> Summary:
-    """What OUT's answer holds on every exit: exit 0 crowns a feasible finalist whose trusted re-measured
-    median is no slower beyond the spreads than another feasible one's (unless it finishes the planned run
-    first); 3 has no feasible finalist but the baseline; 4 had one, on untrusted figures; 6 screened nothing;
-    on 3, 4 and 6 the baseline is the answer; and best.yaml trains exactly the answer."""
+    """What OUT's answer holds on every exit: exit 0 crowns a feasible finalist other than the baseline whose
+    trusted re-measured median is no slower beyond the spreads than another feasible one's (unless it
+    finishes the planned run first); 3 has no feasible finalist but the baseline, or crowns the baseline by
+    that same rule (a tie it won); 4 had one, on untrusted figures; 6 screened nothing; on 3, 4 and 6 the
+    baseline is the answer; and best.yaml trains exactly the answer."""
     s = Summary.model_validate_json((out / "summary.json").read_text())
     finalists = {f.id: f for f in s.finalists}
+    crowned = code == Exit.OK or (code == Exit.BASELINE_STAYS and s.best is not None)
     if code == Exit.OK:
+        assert s.best is not None and s.best.id != BASELINE_ID, s.best
+    if code == Exit.BASELINE_STAYS and s.best is not None:
+        assert s.best.id == BASELINE_ID, s.best
+    if crowned:
         assert s.best is not None and not s.untrusted and s.nothing_screened is None, s.best
         answer = finalists[s.best.id]
         assert answer.feasible is True and answer.speed_trusted, answer
@@ -36,9 +42,9 @@ def check_answer(out: Path, code: int) -> Summary:
             fastest = min(f.time_to_train_s for f in timed if f.time_to_train_s is not None)
             assert answer.time_to_train_s == fastest, timed
     else:
-        assert code in (Exit.NO_FEASIBLE, Exit.UNTRUSTED, Exit.NOTHING_SCREENED), code
+        assert code in (Exit.BASELINE_STAYS, Exit.UNTRUSTED, Exit.NOTHING_SCREENED), code
         assert s.best is None, s.best
-    if code == Exit.NO_FEASIBLE:
+    if code == Exit.BASELINE_STAYS and s.best is None:
         assert not could_win(s.finalists), s.finalists
     if code == Exit.UNTRUSTED:
         assert s.untrusted and s.refused

@@ -42,7 +42,7 @@ def test_only_configs_over_the_limit_keep_the_baseline_with_exit_3(tmp_path, sha
     over = screened("screen-0", 30000.0, **FAST)
     runs = timed(BASELINE_ID, [9000.0]) + timed("screen-0", [31000.0, 31500.0, 32000.0], FAST)
     code, s = run_recorded(tmp_path, [over], [loss_run("loss_check_0-0", over, BASE_LOSS + 0.06)], runs)
-    assert code == Exit.NO_FEASIBLE and s.best is None
+    assert code == Exit.BASELINE_STAYS and s.best is None
     check_answer(tmp_path, code)
 
 
@@ -78,13 +78,18 @@ def test_a_tie_names_both_and_the_simpler_wins_through_the_search(tmp_path, shar
     )
 
 
-def test_a_tie_with_the_baseline_keeps_it_with_exit_0_and_names_the_tie(tmp_path, shared_cpu_ray, capsys):
+def test_a_tie_with_the_baseline_keeps_it_with_exit_3_and_names_the_tie(tmp_path, shared_cpu_ray, capsys):
     tied = screened("screen-1", 9300.0, **SLOWER)
     runs = timed(BASELINE_ID, [9000.0, 9500.0, 10000.0]) + timed(
         "screen-1", [9200.0, 9800.0, 10400.0], SLOWER
     )
     code, s = run_recorded(tmp_path, [tied], [loss_run("loss_check_0-0", tied, BASE_LOSS)], runs)
-    assert code == Exit.OK and s.best.id == BASELINE_ID and s.selection.tied == [BASELINE_ID, "screen-1"]
+    # the code of a search where nothing passed: one answer, one code (issue 56 item 2)
+    assert (
+        code == Exit.BASELINE_STAYS
+        and s.best.id == BASELINE_ID
+        and s.selection.tied == [BASELINE_ID, "screen-1"]
+    )
     check_answer(tmp_path, code)
     assert "the baseline stays the answer (9,500 tok/s), a tie with screen-1: " in capsys.readouterr().err
     answer = (tmp_path / "report.md").read_text().split("\n\n")[1]
@@ -110,7 +115,7 @@ def test_every_recorded_search_holds_its_answer_on_its_exit(out):
     code = (
         Exit.NOTHING_SCREENED if summary.nothing_screened
         else Exit.UNTRUSTED if summary.refused
-        else Exit.NO_FEASIBLE if summary.best is None
+        else Exit.BASELINE_STAYS if summary.best is None or summary.best.id == BASELINE_ID
         else Exit.OK
     )  # fmt: skip
     check_answer(out, code)

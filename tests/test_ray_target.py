@@ -243,9 +243,9 @@ def test_a_cache_dir_that_cannot_be_made_is_refused_before_out_is(tmp_path, caps
 
 def test_the_baseline_kept_is_a_ray_jobs_success_and_a_shells_exit_3(monkeypatch, capsys):
     monkeypatch.delenv(search.RAY_JOB_ENV, raising=False)
-    assert search.as_job_exit(Exit.NO_FEASIBLE) == Exit.NO_FEASIBLE  # a shell tells the answers apart
+    assert search.as_job_exit(Exit.BASELINE_STAYS) == Exit.BASELINE_STAYS  # a shell tells the answers apart
     monkeypatch.setenv(search.RAY_JOB_ENV, '{"runtime_env": {}, "metadata": {}}')  # as Ray's job supervisor
-    assert search.as_job_exit(Exit.NO_FEASIBLE) == Exit.OK
+    assert search.as_job_exit(Exit.BASELINE_STAYS) == Exit.OK
     assert "exit 0 as a Ray Job" in capsys.readouterr().err
     for code in (Exit.OK, Exit.FAILED, Exit.UNTRUSTED, Exit.NOTHING_SCREENED, Exit.INTERRUPTED):
         assert search.as_job_exit(code) == code  # no measured answer: still a failure for the job

@@ -100,7 +100,7 @@ def test_a_baseline_alone_with_one_run_is_not_said_to_have_a_spread_no_other_con
     over = screened("screen-0", 30000.0, batch_size=64, lr_scaling="sqrt")
     runs = timed(BASELINE_ID, [9443.0]) + timed("screen-0", [31000.0, 31500.0], over.config)
     code, _ = run_recorded(tmp_path, [over], [loss_run("loss_check_0-0", over, BASE_LOSS + 0.06)], runs)
-    assert code == Exit.NO_FEASIBLE
+    assert code == Exit.BASELINE_STAYS
     chosen = section((tmp_path / "report.md").read_text(), "How the winner was chosen")
     assert "within its spread" not in chosen and "[9,443–9,443]" not in chosen
     assert (
@@ -218,7 +218,7 @@ def test_an_early_stop_on_a_contended_figure_quotes_the_recorded_ratio():
 # --- a tie ---------------------------------------------------------------------------------------------------------
 
 
-def test_an_exit_0_tie_with_the_baseline_is_said_to_be_one_not_that_no_config_beat_it():
+def test_a_tie_the_baseline_won_is_said_to_be_one_not_that_no_config_beat_it():
     # a smoke search (9c63ccd): the baseline and screen-1 overlapped and both passed; the answer said "No config
     # beat the baseline within tolerance"
     summary = recorded("decisions-smoke-9c63ccd-19d39db/after")

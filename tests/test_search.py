@@ -137,7 +137,7 @@ def test_smoke_search_writes_everything_and_picks_the_fastest_feasible(tmp_path,
     ]
     expected = pick_winner(finalists, s["baseline"]["config"]).winner
     check_answer(out, proc.returncode)  # on every exit: the answer it gives holds, and best.yaml trains it
-    if proc.returncode == 0:
+    if s["best"] is not None:  # exit 0, or 3 where the baseline won a tie
         assert s["best"]["id"] == expected.id
         median, lo, hi = spread(expected.runs)
         assert s["best"]["tokens_per_s"] == median

@@ -608,7 +608,7 @@ def test_exit_3_on_a_cpu_says_why_the_baseline_usually_stays_then_the_next_comma
     )
     ctx, summary = finished_search(tmp_path, [infeasible])
     assert summary.nothing_screened is None
-    assert finish.write(ctx, summary) == Exit.NO_FEASIBLE
+    assert finish.write(ctx, summary) == Exit.BASELINE_STAYS
     lines = capsys.readouterr().err.strip().splitlines()
     assert lines[-3].startswith("no config passed the loss check")
     assert lines[-2] == finish.CPU_BASELINE_NOTE and "CUDA graphs and fused kernels need a GPU" in lines[-2]
@@ -627,7 +627,7 @@ def test_a_baseline_kept_on_contended_windows_is_untrusted_and_says_so_at_the_to
     )
     ctx, summary = finished_search(tmp_path, [infeasible], **BUSY)
     assert summary.untrusted and summary.best is None
-    assert finish.write(ctx, summary) == Exit.NO_FEASIBLE  # the answer rests on the loss check: still 3
+    assert finish.write(ctx, summary) == Exit.BASELINE_STAYS  # the answer rests on the loss check: still 3
     said = capsys.readouterr().err
     assert "no config passed the loss check" in said and "the baseline's speed figure is not trusted" in said
     top = (tmp_path / "report.md").read_text().split("\n## ")[0]
@@ -650,7 +650,7 @@ def test_the_cpu_note_is_not_said_on_a_gpu(tmp_path, capsys):
     )
     ctx, summary = finished_search(tmp_path, [infeasible])
     ctx = replace(ctx, hw=Hardware(cpus=16, cuda=True, gpus=1))
-    assert finish.write(ctx, summary) == Exit.NO_FEASIBLE
+    assert finish.write(ctx, summary) == Exit.BASELINE_STAYS
     assert finish.CPU_BASELINE_NOTE not in capsys.readouterr().err
 
 

@@ -79,9 +79,10 @@ exit codes:
   1    the search failed (e.g. the baseline itself does not train, or Ray Tune ended a phase on its
        own); the last lines say the cause and what to run next
   2    bad input, found before any trial ran: one line names the key or option (or an OUT in use)
-  3    nothing passed the loss check: the baseline is the answer (best.yaml is the baseline); as a Ray
-       Job (ray job submit, a KubeRay RayJob) this answer exits 0, so the job succeeds, and the last
-       lines and summary.json (best: null) say the baseline stays
+  3    the baseline is the answer (best.yaml is the baseline): nothing passed the loss check, or
+       nothing that passed was faster beyond the re-measure's noise (a tie the baseline won, named
+       in the last lines); as a Ray Job (ray job submit, a KubeRay RayJob) this answer exits 0, so
+       the job succeeds, and the last lines and summary.json (best: null or the baseline) say so
   4    the speed figures are not trusted: other processes contended for the machine during the
        re-measure, also when its windows were timed again, so no winner was crowned on them; the
        baseline is the answer (best.yaml), and the report says so at the top
@@ -353,7 +354,7 @@ def as_job_exit(code: int) -> int:
     marks the job SUCCEEDED and KubeRay does not count it failed or retry it. From a shell the exit still
     tells the answers apart; in a job, the last lines and summary.json (`best` null: the baseline) do.
     4 (untrusted figures) and 6 (nothing screened) stay failures: no answer was measured."""
-    if code != Exit.NO_FEASIBLE or not os.environ.get(RAY_JOB_ENV):
+    if code != Exit.BASELINE_STAYS or not os.environ.get(RAY_JOB_ENV):
         return code
     log(
         "exit 0 as a Ray Job: the baseline kept is an answer, the job's success (from a shell this search "

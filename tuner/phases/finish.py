@@ -190,10 +190,7 @@ def write(inputs: FinishInputs, summary: Summary) -> int:
     written = write_reports(inputs.out, summary)
     log("reports: " + ", ".join(str(p) for p in written))
     code = _say_outcome(summary)
-    baseline_won = code == Exit.NO_FEASIBLE or (
-        code == Exit.OK and best is not None and best.id == BASELINE_ID
-    )
-    if baseline_won and not inputs.on_gpu:
+    if code == Exit.BASELINE_STAYS and not inputs.on_gpu:
         log(CPU_BASELINE_NOTE_NO_KERNELS if "kernels" in inputs.knobs_left_out else CPU_BASELINE_NOTE)
     # absolute: best.yaml names the workload by absolute path too, so the command runs from any folder
     log(f"run it: python -m trainables.train --config {(inputs.out / 'best.yaml').resolve()}")
@@ -219,7 +216,7 @@ def _say_outcome(summary: Summary) -> Exit:
         log(
             f"no config passed the loss check: the baseline stays the answer (best.yaml is the baseline){shaky}"
         )
-        return Exit.NO_FEASIBLE
+        return Exit.BASELINE_STAYS
     if best.id == BASELINE_ID:
         tie = [i for i in summary.selection.tied if i != BASELINE_ID]
         with_tie = f", a tie with {', '.join(tie)}" if tie else ""
@@ -228,7 +225,7 @@ def _say_outcome(summary: Summary) -> Exit:
             "that passed the loss check was faster beyond the noise of the re-measured runs (best.yaml is "
             "the baseline)"
         )
-        return Exit.OK
+        return Exit.BASELINE_STAYS  # the answer and code of a search where nothing passed (issue 56 item 2)
     one_run = f"; {text}" if (text := one_run_text(best)) else ""
     # a warm-up timed while other runs warmed up beside it is an upper bound of what the run alone pays
     beside = next((f.warmup_beside for f in summary.finalists if f.id == best.id), None)
