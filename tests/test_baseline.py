@@ -25,9 +25,9 @@ from tuner.measure.baseline import (
     start_seeds_beside,
     twins,
 )
+from tuner.pipeline import run_scheduler
 from tuner.rules.horizon import horizon_for
 from tuner.runs.ledger import Ledger
-from tuner.runs.pool import RunPool
 from tuner.runs.request import Role
 from tuner.runs.shapes import RunShapes
 from tuner.runs.tasks import TaskRun
@@ -158,7 +158,7 @@ def beside_screen(ctx: SearchContext) -> baseline.Beside:
     return baseline.Beside(
         shapes=ctx.shapes,
         placement=ctx.placement,
-        pool=RunPool(ctx),
+        scheduler=run_scheduler(ctx),
         start_points=s.start_points,
         loss_checked=loss_checked,
         notice=ctx.notice,

@@ -51,7 +51,7 @@ BASE = load_search_config(str(CONFIGS / "default.yaml")).train.model_dump()
 
 
 def seeds_beside(done: int, runs: int) -> Pending:
-    """The baseline's `runs` loss runs beside the screen as the pool reports them, `done` of them ended."""
+    """The baseline's `runs` loss runs beside the screen as the scheduler says, `done` of them ended."""
     return Pending(tuple(PendingRun(Role.BESIDE, {}, done=n < done) for n in range(runs)))
 
 
@@ -140,7 +140,7 @@ def test_after_the_screen_the_estimate_says_how_far_the_baselines_runs_beside_it
     ctx = eta_context(tmp_path, "quality.loss_horizon=1M")
     screen = [screened("twin", 113_000.0, 96.0, compile="reduce-overhead")]
     done = [TaskRun(None, TrialSpec.of({**BASE, "seed": seed}), {}, 0.0) for seed in (1337, 1338)]
-    both, one = pending(done, None), pending(done[:1], None)  # as the pipeline asks the pool
+    both, one = pending(done, None), pending(done[:1], None)  # as the pipeline asks the scheduler
     assert loss_check_s(remaining(ctx), screen, both) == 0.0, "both seeds done: no loss run is left"
     prefix = ctx.shapes.horizon.tokens
     left = loss_check_s(remaining(ctx), screen, one)

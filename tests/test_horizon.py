@@ -15,7 +15,7 @@ from tuner.config import load_search_config
 from tuner.context import SearchContext
 from tuner.measure import baseline
 from tuner.phases import loss_check
-from tuner.pipeline import loss_check_inputs
+from tuner.pipeline import loss_check_inputs, run_scheduler
 from tuner.report.horizon_section import HEAD
 from tuner.report.html import render_html
 from tuner.report.markdown import render_markdown
@@ -29,7 +29,6 @@ from tuner.rules.horizon import (
     validation_note,
 )
 from tuner.runs.ledger import Ledger
-from tuner.runs.pool import RunPool
 from tuner.state.hardware import Hardware
 from tuner.state.records import BASELINE_ID, BESIDE_PHASE, LossLimit
 from tuner.state.search_state import State
@@ -146,7 +145,7 @@ def test_loss_runs_stop_at_the_prefix_and_the_loss_limit_takes_both_seeds(tmp_pa
         make_row("screen-0", config={"batch_size": 32}, tokens_per_s=3_000.0),
         make_row("screen-1", config={"loader": "device"}, tokens_per_s=2_000.0),  # the baseline's twin
     ]
-    rows = loss_check.check_losses(loss_check_inputs(ctx), screen).rows
+    rows = loss_check.check_losses(loss_check_inputs(ctx, run_scheduler(ctx)), screen).rows
     assert [r.id for r in rows] == [BASELINE_ID, f"{BASELINE_ID}-seed1338", rows[2].id]
     assert rows[2].screen_id == "screen-0"
     for row in rows:
@@ -223,7 +222,7 @@ def beside_screen(ctx: SearchContext) -> baseline.Beside:
     return baseline.Beside(
         shapes=ctx.shapes,
         placement=ctx.placement,
-        pool=RunPool(ctx),
+        scheduler=run_scheduler(ctx),
         start_points=s.start_points,
         loss_checked=loss_checked,
         notice=ctx.notice,
@@ -252,7 +251,9 @@ def test_beside_the_screen_both_seeds_train_the_prefix_and_round_0_trains_no_bas
         make_row("screen-0", config={"loader": "device"}, tokens_per_s=2_000.0),  # the twin
         make_row("screen-1", config={"lr": 1e-3}, tokens_per_s=2_500.0),  # a loss of its own, faster
     ]
-    rows = loss_check.check_losses(loss_check_inputs(ctx), screen, beside, None, seeds).rows
+    rows = loss_check.check_losses(
+        loss_check_inputs(ctx, run_scheduler(ctx)), screen, beside, None, seeds
+    ).rows
     assert [r.id for r in rows[:2]] == [BASELINE_ID, f"{BASELINE_ID}-seed1338"]
     kept = {r.train["seed"]: r for r in Ledger(tmp_path, BESIDE_PHASE).rows()}
     assert sorted(kept) == [1337, 1338], "both seeds trained beside the screen"
@@ -271,7 +272,9 @@ def test_beside_the_screen_both_seeds_train_the_prefix_and_round_0_trains_no_bas
     resumed = beside_context(tmp_path)  # the driver died after the screen: --resume reads the ledgers
     beside, seeds = start_both(resumed)
     assert beside.ref is None and [run.ref for run in seeds] == [None], "nothing trains again"
-    again = loss_check.check_losses(loss_check_inputs(resumed), screen, beside, None, seeds).rows
+    again = loss_check.check_losses(
+        loss_check_inputs(resumed, run_scheduler(resumed)), screen, beside, None, seeds
+    ).rows
     assert [(r.id, r.val_loss) for r in again] == [(r.id, r.val_loss) for r in rows]
     assert baseline.split_checked(baseline_loss(resumed), again)[1] == loss_limit
 
@@ -287,7 +290,9 @@ def test_a_seed_whose_run_beside_the_screen_failed_trains_in_a_round_of_its_own(
     beside, seeds = start_both(ctx)
     assert beside.ref is None and [run.ref for run in seeds] == [None]
     screen = [make_row("screen-0", config={"loader": "device"}, tokens_per_s=2_000.0)]
-    rows = loss_check.check_losses(loss_check_inputs(ctx), screen, beside, None, seeds).rows
+    rows = loss_check.check_losses(
+        loss_check_inputs(ctx, run_scheduler(ctx)), screen, beside, None, seeds
+    ).rows
     assert any("seed 1338 beside the screen failed (RuntimeError: CUDA error)" in n for n in ctx.notices)
     again = Ledger(tmp_path, "loss_check_baseline").rows()
     assert [r.train["seed"] for r in again] == [1338] and again[0].status == "ok"
@@ -303,7 +308,9 @@ def test_without_room_for_both_beside_the_screen_round_0_trains_the_second_seed(
     beside, seeds = start_both(ctx)
     assert beside is not None and beside.ref is not None and seeds == []
     screen = [make_row("screen-0", config={"loader": "device"}, tokens_per_s=2_000.0)]
-    rows = loss_check.check_losses(loss_check_inputs(ctx), screen, beside, None, seeds).rows
+    rows = loss_check.check_losses(
+        loss_check_inputs(ctx, run_scheduler(ctx)), screen, beside, None, seeds
+    ).rows
     assert [r.id for r in rows] == [BASELINE_ID, f"{BASELINE_ID}-seed1338"]
     assert [r.train["seed"] for r in Ledger(tmp_path, BESIDE_PHASE).rows()] == [1337]
     assert [r.train["seed"] for r in Ledger(tmp_path, "loss_check_0").rows()] == [1338]

@@ -13,7 +13,7 @@ from tuner.config import load_search_config
 from tuner.context import SearchContext
 from tuner.decide.select import loss_check_candidates
 from tuner.phases import loss_check
-from tuner.pipeline import loss_check_inputs
+from tuner.pipeline import loss_check_inputs, run_scheduler
 from tuner.runs.ahead import RunsAhead
 from tuner.runs.ledger import Ledger
 from tuner.state.hardware import Hardware
@@ -40,7 +40,8 @@ def test_the_fastest_candidates_train_ahead_and_a_round_takes_their_rows(
     tmp_path, monkeypatch, two_fake_gpus
 ):
     ctx = smoke_context(tmp_path)
-    ahead = loss_check.start_ahead(loss_check_inputs(ctx))
+    checking = loss_check_inputs(ctx, run_scheduler(ctx))  # one scheduler for the runs ahead and the rounds
+    ahead = loss_check.start_ahead(checking)
     assert ahead is not None and ahead.limit == 4 and ahead.at_once == 2
     screen = [
         # its screen run peaked high: a round would give its loss run a whole GPU, a run ahead takes a place
@@ -59,7 +60,7 @@ def test_the_fastest_candidates_train_ahead_and_a_round_takes_their_rows(
     # time; the baseline's own loss run stands for screen-3
     assert started(ahead) == [screen[0].config, screen[1].config]
     trained = rounds_without_training(monkeypatch)  # the rounds' own runs reach val loss 1.5 at once
-    rows = loss_check.check_losses(loss_check_inputs(ctx), screen, None, ahead).rows
+    rows = loss_check.check_losses(checking, screen, None, ahead).rows
     assert trained[0] == [None], "round 0 trained only the baseline: its candidates had run ahead"
     by_screen = {r.screen_id: r for r in rows[1:]}
     for sid in ("screen-0", "screen-1"):
@@ -73,15 +74,16 @@ def test_the_fastest_candidates_train_ahead_and_a_round_takes_their_rows(
     # round trains the next candidate itself
     assert trained[1:] == [["screen-2"]]
     assert len(Ledger(tmp_path, AHEAD_PHASE).rows()) == 2
-    resumed = loss_check.start_ahead(loss_check_inputs(ctx))  # a resumed search reads the ledger
+    again = loss_check_inputs(ctx, run_scheduler(ctx))  # a resumed search: a new driver, a new scheduler
+    resumed = loss_check.start_ahead(again)  # reads the ledger
     assert started(resumed) == [screen[0].config, screen[1].config]
     pick = {c.id: c for c in loss_check_candidates(screen, ctx.base.model_dump(), 4)}["screen-0"]
-    assert resumed.loss_row(loss_check._request(loss_check_inputs(ctx), pick)).screen_id == "screen-0"
+    assert resumed.loss_row(loss_check._request(again, pick)).screen_id == "screen-0"
 
 
 def test_one_spare_trains_ahead_and_runs_no_round_asked_for_are_stopped(tmp_path, two_fake_gpus):
     ctx = smoke_context(tmp_path)
-    ahead = replace(loss_check.start_ahead(loss_check_inputs(ctx)), at_once=4)
+    ahead = replace(loss_check.start_ahead(loss_check_inputs(ctx, run_scheduler(ctx))), at_once=4)
     screen = [
         make_row(f"screen-{i}", config={"lr": lr}, tokens_per_s=3_000.0 - i)
         for i, lr in enumerate((1e-3, 2e-3, 4e-3, 6e-3))
@@ -105,4 +107,4 @@ def test_no_runs_ahead_on_cpus(tmp_path):
         state=State(tmp_path),
         command="",
     )
-    assert loss_check.start_ahead(loss_check_inputs(ctx)) is None
+    assert loss_check.start_ahead(loss_check_inputs(ctx, run_scheduler(ctx))) is None

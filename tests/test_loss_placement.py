@@ -17,7 +17,7 @@ from tuner.config import load_search_config
 from tuner.context import SearchContext
 from tuner.measure import baseline
 from tuner.phases import loss_check
-from tuner.pipeline import loss_check_inputs
+from tuner.pipeline import loss_check_inputs, run_scheduler
 from tuner.runs.placement import spread
 from tuner.runs.tasks import TaskRun
 from tuner.runs.tune import round_robin
@@ -214,7 +214,7 @@ def test_the_baselines_group_does_not_use_up_a_top_of_one(tmp_path, monkeypatch)
         make_row("screen-0", config={"fused_adamw": True}, tokens_per_s=177_614.0),
     ]
     trained = rounds_without_training(monkeypatch)
-    rows = loss_check.check_losses(loss_check_inputs(ctx), screen).rows
+    rows = loss_check.check_losses(loss_check_inputs(ctx, run_scheduler(ctx)), screen).rows
     assert trained == [[None, "screen-4"]]  # round 0: the baseline and the fastest of a loss of its own
     assert [r.feasible for r in rows] == [True, True]
 
@@ -242,10 +242,10 @@ def test_a_baseline_trained_beside_the_screen_needs_no_twin_of_its_own(tmp_path,
         make_row("screen-1", config={"batch_size": 32}, tokens_per_s=1_000.0),
     ]
     beside = make_row("beside", "loss_check_beside", val_loss=1.5, train={**ctx.base.model_dump(), **point})
-    monkeypatch.setattr(baseline, "beside_row", lambda pool, run, base, notice: beside)
+    monkeypatch.setattr(baseline, "beside_row", lambda runs, run, base, notice: beside)
     trained = rounds_without_training(monkeypatch)
     rows = loss_check.check_losses(
-        loss_check_inputs(ctx), screen, TaskRun(None, TrialSpec.of({}), point, 0.0)
+        loss_check_inputs(ctx, run_scheduler(ctx)), screen, TaskRun(None, TrialSpec.of({}), point, 0.0)
     ).rows
     assert (
         trained == [["screen-1"]]

@@ -15,7 +15,7 @@ from tuner.context import SearchContext
 from tuner.decide.loss_plan import Limits, LossCheck, LossPlan, baseline_speed, ordered
 from tuner.decide.select import loss_check_candidates, with_feasibility
 from tuner.phases import loss_check
-from tuner.pipeline import loss_check_inputs
+from tuner.pipeline import loss_check_inputs, run_scheduler
 from tuner.report.markdown import render_markdown
 from tuner.space.knobs import loss_key
 from tuner.state.hardware import Hardware
@@ -154,9 +154,8 @@ def test_the_phase_record_reads_a_state_json_list_of_before():
 
 
 def test_the_default_time_budget_is_the_baselines_loss_run_at_least_two_minutes(tmp_path):
-    cfg = load_search_config("configs/smoke.yaml", [])
-    checking = loss_check_inputs(
-        SearchContext(
+    def checking_of(cfg):
+        ctx = SearchContext(
             cfg=cfg,
             out=tmp_path,
             base=cfg.train,
@@ -165,21 +164,13 @@ def test_the_default_time_budget_is_the_baselines_loss_run_at_least_two_minutes(
             state=State(tmp_path),
             command="",
         )
-    )
+        return loss_check_inputs(ctx, run_scheduler(ctx))
+
+    checking = checking_of(load_search_config("configs/smoke.yaml", []))
     assert loss_check.limits(checking).time_s == loss_check.MIN_LOSS_CHECK_S
     assert loss_check.limits(checking, make_row("baseline", "baseline", wall_s=300.0)).time_s == 300.0
     said = load_search_config("configs/smoke.yaml", ["search.loss_check_time=5m", "search.max_loss_checks=3"])
-    checking = loss_check_inputs(
-        SearchContext(
-            cfg=said,
-            out=tmp_path,
-            base=said.train,
-            hw=Hardware(gpus=0),
-            cluster_cpus=2,
-            state=State(tmp_path),
-            command="",
-        )
-    )
+    checking = checking_of(said)
     assert (
         loss_check.limits(checking, make_row("b", "baseline", wall_s=900.0)).time_s,
         loss_check.limits(checking).runs,

@@ -8,7 +8,7 @@ import math
 
 from toy_workload import TOY
 
-from tests.test_runs_pool import pool_context
+from tests.test_run_scheduler import run_scheduler
 from trainables.config import make_config
 from trainables.spec import TrialSpec
 from tuner.config import QualitySection
@@ -16,7 +16,6 @@ from tuner.measure.baseline import BaselineLoss
 from tuner.measure.loss_so_far import LossSoFar
 from tuner.rules.horizon import LossHorizon
 from tuner.runs.ahead import RunsAhead
-from tuner.runs.pool import RunPool
 from tuner.runs.request import Role, RunRequest
 from tuner.runs.shapes import RunShapes
 
@@ -24,14 +23,18 @@ from tuner.runs.shapes import RunShapes
 def test_the_verdicts_wait_for_the_baseline_then_judge_each_run_ahead_as_it_ends(tmp_path, shared_cpu_ray):
     base = make_config(TOY)
     shapes = RunShapes(base, 4, LossHorizon(planned_tokens=base.tokens, tokens=base.tokens, step_tokens=1))
-    pool = RunPool(pool_context(tmp_path))
+    runs = run_scheduler(tmp_path)
     notices: list[str] = []
     rule = BaselineLoss(shapes, QualitySection(tolerance=0.0, mode="absolute"), notices.append)
-    beside = pool.start(RunRequest(TrialSpec.of(TOY), Role.BESIDE), "baseline-loss", {})
+    beside = runs.start(RunRequest(TrialSpec.of(TOY), Role.BESIDE), "baseline-loss", {})
     ahead = RunsAhead(
-        pool=pool, plan=lambda rows: [], key_of=lambda knobs: tuple(sorted(knobs.items())), limit=2, at_once=1
+        scheduler=runs,
+        plan=lambda rows: [],
+        key_of=lambda knobs: tuple(sorted(knobs.items())),
+        limit=2,
+        at_once=1,
     )
-    so_far = LossSoFar(rule, pool, [beside], ahead)
+    so_far = LossSoFar(rule, runs, [beside], ahead)
     assert so_far() is None, "the baseline's run is still training: no limit yet"
     beside.wait(120)
     knobs = {"lr": base.lr * 10}
@@ -46,9 +49,9 @@ def test_the_verdicts_wait_for_the_baseline_then_judge_each_run_ahead_as_it_ends
     judged = so_far().violation(knobs)
     run_metrics, _ = ahead.runs[ahead._key(RunRequest(spec, Role.AHEAD))].task.result()
     assert math.isclose(judged, run_metrics["val_loss"] - metrics["val_loss"])
-    # taken by a round (its row in the ledger), and read back after a resume by a fresh pool: the same
+    # taken by a round (its row in the ledger), and read back after a resume by a fresh scheduler: the same
     ahead.loss_row(RunRequest(spec, Role.AHEAD))
     resumed = RunsAhead(
-        pool=RunPool(pool_context(tmp_path)), plan=lambda rows: [], key_of=ahead.key_of, limit=2, at_once=1
+        scheduler=run_scheduler(tmp_path), plan=lambda rows: [], key_of=ahead.key_of, limit=2, at_once=1
     )
-    assert math.isclose(LossSoFar(rule, pool, [beside], resumed)().violation(knobs), judged)
+    assert math.isclose(LossSoFar(rule, runs, [beside], resumed)().violation(knobs), judged)

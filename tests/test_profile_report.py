@@ -9,7 +9,7 @@ from tests.factories import SMALL_SMOKE_MODEL, make_row, make_summary, synthetic
 from tuner.config import load_search_config
 from tuner.context import SearchContext
 from tuner.phases import remeasure
-from tuner.pipeline import remeasure_inputs
+from tuner.pipeline import remeasure_inputs, run_scheduler
 from tuner.report import render_html, render_markdown
 from tuner.report.profile import answer_line
 from tuner.runs import observe
@@ -43,7 +43,7 @@ def test_the_remeasure_profiles_its_runs_after_their_windows(tmp_path, shared_cp
         command="",
     )
     screen = [make_row("screen-0", config={"batch_size": 8}, tokens_per_s=3_000.0, feasible=True)]
-    rows = remeasure.time_finalists(remeasure_inputs(ctx), screen)
+    rows = remeasure.time_finalists(remeasure_inputs(ctx, run_scheduler(ctx)), screen)
     assert {r.finalist for r in rows} == {BASELINE_ID, "screen-0"}
     for row in rows:
         assert row.status == "ok" and row.steps == ctx.base.timing_warmup_steps + 4, "profiled steps counted"

@@ -14,7 +14,7 @@ from tuner.config import RECIPE, SearchConfig, SearchSection, load_search_config
 from tuner.context import SearchContext
 from tuner.decide.loss_plan import Limits, LossPlan
 from tuner.phases.remeasure import _recipe_finalist
-from tuner.pipeline import remeasure_inputs
+from tuner.pipeline import remeasure_inputs, run_scheduler
 from tuner.report.recipe_section import recipe_line
 from tuner.runs.tune import SlowTrialStopper
 from tuner.space.domains import applicable
@@ -190,7 +190,7 @@ def test_a_feasible_recipe_in_reach_is_re_measured_beside_the_top(tmp_path):
     top = make_row("screen-2", config={**knobs, "batch_size": 64}, feasible=True, tokens_per_s=1000.0)
     assert as_run_here(cfg.search, cfg.train, hw.model_dump())["compile"] == "default"
     recipe = recipe.model_copy(update={"config": {**recipe.config, "compile": "default"}})
-    inputs = remeasure_inputs(ctx)
+    inputs = remeasure_inputs(ctx, run_scheduler(ctx))
     assert _recipe_finalist(inputs, [top, recipe]) is recipe
     slow = recipe.model_copy(update={"tokens_per_s": 500.0})
     assert _recipe_finalist(inputs, [top, slow]) is None

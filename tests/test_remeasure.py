@@ -20,11 +20,11 @@ from trainables.spec import TrialSpec
 from tuner.decide import finalists as records
 from tuner.decide.select import finish_first, pick_winner, refuse_untrusted
 from tuner.phases import finish, remeasure
-from tuner.pipeline import remeasure_inputs
+from tuner.pipeline import remeasure_inputs, run_scheduler
 from tuner.report import render_html, render_markdown, view
 from tuner.runs.observe import Telemetry
-from tuner.runs.pool import RunPool
 from tuner.runs.request import Placement, TrialInputs
+from tuner.runs.scheduler import RunScheduler
 from tuner.runs.tune import round_robin, run_cases
 from tuner.state.records import BASELINE_ID, TrialRow
 
@@ -152,7 +152,8 @@ def test_under_a_cpu_burner_contended_windows_are_repeated_then_the_baseline_sta
     try:
         time.sleep(1)
         ctx = SimpleNamespace(out=tmp_path, telemetry=Telemetry(), notices=[], inputs=TrialInputs())
-        ctx.notice, ctx.pool = ctx.notices.append, RunPool(ctx)  # the record's fields measure reads
+        ctx.notice = ctx.notices.append  # the record's fields measure reads
+        ctx.scheduler = RunScheduler(out=tmp_path, inputs=TrialInputs(), cpus_per_trial=1, observed=ctx)
         # Paced steps: a window long enough to judge its CPU load (over MIN_WINDOW_S) even when the burners
         # yield; the batch-16 case trains half the steps, and its window once came out at 0.2 s, unjudged.
         paced = {**TOY, "workload": "toy_workload:make_paced_workload"}
@@ -302,8 +303,9 @@ def test_the_first_round_holds_back_the_baseline_repeats_beyond_the_finalists():
     assert first([None, None], [3, 1]) == [3, 1]  # no baseline case
 
 
-class FakePool:
-    """The re-measure's RunPool without Ray: each (case, repeat) asked is one run at its finalist's speed."""
+class FakeScheduler:
+    """The re-measure's RunScheduler without Ray: each (case, repeat) asked is one run at its finalist's
+    speed."""
 
     speeds: dict[str, float] = {}
     asked: list[list[int]] = []
@@ -312,11 +314,11 @@ class FakePool:
         pass
 
     def cases(self, phase, requests, placement, *, repeats, planned_s=None):
-        FakePool.asked.append(list(repeats))
+        FakeScheduler.asked.append(list(repeats))
         rows = []
         for i, rep in round_robin(repeats):
             fid = requests[i].spec.labels.finalist
-            rows += timed(fid, FakePool.speeds[fid])
+            rows += timed(fid, FakeScheduler.speeds[fid])
             rows[-1] = rows[-1].model_copy(update={"id": f"{fid}-{i}-{rep}", "case": i, "repeat": rep})
         return sorted(rows, key=lambda r: (r.case, r.repeat))
 
@@ -325,13 +327,13 @@ class FakePool:
 def test_the_remeasure_leaves_out_the_baseline_runs_that_cannot_change_the_answer(
     monkeypatch, finalist_tps, rounds
 ):
-    monkeypatch.setattr(FakePool, "speeds", {BASELINE_ID: 1000.0, "screen-1": finalist_tps})
-    monkeypatch.setattr(FakePool, "asked", [])
-    ctx = SimpleNamespace(notices=[], base=SimpleNamespace(tokens=PLANNED), pool=FakePool(None))
+    monkeypatch.setattr(FakeScheduler, "speeds", {BASELINE_ID: 1000.0, "screen-1": finalist_tps})
+    monkeypatch.setattr(FakeScheduler, "asked", [])
+    ctx = SimpleNamespace(notices=[], base=SimpleNamespace(tokens=PLANNED), scheduler=FakeScheduler(None))
     ctx.notice = ctx.notices.append
     cases = [TrialSpec.of(TOY, finalist=BASELINE_ID), TrialSpec.of(TOY, finalist="screen-1")]
     rows = remeasure.measure(ctx, cases, [6, 3], Placement({"cpu": 1}, 1))
-    assert FakePool.asked == rounds
+    assert FakeScheduler.asked == rounds
     assert ctx.notices == []  # finish says what was left out, from the finalists' record
     finalists = records.left_out(finalists_of(rows, SCREEN), rows, PLANNED, (6, 3))
     baseline = next(f for f in finalists if f.id == BASELINE_ID)
@@ -375,7 +377,7 @@ def test_the_remeasure_places_its_first_round_evenly_over_the_gpus(tmp_path, mon
         return []
 
     monkeypatch.setattr(remeasure, "measure", measure)
-    remeasure.time_finalists(remeasure_inputs(ctx), screen)
+    remeasure.time_finalists(remeasure_inputs(ctx, run_scheduler(ctx)), screen)
     assert sum(seen["asked"]) == 15, "the baseline 6 times, three finalists 3 times each"
     first = remeasure.first_round([s.labels.finalist for s in seen["specs"]], seen["asked"])
     assert sum(first) == 12 and seen["placement"].concurrent == 12

@@ -26,8 +26,8 @@ from tuner.measure.loss_so_far import LossSoFar
 from tuner.phases import finish, loss_check, probe, remeasure, screen
 from tuner.runs import observe
 from tuner.runs.ahead import pending
-from tuner.runs.pool import RunPool
 from tuner.runs.request import TrialInputs
+from tuner.runs.scheduler import RunScheduler
 from tuner.runs.tasks import TaskRun, on_a_trial_node
 from tuner.space import recipe
 from tuner.space.domains import applicable, autotune_notice, probe_hardware
@@ -56,14 +56,15 @@ def _pipeline(ctx: SearchContext, fresh: bool, kept: Path) -> int:
         ctx.phase("probe", lambda: probe.largest_batches(sizing, ctx.space), dict[str, ProbedBatch])
     )
     space = probe.bounded(sizing, ctx.space, ctx.probed)
-    # what each later phase reads of the search, read once (after the probe: its places)
-    checking = loss_check_inputs(ctx)
-    again = remeasure_inputs(ctx)
+    # what each later phase reads of the search, read once (after the probe: its places), and the one
+    # scheduler every run from here on goes through
+    runs = run_scheduler(ctx)
+    checking = loss_check_inputs(ctx, runs)
+    again = remeasure_inputs(ctx, runs)
     answer = finish_inputs(ctx)
     s, loss_checked = ctx.cfg.search, checking.loss_checked
     beside, seeds_beside, so_far = _loss_runs_beside(ctx, checking, space)
     ahead, besides = so_far.ahead, [*so_far.besides]
-    pool = RunPool(ctx, listeners=[ahead.consider] if ahead is not None else [])  # told the screen's rows
     looking = screen.ScreenInputs(
         search=s,
         resume=ctx.resume,
@@ -73,13 +74,13 @@ def _pipeline(ctx: SearchContext, fresh: bool, kept: Path) -> int:
         placement=ctx.placement,
         probed=ctx.probed,
         out=ctx.out,
-        pool=pool,
+        scheduler=runs,
         notice=ctx.notice,
         verdicts=so_far,
     )
     screened = ctx.phase("screen", lambda: screen.time_proposals(looking, space), list[TrialRow])
     remaining = eta.Remaining(ctx.shapes, s, ctx.hw.gpus, again.confirming, loss_checked)
-    # as the pool says; none for a search resumed after its re-measure, which it then skips
+    # as the runs beside the screen stand; none for a search resumed after its re-measure (it skips it)
     planned_remeasure_s = (
         None
         if ctx.state.phase("remeasure") is not None
@@ -113,11 +114,12 @@ def _loss_runs_beside(
 ) -> tuple[TaskRun | None, list[TaskRun], LossSoFar]:
     """The loss runs that train beside the screen, in its GPUs' idle time: the baseline's (at a loss horizon
     its second seed's too) and the candidates' ahead of the loss check as the screen finds them, with what
-    they say so far (LossSoFar: the screen's sampler and the runs ahead read it)."""
+    they say so far (LossSoFar: the screen's sampler and the runs ahead read it). The runs ahead are told the
+    screen's rows as they come (and no other ledger's: they plan from the screen's alone)."""
     room = baseline.Beside(
         shapes=ctx.shapes,
         placement=ctx.placement,
-        pool=RunPool(ctx),
+        scheduler=checking.scheduler,
         start_points=ctx.cfg.search.start_points,
         loss_checked=checking.loss_checked,
         notice=ctx.notice,
@@ -125,8 +127,11 @@ def _loss_runs_beside(
     beside = baseline.start_beside(room, space)
     seeds_beside = baseline.start_seeds_beside(room, beside)
     besides = [beside, *seeds_beside] if beside is not None else []
-    so_far = LossSoFar(baseline.BaselineLoss(ctx.shapes, ctx.cfg.quality, ctx.notice), room.pool, besides)
+    rule = baseline.BaselineLoss(ctx.shapes, ctx.cfg.quality, ctx.notice)
+    so_far = LossSoFar(rule, room.scheduler, besides)
     so_far.ahead = loss_check.start_ahead(checking, so_far)  # their plan reads the verdicts too
+    if so_far.ahead is not None:
+        checking.scheduler.listen(screen.LEDGER, so_far.ahead.consider)
     return beside, seeds_beside, so_far
 
 
@@ -135,8 +140,15 @@ def probe_inputs(ctx: SearchContext) -> probe.ProbeInputs:
     return probe.ProbeInputs(ctx.cfg.search, ctx.base, ctx.on_gpu, ctx.inputs.corpus, ctx.notice)
 
 
-def loss_check_inputs(ctx: SearchContext) -> loss_check.LossCheckInputs:
-    """What the loss check and its runs ahead read of the search (after the probe: its places)."""
+def run_scheduler(ctx: SearchContext) -> RunScheduler:
+    """The search's one run scheduler: every phase's runs after the probe go through it."""
+    cpus = ctx.cfg.resources.cpus_per_trial
+    return RunScheduler(out=ctx.out, inputs=ctx.inputs, cpus_per_trial=cpus, observed=ctx)
+
+
+def loss_check_inputs(ctx: SearchContext, runs: RunScheduler) -> loss_check.LossCheckInputs:
+    """What the loss check and its runs ahead read of the search (after the probe: its places), `runs`:
+    the search's run scheduler."""
     return loss_check.LossCheckInputs(
         search=ctx.cfg.search,
         quality=ctx.cfg.quality,
@@ -145,14 +157,15 @@ def loss_check_inputs(ctx: SearchContext) -> loss_check.LossCheckInputs:
         shapes=ctx.shapes,
         placement=ctx.placement,
         loss_checked=ctx.state.phase("loss_check") is not None,  # resumed, or remembered
-        pool=lambda: RunPool(ctx),
+        scheduler=runs,
         phase=ctx.phase,
         notice=ctx.notice,
     )
 
 
-def remeasure_inputs(ctx: SearchContext) -> remeasure.RemeasureInputs:
-    """What the re-measure reads of the search (after the probe: its places)."""
+def remeasure_inputs(ctx: SearchContext, runs: RunScheduler) -> remeasure.RemeasureInputs:
+    """What the re-measure reads of the search (after the probe: its places), `runs`: the search's run
+    scheduler."""
     confirming = bool(ctx.state.data.get("remembered"))
     return remeasure.RemeasureInputs(
         search=ctx.cfg.search,
@@ -160,7 +173,7 @@ def remeasure_inputs(ctx: SearchContext) -> remeasure.RemeasureInputs:
         hw=ctx.hw,
         shapes=ctx.shapes,
         placement=ctx.placement,
-        pool=RunPool(ctx),
+        scheduler=runs,
         confirming=confirming,
         notice=ctx.notice,
     )

@@ -24,8 +24,8 @@ from tuner.config import Knob, QualitySection
 from tuner.rules.horizon import LossHorizon
 from tuner.rules.loss_limit import LossRun, warn_of_scale
 from tuner.runs.placement import PlacementPolicy
-from tuner.runs.pool import RunPool
 from tuner.runs.request import Role, RunRequest
+from tuner.runs.scheduler import RunScheduler
 from tuner.runs.shapes import RunShapes
 from tuner.runs.tasks import TaskRun
 from tuner.space.domains import start_point
@@ -44,13 +44,13 @@ BESIDE_WHO = "baseline-loss"  # its name at its GPU's timing gate
 @dataclass(frozen=True, kw_only=True)
 class Beside:
     """What the baseline's runs beside the screen read of the search, built by the pipeline: the shape of
-    its runs (the baseline, the loss horizon), where they go, the pool that starts them and keeps their
-    ledger, the start points as given (one lends its execution), whether the loss check is done already
-    (resumed, or a remembered answer), and where a notice goes."""
+    its runs (the baseline, the loss horizon), where they go, the scheduler that starts them and keeps
+    their ledger, the start points as given (one lends its execution), whether the loss check is done
+    already (resumed, or a remembered answer), and where a notice goes."""
 
     shapes: RunShapes
     placement: PlacementPolicy
-    pool: RunPool
+    scheduler: RunScheduler
     start_points: Sequence[dict[str, Any]]
     loss_checked: bool
     notice: Callable[[str], None]
@@ -79,7 +79,7 @@ def start_beside(b: Beside, space: dict[str, Knob]) -> TaskRun | None:
         return None
     case = b.shapes.case(Role.BESIDE, _execution_of(base, point))
     spec = TrialSpec.of(case).with_placement(gpu_share=b.placement.beside_share(case))
-    run = _start_or_kept(b.pool, spec, BESIDE_WHO, point)
+    run = _start_or_kept(b.scheduler, spec, BESIDE_WHO, point)
     if run.ref is not None:
         how = ", ".join(f"{k}={v}" for k, v in execution(case).items() if getattr(base, k) != v)
         log(f"[baseline] its loss run trains beside the screen ({how}), in its GPU's idle time")
@@ -98,7 +98,10 @@ def start_seeds_beside(b: Beside, first: TaskRun | None) -> list[TaskRun]:
         return []
     runs = [
         _start_or_kept(
-            b.pool, first.spec.with_train(seed=case["seed"]), f"{BESIDE_WHO}-seed{case['seed']}", first.point
+            b.scheduler,
+            first.spec.with_train(seed=case["seed"]),
+            f"{BESIDE_WHO}-seed{case['seed']}",
+            first.point,
         )
         for case in seeds
     ]
@@ -107,22 +110,22 @@ def start_seeds_beside(b: Beside, first: TaskRun | None) -> list[TaskRun]:
     return runs
 
 
-def start_run_beside(pool: RunPool, spec: TrialSpec, who: str, point: dict[str, Any]) -> TaskRun:
+def start_run_beside(runs: RunScheduler, spec: TrialSpec, who: str, point: dict[str, Any]) -> TaskRun:
     """`spec` as a Ray task on its GPU share (its placement's), `who` at its GPU's gate."""
-    return pool.start(RunRequest(spec, Role.BESIDE), who, point)
+    return runs.start(RunRequest(spec, Role.BESIDE), who, point)
 
 
-def _start_or_kept(pool: RunPool, spec: TrialSpec, who: str, point: dict[str, Any]) -> TaskRun:
+def _start_or_kept(runs: RunScheduler, spec: TrialSpec, who: str, point: dict[str, Any]) -> TaskRun:
     """The run beside the screen at the spec's seed: started, or (its row in the ledger from before a
     resume) a run with no task whose row `beside_row` reads back."""
-    if kept_rows(pool, spec.train.seed):
+    if kept_rows(runs, spec.train.seed):
         return TaskRun(None, spec, point, time.time())
-    return start_run_beside(pool, spec, who, point)
+    return start_run_beside(runs, spec, who, point)
 
 
-def kept_rows(pool: RunPool, seed: int) -> list[TrialRow]:
+def kept_rows(runs: RunScheduler, seed: int) -> list[TrialRow]:
     """The rows the ledger of runs beside the screen holds for the baseline's run at `seed`."""
-    return [r for r in pool.rows(Role.BESIDE) if r.train.get("seed") == seed]
+    return [r for r in runs.rows(Role.BESIDE) if r.train.get("seed") == seed]
 
 
 def beside_point(b: Beside, space: dict[str, Knob]) -> dict[str, Any] | None:
@@ -167,14 +170,14 @@ def _twin_point(
 
 
 def beside_row(
-    pool: RunPool, run: TaskRun, base: TrainConfig, notice: Callable[[str], None]
+    runs: RunScheduler, run: TaskRun, base: TrainConfig, notice: Callable[[str], None]
 ) -> TrialRow | None:
     """The beside run's row, once it has finished (a line every WAIT_LINE_S while it trains on), recorded by
-    the pool; None when it failed, and the loss check trains it itself."""
+    the scheduler; None when it failed, and the loss check trains it itself."""
     seed = run.spec.train.seed
     what = "the baseline's loss run" + ("" if seed == base.seed else f" at seed {seed}")
-    kept = kept_rows(pool, seed)[:1]  # recorded before a resume
-    row = pool.record(Role.BESIDE, kept)[0] if kept else pool.task_row(run, what)
+    kept = kept_rows(runs, seed)[:1]  # recorded before a resume
+    row = runs.record(Role.BESIDE, kept)[0] if kept else runs.task_row(run, what)
     if row.status != "ok":
         notice(f"{what} beside the screen failed ({row.error}): it trains again now")
         return None

@@ -124,7 +124,7 @@ def after_screen(
 ) -> float | None:
     """Says what the loss check and the re-measure will take; returns the re-measure's estimate, which
     bounds its progress lines' ETA (tuner/runs/ledger.py:LedgerCallback). None when the screen has no
-    config to time. `pending`: the runs beside the screen, as the pool says they stand
+    config to time. `pending`: the runs beside the screen, as the scheduler says they stand
     (tuner/runs/ahead.py:pending): the baseline's (baseline.start_beside, then start_seeds_beside) and the
     candidates' ahead of the loss check."""
     if not _fastest(screen):

@@ -13,7 +13,7 @@ from tuner.decide.verdicts import LossVerdicts
 from tuner.measure.baseline import BaselineLoss, kept_rows, loss_limit_of
 from tuner.rules.loss_limit import LossLimit
 from tuner.runs.ahead import RunsAhead
-from tuner.runs.pool import RunPool
+from tuner.runs.scheduler import RunScheduler
 from tuner.runs.tasks import LossSeen, TaskRun
 
 
@@ -24,7 +24,7 @@ class LossSoFar:
     their plan reads these verdicts too: tuner/phases/loss_check.py:start_ahead)."""
 
     rule: BaselineLoss
-    pool: RunPool
+    scheduler: RunScheduler
     besides: Sequence[TaskRun]
     ahead: RunsAhead | None = None
 
@@ -42,7 +42,7 @@ class LossSoFar:
 
     def _seen(self, run: TaskRun) -> LossSeen | None:
         if run.ref is None:  # its row was recorded before a resume
-            kept = kept_rows(self.pool, run.spec.train.seed)
+            kept = kept_rows(self.scheduler, run.spec.train.seed)
             return LossSeen.of_row(kept[0]) if kept else None
         return LossSeen.of(run)
 

@@ -10,7 +10,7 @@ faster configs unchecked is a notice and a line of report.md.
 
 On GPUs the rounds need not wait for the screen: as its trials finish, the candidates round 0 would take if it
 ended then train their loss runs beside it, in its GPUs' idle time, as the baseline's does. This phase only
-plans them (`start_ahead`: which loss runs are wanted); the pool runs them (tuner/runs/ahead.py:RunsAhead),
+plans them (`start_ahead`: which loss runs are wanted); tuner/runs/ahead.py:RunsAhead runs them,
 and a round asks it for each candidate's row (`RunsAhead.loss_row`: trained ahead, or None, and the round
 trains it now). Without them, four H100s spent 98 s in two rounds after a screen that left them 75-91% idle
 (docs/benchmarks.md)."""
@@ -31,8 +31,8 @@ from tuner.decide.verdicts import LossVerdicts, lr_scaling_advice
 from tuner.measure import baseline
 from tuner.runs.ahead import RunsAhead
 from tuner.runs.placement import PlacementPolicy, spread
-from tuner.runs.pool import RunPool
 from tuner.runs.request import Role, RunRequest
+from tuner.runs.scheduler import RunScheduler
 from tuner.runs.shapes import RunShapes
 from tuner.runs.tasks import TaskRun
 from tuner.space.knobs import execution, loss_key
@@ -54,8 +54,9 @@ class LossCheckInputs:
     """What the loss check and its runs ahead read of the search (built in tuner/pipeline.py): the search
     section and the loss rule, the baseline, the trials' hardware (the usual recipe as it runs here; the
     GPUs its rounds spread over), the run shapes, the placement after the probe, whether the loss check is
-    done already (resumed, or a remembered answer: no runs ahead), a new pool for each set of runs (as
-    `RunPool(ctx)` gave), the phase runner that records each round in OUT/state.json, and where notices go."""
+    done already (resumed, or a remembered answer: no runs ahead), the search's run scheduler (its rounds,
+    its runs ahead and the baseline's beside the screen all go through it), the phase runner that records
+    each round in OUT/state.json, and where notices go."""
 
     search: SearchSection
     quality: QualitySection
@@ -64,7 +65,7 @@ class LossCheckInputs:
     shapes: RunShapes
     placement: PlacementPolicy
     loss_checked: bool
-    pool: Callable[[], RunPool]
+    scheduler: RunScheduler
     phase: Callable[[str, Callable[[], Any], Any], Any]
     notice: Callable[[str], None]
 
@@ -214,8 +215,8 @@ def _baseline_checked(
 def _rows_ahead(
     inputs: LossCheckInputs, batch: list[Candidate], ahead: RunsAhead | None
 ) -> dict[str, TrialRow]:
-    """The rows of the batch's candidates whose loss runs trained ahead of the round (the pool waits for
-    those still training); a candidate whose run failed trains in the round."""
+    """The rows of the batch's candidates whose loss runs trained ahead of the round (the scheduler waits
+    for those still training); a candidate whose run failed trains in the round."""
     rows = {}
     for pick in batch:
         row = ahead.loss_row(_request(inputs, pick)) if ahead is not None else None
@@ -234,7 +235,7 @@ def start_ahead(inputs: LossCheckInputs, verdicts: VerdictsSoFar | None = None) 
         return None
     plan = _AheadPlan.of(inputs, verdicts)
     return RunsAhead(
-        pool=inputs.pool(),
+        scheduler=inputs.scheduler,
         plan=plan.wanted,
         key_of=lambda knobs: loss_key(knobs, plan.base),
         limit=run_budget(inputs),
@@ -338,7 +339,7 @@ def _beside_kept(inputs: LossCheckInputs, screen: list[TrialRow], run: TaskRun) 
             "trained anew with its fastest twin's execution: stopped, it trains anew now"
         )
         return None
-    return baseline.beside_row(inputs.pool(), run, inputs.base, inputs.notice)
+    return baseline.beside_row(inputs.scheduler, run, inputs.base, inputs.notice)
 
 
 def _spec(inputs: LossCheckInputs, pick: Candidate) -> TrialSpec:
@@ -359,7 +360,7 @@ def _round(
 ) -> list[TrialRow]:
     # Full token budget, the baseline's seed and data order; GPU fractions with a memory cap each.
     requests = [RunRequest(case, Role.LOSS) for case in spread(cases, inputs.hw.gpus, beside)]
-    return inputs.pool().cases(f"loss_check_{round_no}", requests, inputs.placement.loss_round())
+    return inputs.scheduler.cases(f"loss_check_{round_no}", requests, inputs.placement.loss_round())
 
 
 def _gpu_share(inputs: LossCheckInputs, screened: TrialRow | None) -> float | None:

@@ -23,8 +23,8 @@ from trainables.spec import TrialSpec
 from tuner.config import SearchSection
 from tuner.decide.finalists import baseline_settled
 from tuner.runs.placement import PlacementPolicy
-from tuner.runs.pool import RunPool
 from tuner.runs.request import Placement, Role, RunRequest
+from tuner.runs.scheduler import RunScheduler
 from tuner.runs.shapes import RunShapes
 from tuner.space.recipe import as_run_here, in_reach, row_ids
 from tuner.state.hardware import Hardware
@@ -39,15 +39,15 @@ PROFILE_STEPS = 10
 class RemeasureInputs:
     """What the re-measure reads of the search (built in tuner/pipeline.py): the search section, the
     baseline and the trials' hardware (the usual recipe's finalist), the run shapes, the placement after the
-    probe, the pool its runs go through, whether it confirms a remembered answer (fewer repeats), and where
-    its notices go."""
+    probe, the search's run scheduler its runs go through, whether it confirms a remembered answer (fewer
+    repeats), and where its notices go."""
 
     search: SearchSection
     base: TrainConfig
     hw: Hardware
     shapes: RunShapes
     placement: PlacementPolicy
-    pool: RunPool
+    scheduler: RunScheduler
     confirming: bool
     notice: Callable[[str], None]
 
@@ -132,11 +132,11 @@ def measure(
     all 15 runs the default search asks for put 8 of its first round's 12 on one of 2 H200s, whose
     windows then took turns while the other GPU timed 4 (docs/benchmarks.md)."""
     base = [case.labels.finalist == BASELINE_ID for case in cases]
-    counts, pool = first_round([case.labels.finalist for case in cases], asked), inputs.pool
-    requests = [RunRequest(case, Role.REMEASURE) for case in cases]  # one pool: a row keeps its join
+    counts, runs = first_round([case.labels.finalist for case in cases], asked), inputs.scheduler
+    requests = [RunRequest(case, Role.REMEASURE) for case in cases]  # one scheduler: a row keeps its join
     while True:
-        # contention is known once joined: the pool's rows come back joined
-        rows = pool.cases("remeasure", requests, placement, repeats=counts, planned_s=planned_s)
+        # contention is known once joined: the scheduler's rows come back joined
+        rows = runs.cases("remeasure", requests, placement, repeats=counts, planned_s=planned_s)
         planned_s = None
         wanted = more_runs(rows, asked)
         settled = baseline_settled(rows, inputs.base.tokens) if any(base) else None

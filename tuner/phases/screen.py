@@ -3,7 +3,8 @@ runs beside the screen finish, which configs' loss cannot pass (tuner/space/samp
 several per GPU so their compile and warm-up overlap, and is timed alone on its GPU (the timing gate);
 clearly slow ones are stopped early. The study lives in OUT/optuna.journal (or an RDB URL), so a resumed
 search goes on with what TPE already learned. The screen plans its searcher (`TpeSearch`: seed, space, start
-points, study, the loss verdicts so far); the pool builds it where Tune runs (tuner/runs/tune.py)."""
+points, study, the loss verdicts so far); the run scheduler builds it where Tune runs
+(tuner/runs/tune.py)."""
 
 from __future__ import annotations
 
@@ -23,8 +24,8 @@ from tuner.config import Knob, SearchSection
 from tuner.decide.screen_outcome import ScreenOutcome
 from tuner.measure.screen_budget import screen_clock, wall_budget_s
 from tuner.runs.placement import PlacementPolicy
-from tuner.runs.pool import RunPool
 from tuner.runs.request import Role, RunRequest, TpeSearch
+from tuner.runs.scheduler import RunScheduler
 from tuner.runs.shapes import RunShapes
 from tuner.space.batch_fit import BatchFit
 from tuner.space.recipe import start_points
@@ -33,6 +34,7 @@ from tuner.state.hardware import ProbedBatch
 from tuner.state.records import TrialRow
 
 STUDY = "screen"
+LEDGER = "screen"  # OUT/trials/screen.jsonl: its rows, told to the listeners of it as they come
 optuna.logging.set_verbosity(optuna.logging.WARNING)  # our progress lines say what the study does
 
 
@@ -40,8 +42,8 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)  # our progress lines say w
 class ScreenInputs:
     """What the screen reads of the search (built in tuner/pipeline.py): the search section, whether the
     search resumes, the baseline, the GPUs, the run shapes, the placement and the probe's peaks, OUT (its
-    study's journal), the pool its runs go through (its listeners are told the rows so far as each trial
-    finishes) and where notices go."""
+    study's journal), the search's run scheduler its runs go through (the listeners of its ledger, LEDGER,
+    are told the rows so far as each trial finishes) and where notices go."""
 
     search: SearchSection
     resume: bool
@@ -51,7 +53,7 @@ class ScreenInputs:
     placement: PlacementPolicy
     probed: dict[str, ProbedBatch]
     out: Path
-    pool: RunPool
+    scheduler: RunScheduler
     notice: Callable[[str], None]
     verdicts: VerdictsNow | None = None
 
@@ -76,8 +78,8 @@ def time_proposals(inputs: ScreenInputs, space: dict[str, Knob]) -> list[TrialRo
         verdicts=inputs.verdicts,
     )
     short_run = TrialSpec.of({**inputs.shapes.case(Role.SPEED), "compile_deadline_s": s.compile_deadline_s})
-    rows = inputs.pool.proposals(
-        "screen",
+    rows = inputs.scheduler.proposals(
+        LEDGER,
         RunRequest(short_run, Role.SPEED),  # the searcher's knobs go over it
         inputs.placement.speed(),
         trials=s.trials,

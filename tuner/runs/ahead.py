@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trainables.common.progress import log
-from tuner.runs.pool import RunPool
 from tuner.runs.request import Role, RunRequest
+from tuner.runs.scheduler import RunScheduler
 from tuner.runs.tasks import LossSeen, Pending, PendingRun, TaskRun
 from tuner.state.records import TrialRow
 
@@ -43,7 +43,7 @@ class RunsAhead:
     `at_once` training at a time (one per GPU). `plan` says which runs are wanted as the screen goes on;
     `key_of` which of them stand for each other (one run for each key)."""
 
-    pool: RunPool
+    scheduler: RunScheduler
     plan: Plan
     key_of: KeyOf
     limit: int
@@ -51,12 +51,12 @@ class RunsAhead:
     runs: dict[Hashable, _Ahead] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        for row in self.pool.rows(Role.AHEAD):  # from before a resume
+        for row in self.scheduler.rows(Role.AHEAD):  # from before a resume
             self.runs[self.key_of(row.config)] = _Ahead(row.config)
 
     def consider(self, screen: list[TrialRow]) -> None:
         """Starts the runs the plan wants for the screen's rows so far that have none, while places are free
-        (a listener of the screen's pool). An error here ends only the runs ahead (the rounds train the
+        (a listener of the screen's ledger). An error here ends only the runs ahead (the rounds train the
         rest), not the screen it was called from."""
         try:
             for request in self.plan(screen):
@@ -65,7 +65,7 @@ class RunsAhead:
                 self._start(request)
         except Exception as err:  # noqa: BLE001 - reported, and the loss check trains what is left
             self.limit = len(self.runs)
-            self.pool.ctx.notice(f"loss runs ahead of the loss check stopped: {type(err).__name__}: {err}")
+            self.scheduler.notice(f"loss runs ahead of the loss check stopped: {type(err).__name__}: {err}")
 
     def has(self, request: RunRequest) -> bool:
         """Whether a run of the request's key was started ahead (or found in the ledger)."""
@@ -85,11 +85,11 @@ class RunsAhead:
         if run is None:
             return None
         if run.task is not None:
-            row = self.pool.task_row(run.task, f"{request.spec.labels.screen_id}'s loss run ahead")
+            row = self.scheduler.task_row(run.task, f"{request.spec.labels.screen_id}'s loss run ahead")
             run.task = None
         else:  # recorded before a resume, or asked for again
-            kept = [r for r in self.pool.rows(Role.AHEAD) if self.key_of(r.config) == key][-1]
-            row = self.pool.record(Role.AHEAD, [kept])[0]
+            kept = [r for r in self.scheduler.rows(Role.AHEAD) if self.key_of(r.config) == key][-1]
+            row = self.scheduler.record(Role.AHEAD, [kept])[0]
         if row.status != "ok":
             del self.runs[key]
         return row
@@ -109,7 +109,7 @@ class RunsAhead:
     def finished(self) -> list[LossSeen]:
         """What its runs that have ended say of their configs' loss: those recorded (before a resume, or taken
         by a round) and those finished since, not yet taken."""
-        kept = [LossSeen.of_row(row) for row in self.pool.rows(Role.AHEAD)]
+        kept = [LossSeen.of_row(row) for row in self.scheduler.rows(Role.AHEAD)]
         fresh = [LossSeen.of(run.task) for run in self.runs.values() if run.task is not None]
         return kept + [seen for seen in fresh if seen is not None]
 
@@ -127,7 +127,7 @@ class RunsAhead:
             )
         knobs = request.spec.labels.knobs
         who = f"loss-ahead-{len(self.runs)}"  # its name at its GPU's timing gate
-        self.runs[self._key(request)] = _Ahead(knobs, self.pool.start(request, who, knobs))
+        self.runs[self._key(request)] = _Ahead(knobs, self.scheduler.start(request, who, knobs))
         what = request.spec.labels.screen_id
         log(f"[loss_check] {what}'s loss run trains ahead, beside the screen, in its GPU's idle time")
 

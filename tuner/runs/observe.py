@@ -1,7 +1,7 @@
 """The search's side of telemetry: start one NVML sampler per GPU node, then join each finished trial to the
 GPU samples of its timed window and flag speed figures taken while the host's CPUs were contended. The join
-is the last step of recording a finished run (tuner/runs/pool.py:RunPool.record); the samplers and the join's
-maths are tuner/telemetry's."""
+is the last step of recording a finished run (tuner/runs/scheduler.py:RunScheduler.record); the samplers and
+the join's maths are tuner/telemetry's."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""What a run asks of the cluster and takes along: the typed request a phase hands the pool (its spec, its
-role and the timing-gate policy the role implies), its placement (resources, concurrency, worker reuse) and
-the inputs every trial gets through Ray's object store."""
+"""What a run asks of the cluster and takes along: the typed request a phase hands the run scheduler (its
+spec, its role and the timing-gate policy the role implies), its placement (resources, concurrency, worker
+reuse) and the inputs every trial gets through Ray's object store."""
 
 from __future__ import annotations
 
@@ -68,7 +68,7 @@ def spec_key(spec: TrialSpec, role: Role | None) -> str:
 
 @dataclass(frozen=True)
 class RunRequest:
-    """One run a phase asks the pool for: the trial it runs and its role (whose timing-gate policy it
+    """One run a phase asks the run scheduler for: the trial it runs and its role (whose timing-gate policy it
     takes). A searcher's proposals share one request: the spec its knobs are laid over."""
 
     spec: TrialSpec

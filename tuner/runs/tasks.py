@@ -24,7 +24,7 @@ from tuner.state.records import TrialRow
 class TaskRun:
     """A loss run trained as a Ray task: its task (None when its row is already in the ledger, from before
     a resume), the trial it runs, the config it took the execution of (the baseline's: a start point), and
-    its role (Role.BESIDE or Role.AHEAD: which ledger its row goes to, tuner/runs/pool.py)."""
+    its role (Role.BESIDE or Role.AHEAD: which ledger its row goes to, tuner/runs/scheduler.py)."""
 
     ref: Any
     spec: TrialSpec
@@ -48,7 +48,7 @@ class TaskRun:
 
     def finished(self) -> tuple[dict[str, Any] | None, BaseException | None] | None:
         """Its metrics or its error once it has ended (None: still training, or its row was in the ledger
-        before a resume); a look that leaves the run for the pool to record."""
+        before a resume); a look that leaves the run for the scheduler to record."""
         if self.ref is None or not self.done():
             return None
         return self.result()

@@ -1,6 +1,6 @@
-"""The run pool (tuner/runs/pool.py): a phase hands it typed requests and gets rows back recorded, from a Tune
-experiment or from a Ray task beside the screen alike: in the phase's ledger, told to the listeners, joined to
-the telemetry once. Real Ray and Tune in this process, on the toy workload."""
+"""The run scheduler (tuner/runs/scheduler.py): a phase hands it typed requests and gets rows back recorded,
+from a Tune experiment or from a Ray task beside the screen alike: in the phase's ledger, told to that
+ledger's listeners, joined to the telemetry once. Real Ray and Tune in this process, on the toy workload."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from trainables.spec import TrialSpec
 from tuner.runs.ledger import Ledger
 from tuner.runs.observe import Telemetry
 from tuner.runs.phase_progress import trial_spec
-from tuner.runs.pool import RunPool
 from tuner.runs.request import Placement, Role, RunRequest, TpeSearch, TrialInputs, spec_key
+from tuner.runs.scheduler import RunScheduler
 from tuner.runs.tasks import start_loss_run
 from tuner.runs.tune import tpe_searcher
 from tuner.space.sampler import replayed
@@ -26,61 +26,60 @@ from tuner.state.records import AHEAD_PHASE, BESIDE_PHASE
 ONE_WORKER = Placement({"cpu": 1}, 1, reuse_actors=True)
 
 
-def pool_context(out):
-    """What the pool reads of a search's context: OUT, the trials' inputs, the telemetry, the notices."""
+def run_scheduler(out) -> RunScheduler:
+    """A scheduler as the pipeline makes one, on OUT: no telemetry, its notices kept (`observed.notices`)."""
     notices: list[str] = []
-    resources = SimpleNamespace(cpus_per_trial=1)
-    return SimpleNamespace(
-        out=out,
-        inputs=TrialInputs(),
-        telemetry=Telemetry(),
-        notices=notices,
-        notice=notices.append,
-        cfg=SimpleNamespace(resources=resources),
-    )
+    observed = SimpleNamespace(telemetry=Telemetry(), notices=notices, notice=notices.append)
+    return RunScheduler(out=out, inputs=TrialInputs(), cpus_per_trial=1, observed=observed)
 
 
 def test_a_phase_gets_its_rows_recorded_and_each_joined_once(tmp_path, shared_cpu_ray):
-    pool = RunPool(pool_context(tmp_path))
+    runs = run_scheduler(tmp_path)
     requests = [RunRequest(TrialSpec.of({**TOY, "seed": 0}, finalist="f0"), Role.REMEASURE)]
-    first = pool.cases("remeasure", requests, ONE_WORKER, repeats=1)
+    first = runs.cases("remeasure", requests, ONE_WORKER, repeats=1)
     assert [(r.phase, r.case, r.repeat, r.finalist, r.status) for r in first] == [
         ("remeasure", 0, 0, "f0", "ok")
     ]
     # asked again for more (as the re-measure times contended windows again): only the missing run trains,
     # and the row joined before comes back as it was joined, not joined twice
-    again = pool.cases("remeasure", requests, ONE_WORKER, repeats=2)
+    again = runs.cases("remeasure", requests, ONE_WORKER, repeats=2)
     assert [(r.case, r.repeat) for r in again] == [(0, 0), (0, 1)]
     assert again[0] is first[0] and again[1].status == "ok"
     assert [r.id for r in Ledger(tmp_path, "remeasure").rows()] == [r.id for r in again]
 
 
-def test_a_run_trained_as_a_task_is_recorded_in_its_roles_ledger_and_told_to_the_listeners(
+def test_a_run_trained_as_a_task_is_recorded_in_its_roles_ledger_and_told_to_that_ledgers_listeners(
     tmp_path, shared_cpu_ray
 ):
     told: list[list] = []
-    pool = RunPool(pool_context(tmp_path), listeners=[told.append])
+    screen_told: list[list] = []  # as the runs ahead listen: to the screen's rows alone
+    runs = run_scheduler(tmp_path)
+    runs.listen(AHEAD_PHASE, told.append)
+    runs.listen("screen", screen_told.append)
     spec = TrialSpec.of({**TOY, "seed": 3}, knobs={"seed": 3}, screen_id="screen-2")
-    run = pool.start(RunRequest(spec, Role.AHEAD), "loss-ahead-0", {"seed": 3})
-    row = pool.task_row(run, "screen-2's loss run ahead")
+    run = runs.start(RunRequest(spec, Role.AHEAD), "loss-ahead-0", {"seed": 3})
+    row = runs.task_row(run, "screen-2's loss run ahead")
     assert (row.phase, row.screen_id, row.config, row.status) == (AHEAD_PHASE, "screen-2", {"seed": 3}, "ok")
     assert row.val_loss is not None and row.train["seed"] == 3
     assert row.spec_key == RunRequest(spec, Role.AHEAD).key  # the same identity as a Tune run's row
-    assert [r.id for r in pool.rows(Role.AHEAD)] == [row.id] and not Ledger(tmp_path, BESIDE_PHASE).rows()
+    assert [r.id for r in runs.rows(Role.AHEAD)] == [row.id] and not Ledger(tmp_path, BESIDE_PHASE).rows()
     assert [[r.id for r in rows] for rows in told] == [[row.id]]
-    assert pool.record(Role.AHEAD, pool.rows(Role.AHEAD))[0] is row, "recorded once, then read as it was"
+    assert screen_told == [], "a listener hears of its own ledger's rows only"
+    assert runs.record(Role.AHEAD, runs.rows(Role.AHEAD))[0] is row, "recorded once, then read as it was"
 
 
 def test_a_searchers_proposals_come_from_the_tpe_search_its_phase_planned(tmp_path, shared_cpu_ray):
     # The phase plans the searcher (a TpeSearch: study, seed, startup trials, space, start points) and the
-    # pool builds the loss-aware TPE from it: the start point first, then the seeded TPE's draws, each one
-    # in the study with what it was drawn from, so a fresh draw from that proposes it again.
+    # scheduler builds the loss-aware TPE from it: the start point first, then the seeded TPE's draws, each
+    # one in the study with what it was drawn from, so a fresh draw from that proposes it again.
     storage = JournalStorage(JournalFileBackend(str(tmp_path / "optuna.journal")))
     space = {"seed": list(range(100))}
     searcher = TpeSearch(
         study="screen", storage=storage, seed=5, startup_trials=3, space=space, points=({"seed": 3},)
     )
-    rows = RunPool(pool_context(tmp_path)).proposals(
+    runs, told = run_scheduler(tmp_path), []
+    runs.listen("screen", told.append)
+    rows = runs.proposals(
         "screen",
         RunRequest(TrialSpec.of(TOY), Role.SPEED),
         ONE_WORKER,
@@ -94,15 +93,16 @@ def test_a_searchers_proposals_come_from_the_tpe_search_its_phase_planned(tmp_pa
     assert len(proposed) == 3 and proposed[0] == 3, "the start point first"
     assert replayed(sampler) == [True, True, True], "each, the seeded TPE's draw from what it saw"
     assert sorted(r.config["seed"] for r in rows) == sorted(proposed)
+    assert [r.id for r in told[-1]] == sorted(r.id for r in rows), "its ledger's listener told each row"
 
 
 def test_a_request_goes_only_to_the_backend_of_its_role(tmp_path):
-    pool = RunPool(pool_context(tmp_path))
+    runs = run_scheduler(tmp_path)
     spec = TrialSpec.of(TOY)
     with pytest.raises(ValueError, match="a beside run trains as a Ray task"):
-        pool.cases("loss_check_0", [RunRequest(spec, Role.BESIDE)], ONE_WORKER)
+        runs.cases("loss_check_0", [RunRequest(spec, Role.BESIDE)], ONE_WORKER)
     with pytest.raises(ValueError, match="one experiment runs one role"):
-        pool.cases("p", [RunRequest(spec, Role.LOSS), RunRequest(spec, Role.SPEED)], ONE_WORKER)
+        runs.cases("p", [RunRequest(spec, Role.LOSS), RunRequest(spec, Role.SPEED)], ONE_WORKER)
     with pytest.raises(ValueError, match="a speed run is no Ray task"):
         start_loss_run(RunRequest(spec, Role.SPEED), "who", {}, 1, TrialInputs())
     assert not (tmp_path / "trials").exists()
@@ -154,17 +154,17 @@ def test_a_resumed_phase_skips_exactly_the_runs_whose_spec_key_is_in_its_ledger(
     def requests(second_seed: int) -> list[RunRequest]:
         return [RunRequest(TrialSpec.of({**TOY, "seed": s}), Role.LOSS) for s in (0, second_seed)]
 
-    first = RunPool(pool_context(tmp_path)).cases("loss_check_0", requests(1), ONE_WORKER)
+    first = run_scheduler(tmp_path).cases("loss_check_0", requests(1), ONE_WORKER)
     assert [r.spec_key for r in first] == [
         RunRequest(r.spec.labelled(case=i, repeat=0), r.role).key for i, r in enumerate(requests(1))
     ]
     # resumed with case 1 now another config: its row at (1, 0) is not this run's, so only it trains
-    resumed = RunPool(pool_context(tmp_path)).cases("loss_check_0", requests(2), ONE_WORKER)
+    resumed = run_scheduler(tmp_path).cases("loss_check_0", requests(2), ONE_WORKER)
     assert resumed[0].id == first[0].id and resumed[1].id not in {r.id for r in first}
     assert [r.train["seed"] for r in resumed] == [0, 2] and all(r.status == "ok" for r in resumed)
     assert len(Ledger(tmp_path, "loss_check_0").rows()) == 3
     # and asked again as it was first: both its runs are in the ledger, nothing trains
-    again = RunPool(pool_context(tmp_path)).cases("loss_check_0", requests(1), ONE_WORKER)
+    again = run_scheduler(tmp_path).cases("loss_check_0", requests(1), ONE_WORKER)
     assert [r.id for r in again] == [r.id for r in first]
     assert len(Ledger(tmp_path, "loss_check_0").rows()) == 3
     assert sorted(p.name for p in (tmp_path / "ray").iterdir()) == ["loss_check_0", "loss_check_0-r1"]
@@ -181,6 +181,6 @@ def test_a_ledger_from_before_spec_keys_is_resumed_by_case_and_repeat(tmp_path, 
     assert first.spec_key is None
     # its row at (0, 0) stands for case 0 whatever its config, as before: nothing trains
     other = [RunRequest(TrialSpec.of({**TOY, "seed": 5}), Role.LOSS)]
-    (row,) = RunPool(pool_context(tmp_path)).cases("loss_check_0", other, ONE_WORKER)
+    (row,) = run_scheduler(tmp_path).cases("loss_check_0", other, ONE_WORKER)
     assert row.id == first.id and row.spec_key is None and len(ledger.rows()) == 1
     assert not (tmp_path / "ray").exists(), "a run trained"
