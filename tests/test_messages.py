@@ -189,7 +189,13 @@ def test_search_help_gives_phases_outputs_exit_codes_and_what_resume_does():
     ):
         assert output in text
     assert "exit codes:" in text
-    for code in ("0 a config was chosen", "1 the search failed", "2 bad input", "3 the baseline is the answer", "130"):
+    for code in (
+        "0 a config was chosen",
+        "1 the search failed",
+        "2 bad input",
+        "3 the baseline is the answer",
+        "130",
+    ):
         assert code in text, code
     resume = text[text.index("--resume: ") :]
     assert "OUT/state.json" in resume and "--config, --set, --data" in resume
