@@ -7,17 +7,39 @@ import copy
 import math
 import random
 import statistics
+from pathlib import Path
 from typing import Any
 
+from tuner.config import SearchConfig
+from tuner.context import SearchContext
 from tuner.decide.costs import break_even_tokens, time_to_train
 from tuner.space.knobs import SPEED_ONLY_KNOBS
 from tuner.state.gpu_records import SEARCH
+from tuner.state.hardware import Hardware
 from tuner.state.records import Summary, TrialRow
+from tuner.state.search_state import State
 from tuner.telemetry.gpus import USAGE_PHASES, gpu_population
 
 # The smoke model at one layer of width 32, for Tune-trial tests whose rules are of steps, tokens, places and
 # profiles, not of the model: 20-40% less of their time (docs/test-times.md).
 SMALL_SMOKE_MODEL = ["train.model.n_layers=1", "train.model.d_model=32"]
+
+
+def search_context(
+    cfg: SearchConfig, out: Path, hw: Hardware | None = None, cluster_cpus: int = 1, **more: Any
+) -> SearchContext:
+    """A search's context for a phase test: the config's train section as the baseline, a fresh state in
+    `out`, no GPU unless `hw` says otherwise."""
+    return SearchContext(
+        cfg=cfg,
+        out=out,
+        base=cfg.train,
+        hw=hw or Hardware(gpus=0),
+        cluster_cpus=cluster_cpus,
+        state=State(out),
+        command="",
+        **more,
+    )
 
 
 def make_row(

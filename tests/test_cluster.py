@@ -32,6 +32,7 @@ import pytest
 from ray import exceptions as ray_exceptions
 from ray._raylet import GcsClient
 
+from tests.factories import search_context
 from tests.ray_procs import free_ports, stop_group
 from tests.test_failures import FakeTrial
 from tests.test_telemetry import read_scalars
@@ -41,12 +42,10 @@ from trainables.data import Corpus, load_char_data, shipped_corpus
 from trainables.trainable import _own_compile_caches
 from trainables.training.gate import GATE_PREFIX
 from tuner.config import load_search_config
-from tuner.context import SearchContext
 from tuner.runs import ledger as runs_ledger
 from tuner.runs.phase_progress import PhaseProgress
 from tuner.session import node_loss
 from tuner.state.hardware import Hardware
-from tuner.state.search_state import State
 
 ROOT = Path(__file__).resolve().parents[1]
 SHAKESPEARE = ROOT.parent / "shared" / "data" / "tinyshakespeare.txt"
@@ -422,16 +421,7 @@ def test_a_worker_killed_on_a_live_node_is_the_trials_own_failure(tmp_path, monk
 
 def test_a_cpu_speed_run_takes_the_cores_of_one_node_not_of_the_cluster(tmp_path):
     cfg = load_search_config(str(ROOT / "configs" / "smoke.yaml"))
-    ctx = SearchContext(
-        cfg=cfg,
-        out=tmp_path,
-        base=cfg.train,
-        hw=Hardware(),
-        cluster_cpus=4,
-        state=State(tmp_path),
-        command="",
-        node_cpus=2,
-    )
+    ctx = search_context(cfg, tmp_path, hw=Hardware(), cluster_cpus=4, node_cpus=2)
     assert ctx.placement.speed().resources == {"cpu": 2}  # two 2-CPU workers: a 4-CPU trial fits nowhere
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.factories import SMALL_SMOKE_MODEL, make_row, synthetic_summary
+from tests.factories import SMALL_SMOKE_MODEL, make_row, search_context, synthetic_summary
 from trainables.config import ConfigError, TrainConfig
 from tuner.config import load_search_config
 from tuner.context import SearchContext
@@ -101,26 +101,10 @@ def test_a_validation_is_cited_where_the_bench_wrote_one(tmp_path):
 
 def test_at_the_planned_run_the_baseline_trains_one_seed(tmp_path):
     cfg = load_search_config(SMOKE)
-    ctx = SearchContext(
-        cfg=cfg,
-        out=tmp_path,
-        base=cfg.train,
-        hw=Hardware(gpus=0),
-        cluster_cpus=1,
-        state=State(tmp_path),
-        command="",
-    )
+    ctx = search_context(cfg, tmp_path)
     assert baseline.noise_cases(ctx.shapes.horizon, ctx.base.model_dump()) == []
     cfg = load_search_config(SMOKE, ["quality.loss_horizon=8192", "train.tokens=65536"])
-    ctx = SearchContext(
-        cfg=cfg,
-        out=tmp_path,
-        base=cfg.train,
-        hw=Hardware(gpus=0),
-        cluster_cpus=1,
-        state=State(tmp_path),
-        command="",
-    )
+    ctx = search_context(cfg, tmp_path)
     assert [c["seed"] for c in baseline.noise_cases(ctx.shapes.horizon, ctx.base.model_dump())] == [
         ctx.base.seed + 1
     ]
@@ -132,15 +116,7 @@ def test_loss_runs_stop_at_the_prefix_and_the_loss_limit_takes_both_seeds(tmp_pa
     overrides = ["train.tokens=65536", "train.eval_tokens=2048", "search.loss_check_top=1",
                  "quality.loss_horizon=16K", *SMALL_SMOKE_MODEL]  # fmt: skip
     cfg = load_search_config(SMOKE, overrides)
-    ctx = SearchContext(
-        cfg=cfg,
-        out=tmp_path,
-        base=cfg.train,
-        hw=Hardware(gpus=0),
-        cluster_cpus=1,
-        state=State(tmp_path),
-        command="",
-    )
+    ctx = search_context(cfg, tmp_path)
     screen = [
         make_row("screen-0", config={"batch_size": 32}, tokens_per_s=3_000.0),
         make_row("screen-1", config={"loader": "device"}, tokens_per_s=2_000.0),  # the baseline's twin

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from tests.factories import SMALL_SMOKE_MODEL, make_row
+from tests.factories import SMALL_SMOKE_MODEL, make_row, search_context
 from tests.test_loss_placement import rounds_without_training
 from tuner.config import load_search_config
 from tuner.context import SearchContext
@@ -98,13 +98,5 @@ def test_one_spare_trains_ahead_and_runs_no_round_asked_for_are_stopped(tmp_path
 
 def test_no_runs_ahead_on_cpus(tmp_path):
     cfg = load_search_config("configs/smoke.yaml", SMOKE_SHORT)
-    ctx = SearchContext(
-        cfg=cfg,
-        out=tmp_path,
-        base=cfg.train,
-        hw=Hardware(gpus=0),
-        cluster_cpus=2,
-        state=State(tmp_path),
-        command="",
-    )
+    ctx = search_context(cfg, tmp_path, cluster_cpus=2)
     assert loss_check.start_ahead(loss_check_inputs(ctx, run_scheduler(ctx))) is None

@@ -8,20 +8,17 @@ import math
 
 import pytest
 
-from tests.factories import make_row
+from tests.factories import make_row, search_context
 from tests.shared_files import shared_file
 from tuner.config import QualitySection, load_search_config
-from tuner.context import SearchContext
 from tuner.decide.loss_plan import Limits, LossCheck, LossPlan, baseline_speed, ordered
 from tuner.decide.select import loss_check_candidates, with_feasibility
 from tuner.phases import loss_check
 from tuner.pipeline import loss_check_inputs, run_scheduler
 from tuner.report.markdown import render_markdown
 from tuner.space.knobs import loss_key
-from tuner.state.hardware import Hardware
 from tuner.state.loss_outcome import LossCheckOutcome
 from tuner.state.records import Summary
-from tuner.state.search_state import State
 
 BASE = {"batch_size": 64, "grad_accum": 1, "lr": 1e-3, "lr_scaling": "none", "lr_base_batch": 64}
 BASE |= {"precision": "fp32", "compile": "none", "fused_adamw": False, "tokens": 10_240_000}
@@ -155,15 +152,7 @@ def test_the_phase_record_reads_a_state_json_list_of_before():
 
 def test_the_default_time_budget_is_the_baselines_loss_run_at_least_two_minutes(tmp_path):
     def checking_of(cfg):
-        ctx = SearchContext(
-            cfg=cfg,
-            out=tmp_path,
-            base=cfg.train,
-            hw=Hardware(gpus=0),
-            cluster_cpus=2,
-            state=State(tmp_path),
-            command="",
-        )
+        ctx = search_context(cfg, tmp_path, cluster_cpus=2)
         return loss_check_inputs(ctx, run_scheduler(ctx))
 
     checking = checking_of(load_search_config("configs/smoke.yaml", []))

@@ -7,15 +7,14 @@ from __future__ import annotations
 
 import pytest
 
+from tests.factories import search_context
 from tests.test_probe import ROOT, SHAKESPEARE
 from tuner.config import load_search_config
-from tuner.context import SearchContext
 from tuner.phases import probe as probe_phase
 from tuner.pipeline import probe_inputs
 from tuner.space.batch_finder import max_batch
 from tuner.space.batch_fit import BatchFit
 from tuner.state.hardware import Hardware
-from tuner.state.search_state import State
 
 # The smoke model with 4 blocks: their activations are most of a step's memory, so checkpointing them shows.
 # Under 100 MB 8 fits without checkpointing and 16 does not; 16 fits with every block and 32 does not (three
@@ -54,15 +53,7 @@ def test_the_probe_phase_finds_the_largest_micro_batch_per_checkpointing_setting
     sets = [f"train.memory_cap_mb={CAP_MB}", "train.model.n_layers=4", f"search.max_batch={LIMIT}"]
     sets += [f"search.space={space}", *([f"train.data={SHAKESPEARE}"] if SHAKESPEARE.exists() else [])]
     cfg = load_search_config(str(ROOT / "configs" / "smoke.yaml"), sets)
-    ctx = SearchContext(
-        cfg=cfg,
-        out=tmp_path,
-        base=cfg.train,
-        hw=Hardware(),
-        cluster_cpus=1,
-        state=State(tmp_path),
-        command="",
-    )
+    ctx = search_context(cfg, tmp_path, hw=Hardware())
     sizing = probe_inputs(ctx)  # what the pipeline hands the probe
     found = probe_phase.largest_batches(sizing, cfg.search.space)
     assert set(found) == {"fp32"}  # precision not searched: the baseline's

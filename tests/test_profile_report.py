@@ -5,17 +5,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.factories import SMALL_SMOKE_MODEL, make_row, make_summary, synthetic_summary
+from tests.factories import SMALL_SMOKE_MODEL, make_row, make_summary, search_context, synthetic_summary
 from tuner.config import load_search_config
-from tuner.context import SearchContext
 from tuner.phases import remeasure
 from tuner.pipeline import remeasure_inputs, run_scheduler
 from tuner.report import render_html, render_markdown
 from tuner.report.profile import answer_line
 from tuner.runs import observe
-from tuner.state.hardware import Hardware
 from tuner.state.records import BASELINE_ID
-from tuner.state.search_state import State
 
 SMOKE = str(Path(__file__).resolve().parents[1] / "configs" / "smoke.yaml")
 
@@ -33,15 +30,7 @@ def test_the_remeasure_profiles_its_runs_after_their_windows(tmp_path, shared_cp
         *SMALL_SMOKE_MODEL,
     ]
     cfg = load_search_config(SMOKE, overrides)
-    ctx = SearchContext(
-        cfg=cfg,
-        out=tmp_path,
-        base=cfg.train,
-        hw=Hardware(gpus=0),
-        cluster_cpus=1,
-        state=State(tmp_path),
-        command="",
-    )
+    ctx = search_context(cfg, tmp_path)
     screen = [make_row("screen-0", config={"batch_size": 8}, tokens_per_s=3_000.0, feasible=True)]
     rows = remeasure.time_finalists(remeasure_inputs(ctx, run_scheduler(ctx)), screen)
     assert {r.finalist for r in rows} == {BASELINE_ID, "screen-0"}

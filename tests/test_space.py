@@ -3,6 +3,7 @@
 import pytest
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
+from tests.factories import search_context
 from trainables.config import ConfigError, TrainConfig
 from tuner.config import Range, SearchSection, load_search_config, parse_duration
 from tuner.context import Notices, SearchContext
@@ -10,7 +11,6 @@ from tuner.pipeline import fit_to_hardware
 from tuner.space.domains import applicable, bound_batch
 from tuner.space.sampler import distributions
 from tuner.state.hardware import Hardware
-from tuner.state.search_state import State
 
 CPU = {"cuda": False, "bf16": False, "cpus": 2, "backends": {"fla": "no CUDA", "mamba_ssm": "no CUDA"}}
 GPU = {"cuda": True, "bf16": True, "cpus": 16, "backends": {"fla": True, "mamba_ssm": True}}
@@ -44,15 +44,7 @@ def test_gpu_keeps_everything():
 
 def cpu_context(tmp_path, *overrides: str) -> SearchContext:
     cfg = load_search_config("configs/smoke.yaml", list(overrides))
-    return SearchContext(
-        cfg=cfg,
-        out=tmp_path,
-        base=cfg.train,
-        hw=Hardware(**CPU),
-        cluster_cpus=2,
-        state=State(tmp_path),
-        command="",
-    )
+    return search_context(cfg, tmp_path, hw=Hardware(**CPU), cluster_cpus=2)
 
 
 def test_the_knobs_left_one_choice_are_the_baselines_typed_and_as_the_dict_had_them(tmp_path):
