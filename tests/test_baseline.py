@@ -25,7 +25,7 @@ from tuner.measure.baseline import (
     start_seeds_beside,
     twins,
 )
-from tuner.pipeline import run_scheduler
+from tuner.pipeline import beside_inputs, loss_check_inputs, run_scheduler
 from tuner.rules.horizon import horizon_for
 from tuner.runs.ledger import Ledger
 from tuner.runs.request import Role
@@ -153,16 +153,7 @@ def test_a_slow_run_beside_the_screen_gives_way_to_its_fast_twin_only_where_that
 
 def beside_screen(ctx: SearchContext) -> baseline.Beside:
     """What the pipeline hands the baseline's runs beside the screen (tuner/pipeline.py)."""
-    loss_checked = ctx.state.phase("loss_check") is not None
-    s = ctx.cfg.search
-    return baseline.Beside(
-        shapes=ctx.shapes,
-        placement=ctx.placement,
-        scheduler=run_scheduler(ctx),
-        start_points=s.start_points,
-        loss_checked=loss_checked,
-        notice=ctx.notice,
-    )
+    return beside_inputs(ctx, loss_check_inputs(ctx, run_scheduler(ctx)))
 
 
 def to_space(ctx: SearchContext) -> dict:

@@ -15,7 +15,7 @@ from tuner.config import load_search_config
 from tuner.context import SearchContext
 from tuner.measure import baseline
 from tuner.phases import loss_check
-from tuner.pipeline import loss_check_inputs, run_scheduler
+from tuner.pipeline import beside_inputs, loss_check_inputs, run_scheduler
 from tuner.report.horizon_section import HEAD
 from tuner.report.html import render_html
 from tuner.report.markdown import render_markdown
@@ -193,16 +193,7 @@ def beside_context(out: Path, *overrides: str) -> SearchContext:
 
 def beside_screen(ctx: SearchContext) -> baseline.Beside:
     """What the pipeline hands the baseline's runs beside the screen (tuner/pipeline.py)."""
-    loss_checked = ctx.state.phase("loss_check") is not None
-    s = ctx.cfg.search
-    return baseline.Beside(
-        shapes=ctx.shapes,
-        placement=ctx.placement,
-        scheduler=run_scheduler(ctx),
-        start_points=s.start_points,
-        loss_checked=loss_checked,
-        notice=ctx.notice,
-    )
+    return beside_inputs(ctx, loss_check_inputs(ctx, run_scheduler(ctx)))
 
 
 def start_both(ctx: SearchContext):

@@ -116,14 +116,7 @@ def _loss_runs_beside(
     its second seed's too) and the candidates' ahead of the loss check as the screen finds them, with what
     they say so far (LossSoFar: the screen's sampler and the runs ahead read it). The runs ahead are told the
     screen's rows as they come (and no other ledger's: they plan from the screen's alone)."""
-    room = baseline.Beside(
-        shapes=ctx.shapes,
-        placement=ctx.placement,
-        scheduler=checking.scheduler,
-        start_points=ctx.cfg.search.start_points,
-        loss_checked=checking.loss_checked,
-        notice=ctx.notice,
-    )
+    room = beside_inputs(ctx, checking)
     beside = baseline.start_beside(room, space)
     seeds_beside = baseline.start_seeds_beside(room, beside)
     besides = [beside, *seeds_beside] if beside is not None else []
@@ -133,6 +126,19 @@ def _loss_runs_beside(
     if so_far.ahead is not None:
         checking.scheduler.listen(screen.LEDGER, so_far.ahead.consider)
     return beside, seeds_beside, so_far
+
+
+def beside_inputs(ctx: SearchContext, checking: loss_check.LossCheckInputs) -> baseline.Beside:
+    """What the baseline's loss runs beside the screen read of the search (its scheduler and whether the loss
+    check is done: the loss check's)."""
+    return baseline.Beside(
+        shapes=ctx.shapes,
+        placement=ctx.placement,
+        scheduler=checking.scheduler,
+        start_points=ctx.cfg.search.start_points,
+        loss_checked=checking.loss_checked,
+        notice=ctx.notice,
+    )
 
 
 def probe_inputs(ctx: SearchContext) -> probe.ProbeInputs:
